@@ -1,0 +1,195 @@
+#include "toy/autograd/backward.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "toy/core/rng.h"
+#include "toy/core/trace.h"
+#include "toy/ops/ops.h"
+
+namespace toy {
+
+namespace {
+
+// Post-order over the non-leaf tensors reachable from root; reversed it is a valid order
+// for the backward pass (every consumer before its producers).
+// Holds a reference to each tensor so that freeing a processed node's inputs cannot destroy
+// a tensor (and its node) that is still to be processed.
+std::vector<std::shared_ptr<TensorImpl>> topo_order(const std::shared_ptr<TensorImpl>& root) {
+  std::vector<std::shared_ptr<TensorImpl>> order;
+  std::unordered_set<TensorImpl*> seen;
+  struct Frame {
+    std::shared_ptr<TensorImpl> t;
+    size_t next;
+  };
+  std::vector<Frame> stack{{root, 0}};
+  seen.insert(root.get());
+  while (!stack.empty()) {
+    Frame& f = stack.back();
+    Node* node = f.t->grad_fn.get();
+    if (node && f.next < node->inputs.size()) {
+      const std::shared_ptr<TensorImpl>& in = node->inputs[f.next++].impl_ptr();
+      if (in && in->requires_grad && in->grad_fn && seen.insert(in.get()).second) stack.push_back({in, 0});
+      continue;
+    }
+    order.push_back(f.t);
+    stack.pop_back();
+  }
+  return order;
+}
+
+// Adds g into slot, never modifying a tensor that someone else may hold.
+void accumulate(Tensor& slot, const Tensor& g) {
+  if (!slot.defined())
+    slot = g;
+  else
+    slot = add(slot, g);
+}
+
+// A leaf's .grad is contiguous, in the leaf's dtype, and owns its storage alone, so that
+// optimizers and gradient clipping may update it in place.
+Tensor as_leaf_grad(DType leaf_dtype, const Tensor& g) {
+  if (g.dtype() != leaf_dtype) return cast(g, leaf_dtype);
+  if (!g.is_contiguous() || g.storage().use_count() > 1) return contiguous_copy(g);
+  return g.detach();  // a handle of its own; a second leaf given g now sees a shared storage
+}
+
+void run(const Tensor& root, const Tensor& grad_output, BackwardOptions opts,
+         std::unordered_map<TensorImpl*, Tensor>* capture) {
+  TOY_CHECK(root.defined(), "[backward] undefined tensor");
+  TOY_CHECK(root.requires_grad(), "[backward] the tensor does not require grad (no recorded op leads to it)");
+  Tensor g0 = grad_output;
+  if (!g0.defined()) {
+    TOY_CHECK(root.numel() == 1, "[backward] root has shape {}: pass a gradient or reduce it to a scalar",
+              root.shape().str());
+    g0 = full(root.shape(), 1.0, root.dtype());
+  }
+  TOY_CHECK(g0.shape() == root.shape(), "[backward] gradient shape {} does not match output shape {}",
+            g0.shape().str(), root.shape().str());
+
+  NoGradGuard no_grad;
+  std::unordered_map<TensorImpl*, Tensor> grads;
+  grads[root.impl()] = g0;
+  auto leaf_done = [&](TensorImpl* t, const Tensor& g) {
+    if (capture) {
+      auto it = capture->find(t);
+      if (it != capture->end()) {
+        accumulate(it->second, g);
+        return;
+      }
+    }
+    if (t->grad_fn && !t->retains_grad) return;
+    Tensor cur(t->grad);
+    accumulate(cur, as_leaf_grad(t->dtype, g));
+    t->grad = cur.impl_ptr();
+  };
+
+  std::vector<std::shared_ptr<TensorImpl>> order = topo_order(root.impl_ptr());
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    // Taking the reference out lets the tensor go as soon as its node has run.
+    std::shared_ptr<TensorImpl> keep = std::move(*it);
+    TensorImpl* t = keep.get();
+    auto git = grads.find(t);
+    if (git == grads.end()) continue;
+    Tensor g = std::move(git->second);
+    grads.erase(git);
+    if (t->retains_grad || (capture && capture->count(t))) leaf_done(t, g);
+    Node* node = t->grad_fn.get();
+    if (!node) {  // the root itself is a leaf
+      leaf_done(t, g);
+      continue;
+    }
+    TOY_CHECK(!node->released, "[backward] the graph through '{}' was already freed by an earlier backward(); "
+              "pass retain_graph to run backward twice", node->op);
+    // Rules may assume a contiguous incoming gradient (broadcast views are materialized here).
+    if (!g.is_contiguous()) g = contiguous_copy(g);
+    Grads gin;
+    {
+      trace::Span span(node->op, "backward");
+      gin = node->backward(g);
+    }
+    TOY_CHECK(gin.size() == node->inputs.size(), "[backward] rule of '{}' returned {} gradients for {} inputs",
+              node->op, gin.size(), node->inputs.size());
+    for (size_t i = 0; i < gin.size(); ++i) {
+      const Tensor& in = node->inputs[i];
+      if (!in.defined() || !in.requires_grad() || !gin[i].defined()) continue;
+      TOY_CHECK(gin[i].shape() == in.shape(), "[backward] rule of '{}' gave input {} a gradient of shape {}, "
+                "expected {}", node->op, i, gin[i].shape().str(), in.shape().str());
+      if (in.impl()->grad_fn)
+        accumulate(grads[in.impl()], gin[i]);
+      else
+        leaf_done(in.impl(), gin[i]);
+    }
+    if (!opts.retain_graph) {
+      node->backward = nullptr;
+      node->inputs.clear();
+      node->released = true;
+    }
+  }
+}
+
+}  // namespace
+
+void backward(const Tensor& root, const Tensor& grad_output, BackwardOptions opts) {
+  run(root, grad_output, opts, nullptr);
+}
+
+void Tensor::backward(const Tensor& grad_output) const { toy::backward(*this, grad_output); }
+
+std::vector<Tensor> grad(const Tensor& root, const std::vector<Tensor>& inputs, const Tensor& grad_output,
+                         BackwardOptions opts) {
+  std::unordered_map<TensorImpl*, Tensor> capture;
+  for (const Tensor& t : inputs) {
+    TOY_CHECK(t.defined() && t.requires_grad(), "[grad] every input must require grad");
+    capture[t.impl()];
+  }
+  run(root, grad_output, opts, &capture);
+  std::vector<Tensor> out;
+  for (const Tensor& t : inputs) {
+    Tensor g = capture[t.impl()];
+    out.push_back(g.defined() ? g : zeros(t.shape(), t.dtype()));
+  }
+  return out;
+}
+
+Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs) {
+  if (!needs_grad(inputs) && !grad_enabled()) return fn(inputs);
+  Generator& gen = default_generator();
+  const uint64_t rng_offset = gen.offset();
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = fn(inputs);
+  }
+  // Parameters captured by fn (not in inputs) also need the recomputation, so record
+  // whenever grad mode is on.
+  record("checkpoint", out, inputs, [fn, inputs, rng_offset](const Tensor& g) {
+    Generator& gen = default_generator();
+    const uint64_t saved = gen.offset();
+    gen.set_offset(rng_offset);
+    std::vector<Tensor> detached;
+    for (const Tensor& t : inputs) {
+      Tensor d = t.detach();
+      if (t.requires_grad()) d.requires_grad_();
+      detached.push_back(d);
+    }
+    Tensor re;
+    {
+      GradModeGuard on(true);
+      re = fn(detached);
+    }
+    gen.set_offset(saved);
+    Grads gin(inputs.size());
+    if (!re.requires_grad()) return gin;
+    std::unordered_map<TensorImpl*, Tensor> capture;
+    for (const Tensor& d : detached)
+      if (d.requires_grad()) capture[d.impl()];
+    run(re, g, {}, &capture);
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (detached[i].requires_grad()) gin[i] = capture[detached[i].impl()];
+    return gin;
+  });
+  return out;
+}
+
+}  // namespace toy

@@ -1,0 +1,246 @@
+// Fused scaled-dot-product attention, flash style: queries and keys are processed in
+// blocks of 64; scores exist only one 64x64 block at a time (online softmax in the forward,
+// recomputed from the saved log-sum-exp in the backward), so T x S is never stored.
+//
+// Layout: q [B, T, H, D], k [B, S, Hkv, D], v [B, S, Hkv, Dv] with unit last stride (other
+// strides free: views of a fused qkv projection work without copies); head h reads K/V
+// head h / (H / Hkv). out [B, T, H, Dv] and lse [B, H, T] contiguous.
+// Visibility of key j to query i: causal -> j <= i + (S - T); segments -> same segment id.
+// Forward parallelizes over (b, h); backward over (b, kv head), which owns its dK/dV rows
+// exclusively, so nothing is shared between threads and results are deterministic.
+// Block GEMMs go to single-threaded OpenBLAS. Tolerance vs the composed reference: 1e-5.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/backend/cpu/simd.h"
+#include "toy/core/thread_pool.h"
+
+namespace toy::cpu {
+
+namespace {
+
+constexpr int64_t kBlock = 64;
+
+struct Geometry {
+  int64_t B, T, H, D, S, Hkv, Dv, group, off;
+  const float *q, *k, *v;
+  int64_t qs0, qs1, qs2, ks0, ks1, ks2, vs0, vs1, vs2;
+  const int32_t* seg;  // [B, T] or null
+  float scale;
+  bool causal;
+
+  const float* qrow(int64_t b, int64_t t, int64_t h) const { return q + b * qs0 + t * qs1 + h * qs2; }
+  const float* krow(int64_t b, int64_t s, int64_t hk) const { return k + b * ks0 + s * ks1 + hk * ks2; }
+  const float* vrow(int64_t b, int64_t s, int64_t hk) const { return v + b * vs0 + s * vs1 + hk * vs2; }
+  // Last key (exclusive) any query of [i0, i1) can see.
+  int64_t key_end(int64_t i1) const { return causal ? std::min(S, i1 + off) : S; }
+  // First query block row that can see key j (causal), for the backward.
+  int64_t query_begin(int64_t j) const { return causal ? std::max<int64_t>(0, j - off) : 0; }
+};
+
+Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seg, const kern::AttentionArgs& a) {
+  Geometry g{};
+  g.B = q.size(0), g.T = q.size(1), g.H = q.size(2), g.D = q.size(3);
+  g.S = k.size(1), g.Hkv = k.size(2), g.Dv = v.size(3);
+  g.group = g.H / g.Hkv;
+  g.off = g.S - g.T;
+  g.q = q.data<float>(), g.k = k.data<float>(), g.v = v.data<float>();
+  g.qs0 = q.stride(0), g.qs1 = q.stride(1), g.qs2 = q.stride(2);
+  g.ks0 = k.stride(0), g.ks1 = k.stride(1), g.ks2 = k.stride(2);
+  g.vs0 = v.stride(0), g.vs1 = v.stride(1), g.vs2 = v.stride(2);
+  g.seg = seg.defined() ? seg.data<int32_t>() : nullptr;
+  g.scale = a.scale;
+  g.causal = a.causal;
+  return g;
+}
+
+// Masks the score block s (rows x cols, leading dim ld) for queries i0.. and keys j0..;
+// returns false if the block needs no masking at all.
+void mask_block(const Geometry& g, int64_t b, int64_t i0, int64_t rows, int64_t j0, int64_t cols, float* s,
+                int64_t ld) {
+  const bool diag = g.causal && j0 + cols - 1 > i0 + g.off;
+  if (!diag && !g.seg) return;
+  const int32_t* sg = g.seg ? g.seg + b * g.T : nullptr;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r;
+    float* sr = s + r * ld;
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t j = j0 + c;
+      bool hidden = (g.causal && j > i + g.off) || (sg && sg[j] != sg[i]);
+      if (hidden) sr[c] = -INFINITY;
+    }
+  }
+}
+
+// With non-decreasing segment ids, a key block entirely before the query block's first
+// segment is invisible and can be skipped.
+bool block_invisible(const Geometry& g, int64_t b, int64_t i0, int64_t j0, int64_t cols, bool monotone) {
+  if (!g.seg || !monotone) return false;
+  const int32_t* sg = g.seg + b * g.T;
+  return sg[j0 + cols - 1] < sg[i0];
+}
+
+std::vector<char> monotone_segments(const Geometry& g) {
+  std::vector<char> mono(size_t(g.B), 0);
+  if (!g.seg) return mono;
+  for (int64_t b = 0; b < g.B; ++b) {
+    bool ok = true;
+    for (int64_t t = 1; t < g.T && ok; ++t) ok = g.seg[b * g.T + t] >= g.seg[b * g.T + t - 1];
+    mono[size_t(b)] = ok;
+  }
+  return mono;
+}
+
+}  // namespace
+
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seg, const kern::AttentionArgs& a,
+               Tensor& out, Tensor& lse) {
+  const Geometry g = geometry(q, k, v, seg, a);
+  float* po = out.data<float>();
+  float* pl = lse.data<float>();
+  const auto mono = monotone_segments(g);
+  parallel_tasks(g.B * g.H, [&](int64_t task) {
+    const int64_t b = task / g.H, h = task % g.H, hk = h / g.group;
+    std::vector<float> s(size_t(kBlock * kBlock)), acc(size_t(kBlock * g.Dv)), m(static_cast<size_t>(kBlock)), l(static_cast<size_t>(kBlock));
+    for (int64_t i0 = 0; i0 < g.T; i0 += kBlock) {
+      const int64_t rows = std::min(kBlock, g.T - i0);
+      std::fill(m.begin(), m.end(), -INFINITY);
+      std::fill(l.begin(), l.end(), 0.0f);
+      std::fill(acc.begin(), acc.begin() + rows * g.Dv, 0.0f);
+      const int64_t jend = g.key_end(i0 + rows);
+      for (int64_t j0 = 0; j0 < jend; j0 += kBlock) {
+        const int64_t cols = std::min(kBlock, jend - j0);
+        if (block_invisible(g, b, i0, j0, cols, mono[size_t(b)])) continue;
+        // s = scale * Q_i K_j^T
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(cols), int(g.D), g.scale,
+                    g.qrow(b, i0, h), int(g.qs1), g.krow(b, j0, hk), int(g.ks1), 0.0f, s.data(), int(kBlock));
+        mask_block(g, b, i0, rows, j0, cols, s.data(), kBlock);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* sr = s.data() + r * kBlock;
+          float mx = m[size_t(r)];
+          for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, sr[c]);
+          if (mx == -INFINITY) {  // nothing visible yet in this row
+            std::fill(sr, sr + cols, 0.0f);
+            continue;
+          }
+          const float alpha = exp_scalar(m[size_t(r)] - mx);
+          const __m256 vmx = _mm256_set1_ps(mx);
+          __m256 vsum = _mm256_setzero_ps();
+          int64_t c = 0;
+          for (; c + 8 <= cols; c += 8) {
+            __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(sr + c), vmx));
+            _mm256_storeu_ps(sr + c, p);
+            vsum = _mm256_add_ps(vsum, p);
+          }
+          float sum = hsum256(vsum);
+          for (; c < cols; ++c) {
+            sr[c] = exp_scalar(sr[c] - mx);
+            sum += sr[c];
+          }
+          l[size_t(r)] = l[size_t(r)] * alpha + sum;
+          m[size_t(r)] = mx;
+          if (alpha != 1.0f) {
+            float* ar = acc.data() + r * g.Dv;
+            for (int64_t d = 0; d < g.Dv; ++d) ar[d] *= alpha;
+          }
+        }
+        // acc += P V_j
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(g.Dv), int(cols), 1.0f, s.data(),
+                    int(kBlock), g.vrow(b, j0, hk), int(g.vs1), 1.0f, acc.data(), int(g.Dv));
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t t = i0 + r;
+        float* orow = po + ((b * g.T + t) * g.H + h) * g.Dv;
+        const float li = l[size_t(r)];
+        const float inv = li > 0 ? 1.0f / li : 0.0f;
+        for (int64_t d = 0; d < g.Dv; ++d) orow[d] = acc[size_t(r * g.Dv + d)] * inv;
+        pl[(b * g.H + h) * g.T + t] = li > 0 ? m[size_t(r)] + std::log(li) : -INFINITY;
+      }
+    }
+  });
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seg, const Tensor& out,
+                        const Tensor& lse, const Tensor& dout, const kern::AttentionArgs& a, Tensor& dq, Tensor& dk,
+                        Tensor& dv) {
+  const Geometry g = geometry(q, k, v, seg, a);
+  const float* po = out.data<float>();
+  const float* pl = lse.data<float>();
+  const float* pdo = dout.data<float>();  // contiguous [B, T, H, Dv]
+  float* pdq = dq.data<float>();          // contiguous [B, T, H, D]
+  float* pdk = dk.data<float>();          // contiguous [B, S, Hkv, D]
+  float* pdv = dv.data<float>();          // contiguous [B, S, Hkv, Dv]
+  const auto mono = monotone_segments(g);
+  const int64_t ldq = g.H * g.D, ldo = g.H * g.Dv, ldk = g.Hkv * g.D, ldv = g.Hkv * g.Dv;
+
+  parallel_tasks(g.B * g.Hkv, [&](int64_t task) {
+    const int64_t b = task / g.Hkv, hk = task % g.Hkv;
+    for (int64_t s = 0; s < g.S; ++s) {
+      std::fill_n(pdk + (b * g.S + s) * ldk + hk * g.D, g.D, 0.0f);
+      std::fill_n(pdv + (b * g.S + s) * ldv + hk * g.Dv, g.Dv, 0.0f);
+    }
+    std::vector<float> p(size_t(kBlock * kBlock)), dp(size_t(kBlock * kBlock)), delta(size_t(g.T));
+    for (int64_t h = hk * g.group; h < (hk + 1) * g.group; ++h) {
+      // delta_i = sum_d dO_i * O_i (the softmax backward's row term); dQ rows zeroed.
+      for (int64_t t = 0; t < g.T; ++t) {
+        const float* o = po + ((b * g.T + t) * g.H + h) * g.Dv;
+        const float* d_o = pdo + ((b * g.T + t) * g.H + h) * g.Dv;
+        float sacc = 0;
+        for (int64_t d = 0; d < g.Dv; ++d) sacc += o[d] * d_o[d];
+        delta[size_t(t)] = sacc;
+        std::fill_n(pdq + (b * g.T + t) * ldq + h * g.D, g.D, 0.0f);
+      }
+      const float* lrow = pl + (b * g.H + h) * g.T;
+      for (int64_t j0 = 0; j0 < g.S; j0 += kBlock) {
+        const int64_t cols = std::min(kBlock, g.S - j0);
+        const int64_t ibeg = g.query_begin(j0) / kBlock * kBlock;
+        for (int64_t i0 = ibeg; i0 < g.T; i0 += kBlock) {
+          const int64_t rows = std::min(kBlock, g.T - i0);
+          if (g.key_end(i0 + rows) <= j0) continue;
+          if (block_invisible(g, b, i0, j0, cols, mono[size_t(b)])) continue;
+          // P = exp(scale * Q_i K_j^T - lse_i)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(cols), int(g.D), g.scale,
+                      g.qrow(b, i0, h), int(g.qs1), g.krow(b, j0, hk), int(g.ks1), 0.0f, p.data(), int(kBlock));
+          mask_block(g, b, i0, rows, j0, cols, p.data(), kBlock);
+          for (int64_t r = 0; r < rows; ++r) {
+            float* pr = p.data() + r * kBlock;
+            const float li = lrow[i0 + r];
+            if (li == -INFINITY) {
+              std::fill(pr, pr + cols, 0.0f);
+              continue;
+            }
+            const __m256 vl = _mm256_set1_ps(li);
+            int64_t c = 0;
+            for (; c + 8 <= cols; c += 8) _mm256_storeu_ps(pr + c, exp256(_mm256_sub_ps(_mm256_loadu_ps(pr + c), vl)));
+            for (; c < cols; ++c) pr[c] = exp_scalar(pr[c] - li);
+          }
+          const float* dO_i = pdo + ((b * g.T + i0) * g.H + h) * g.Dv;
+          // dV_j += P^T dO_i
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(cols), int(g.Dv), int(rows), 1.0f, p.data(),
+                      int(kBlock), dO_i, int(ldo), 1.0f, pdv + (b * g.S + j0) * ldv + hk * g.Dv, int(ldv));
+          // dP = dO_i V_j^T
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(cols), int(g.Dv), 1.0f, dO_i, int(ldo),
+                      g.vrow(b, j0, hk), int(g.vs1), 0.0f, dp.data(), int(kBlock));
+          // dS = P * (dP - delta_i), kept in dp
+          for (int64_t r = 0; r < rows; ++r) {
+            const float dl = delta[size_t(i0 + r)];
+            float* dr = dp.data() + r * kBlock;
+            const float* pr = p.data() + r * kBlock;
+            for (int64_t c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] - dl);
+          }
+          // dQ_i += scale * dS K_j ; dK_j += scale * dS^T Q_i
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(g.D), int(cols), g.scale, dp.data(),
+                      int(kBlock), g.krow(b, j0, hk), int(g.ks1), 1.0f, pdq + (b * g.T + i0) * ldq + h * g.D, int(ldq));
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(cols), int(g.D), int(rows), g.scale, dp.data(),
+                      int(kBlock), g.qrow(b, i0, h), int(g.qs1), 1.0f, pdk + (b * g.S + j0) * ldk + hk * g.D, int(ldk));
+        }
+      }
+    }
+  });
+}
+
+}  // namespace toy::cpu

@@ -1,0 +1,399 @@
+// Elementwise CPU kernels: unary ops and their backward, binary ops with broadcasting,
+// swiglu, dropout, copy/cast and fill. Every float element goes through the same 8-wide
+// vector function whatever its position (tails and strided runs are staged through a small
+// buffer), so results do not depend on layout or thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/backend/cpu/dispatch.h"
+#include "toy/backend/cpu/simd.h"
+#include "toy/core/quant.h"
+#include "toy/core/rng.h"
+#include "toy/core/strided.h"
+#include "toy/core/thread_pool.h"
+
+namespace toy::cpu {
+
+using kern::BinaryOp;
+using kern::UnaryArgs;
+using kern::UnaryOp;
+
+namespace {
+
+constexpr int64_t kGrain = 1 << 14;  // elements per task: enough to amortize a wake-up
+
+// ---- vector forms of the unary functions --------------------------------------------------
+inline __m256 gelu_tanh8(__m256 x) {
+  const __m256 c = _mm256_set1_ps(0.7978845608028654f), k = _mm256_set1_ps(0.044715f);
+  __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+  __m256 t = tanh256(_mm256_mul_ps(c, _mm256_fmadd_ps(k, x3, x)));
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), t));
+}
+
+template <class F>
+inline __m256 scalar8(__m256 x, F f) {
+  alignas(32) float t[8];
+  _mm256_store_ps(t, x);
+  for (float& v : t) v = f(v);
+  return _mm256_load_ps(t);
+}
+
+inline __m256 unary8(UnaryOp op, __m256 x, const UnaryArgs& a) {
+  const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+  switch (op) {
+    case UnaryOp::Neg: return _mm256_sub_ps(zero, x);
+    case UnaryOp::Exp: return exp256(x);
+    case UnaryOp::Log: return log256(x);
+    case UnaryOp::Sqrt: return _mm256_sqrt_ps(x);
+    case UnaryOp::Rsqrt: return _mm256_div_ps(one, _mm256_sqrt_ps(x));
+    case UnaryOp::Square: return _mm256_mul_ps(x, x);
+    case UnaryOp::Abs: return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+    case UnaryOp::Tanh: return tanh256(x);
+    case UnaryOp::Sigmoid: return sigmoid256(x);
+    case UnaryOp::Relu: return _mm256_max_ps(x, zero);
+    case UnaryOp::Silu: return _mm256_mul_ps(x, sigmoid256(x));
+    case UnaryOp::GeluTanh: return gelu_tanh8(x);
+    case UnaryOp::GeluErf:
+      return scalar8(x, [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); });
+    case UnaryOp::Scale: return _mm256_mul_ps(x, _mm256_set1_ps(a.alpha));
+    case UnaryOp::Clamp: return _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(a.lo)), _mm256_set1_ps(a.hi));
+  }
+  return x;
+}
+
+inline __m256 unary_grad8(UnaryOp op, __m256 x, __m256 y, __m256 g, const UnaryArgs& a) {
+  const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
+  switch (op) {
+    case UnaryOp::Neg: return _mm256_sub_ps(zero, g);
+    case UnaryOp::Exp: return _mm256_mul_ps(g, y);
+    case UnaryOp::Log: return _mm256_div_ps(g, x);
+    case UnaryOp::Sqrt: return _mm256_div_ps(_mm256_mul_ps(g, half), y);
+    case UnaryOp::Rsqrt:  // d/dx x^-1/2 = -1/2 y^3
+      return _mm256_mul_ps(_mm256_mul_ps(g, _mm256_set1_ps(-0.5f)), _mm256_mul_ps(_mm256_mul_ps(y, y), y));
+    case UnaryOp::Square: return _mm256_mul_ps(g, _mm256_add_ps(x, x));
+    case UnaryOp::Abs: {
+      __m256 pos = _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_GT_OQ), one);
+      __m256 neg = _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_LT_OQ), one);
+      return _mm256_mul_ps(g, _mm256_sub_ps(pos, neg));
+    }
+    case UnaryOp::Tanh: return _mm256_mul_ps(g, _mm256_fnmadd_ps(y, y, one));
+    case UnaryOp::Sigmoid: return _mm256_mul_ps(g, _mm256_mul_ps(y, _mm256_sub_ps(one, y)));
+    case UnaryOp::Relu: return _mm256_and_ps(g, _mm256_cmp_ps(x, zero, _CMP_GT_OQ));
+    case UnaryOp::Silu: {
+      __m256 s = sigmoid256(x);
+      // s + x s (1 - s)
+      return _mm256_mul_ps(g, _mm256_fmadd_ps(_mm256_mul_ps(x, s), _mm256_sub_ps(one, s), s));
+    }
+    case UnaryOp::GeluTanh: {
+      const __m256 c = _mm256_set1_ps(0.7978845608028654f), k = _mm256_set1_ps(0.044715f);
+      __m256 x2 = _mm256_mul_ps(x, x);
+      __m256 t = tanh256(_mm256_mul_ps(c, _mm256_fmadd_ps(_mm256_mul_ps(k, x2), x, x)));
+      __m256 du = _mm256_mul_ps(c, _mm256_fmadd_ps(_mm256_set1_ps(3.0f * 0.044715f), x2, one));
+      __m256 left = _mm256_mul_ps(half, _mm256_add_ps(one, t));
+      __m256 right = _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_mul_ps(_mm256_fnmadd_ps(t, t, one), du));
+      return _mm256_mul_ps(g, _mm256_add_ps(left, right));
+    }
+    case UnaryOp::GeluErf: {
+      __m256 d = scalar8(x, [](float v) {
+        float cdf = 0.5f * (1.0f + std::erf(v * 0.70710678118654752f));
+        float pdf = 0.3989422804014327f * std::exp(-0.5f * v * v);
+        return cdf + v * pdf;
+      });
+      return _mm256_mul_ps(g, d);
+    }
+    case UnaryOp::Scale: return _mm256_mul_ps(g, _mm256_set1_ps(a.alpha));
+    case UnaryOp::Clamp: {
+      __m256 in = _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(a.lo), _CMP_GE_OQ),
+                                _mm256_cmp_ps(x, _mm256_set1_ps(a.hi), _CMP_LE_OQ));
+      return _mm256_and_ps(g, in);
+    }
+  }
+  return g;
+}
+
+// Applies f to K inputs (any layout, same shape as contiguous out) 8 at a time.
+// f: (std::array<__m256, K>) -> __m256.
+template <class T, int K, class F>
+void map_elements(const std::array<const Tensor*, K>& in, Tensor& out, F f) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  T* o = out.data<T>();
+  std::array<const T*, K> base;
+  bool all_contig = true;
+  for (int k = 0; k < K; ++k) {
+    base[k] = static_cast<const T*>(in[k]->raw_data());
+    all_contig = all_contig && in[k]->is_contiguous();
+  }
+  if (all_contig) {
+    parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
+      int64_t i = b;
+      std::array<__m256, K> v;
+      for (; i + 8 <= e; i += 8) {
+        for (int k = 0; k < K; ++k) v[k] = load8(base[k] + i);
+        store8(o + i, f(v));
+      }
+      if (i < e) {
+        alignas(32) float buf[K][8] = {};
+        alignas(32) float res[8];
+        for (int64_t j = i; j < e; ++j)
+          for (int k = 0; k < K; ++k) buf[k][j - i] = to_f32(base[k][j]);
+        for (int k = 0; k < K; ++k) v[k] = _mm256_load_ps(buf[k]);
+        _mm256_store_ps(res, f(v));
+        for (int64_t j = i; j < e; ++j) o[j] = from_f32<T>(res[j - i]);
+      }
+    });
+    return;
+  }
+  // Strided: rows of the (coalesced) innermost dim, staged 8 at a time.
+  Shape shape = out.shape();
+  std::array<Strides, K> st;
+  for (int k = 0; k < K; ++k) st[k] = in[k]->strides();
+  coalesce<K>(shape, st);
+  if (shape.ndim() == 0) shape.push_back(1), [&] { for (auto& s : st) s.push_back(1); }();
+  const int64_t inner = shape.back();
+  const int64_t rows = n / inner;
+  std::array<int64_t, K> istride;
+  for (int k = 0; k < K; ++k) istride[k] = st[k].back();
+  parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(inner, 1)), [&](int64_t rb, int64_t re) {
+    alignas(32) float buf[K][8];
+    alignas(32) float res[8];
+    std::array<__m256, K> v;
+    for (int64_t r = rb; r < re; ++r) {
+      auto off = row_offsets<K>(shape, st, r);
+      T* orow = o + r * inner;
+      for (int64_t j0 = 0; j0 < inner; j0 += 8) {
+        int64_t m = std::min<int64_t>(8, inner - j0);
+        for (int k = 0; k < K; ++k) {
+          for (int64_t j = 0; j < m; ++j) buf[k][j] = to_f32(base[k][off[k] + (j0 + j) * istride[k]]);
+          for (int64_t j = m; j < 8; ++j) buf[k][j] = 0;
+          v[k] = _mm256_load_ps(buf[k]);
+        }
+        _mm256_store_ps(res, f(v));
+        for (int64_t j = 0; j < m; ++j) orow[j0 + j] = from_f32<T>(res[j]);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void unary(UnaryOp op, const Tensor& x, Tensor& y, const UnaryArgs& a) {
+  dispatch_float(x.dtype(), "unary", [&]<class T>(std::type_identity<T>) {
+    map_elements<T, 1>({&x}, y, [&](const std::array<__m256, 1>& v) { return unary8(op, v[0], a); });
+  });
+}
+
+void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& g, Tensor& dx, const UnaryArgs& a) {
+  dispatch_float(x.dtype(), "unary_backward", [&]<class T>(std::type_identity<T>) {
+    map_elements<T, 3>({&x, &y, &g}, dx,
+                       [&](const std::array<__m256, 3>& v) { return unary_grad8(op, v[0], v[1], v[2], a); });
+  });
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  dispatch_float(a.dtype(), "binary", [&]<class T>(std::type_identity<T>) {
+    auto f = [op](const std::array<__m256, 2>& v) {
+      switch (op) {
+        case BinaryOp::Add: return _mm256_add_ps(v[0], v[1]);
+        case BinaryOp::Sub: return _mm256_sub_ps(v[0], v[1]);
+        case BinaryOp::Mul: return _mm256_mul_ps(v[0], v[1]);
+        case BinaryOp::Div: return _mm256_div_ps(v[0], v[1]);
+      }
+      return v[0];
+    };
+    // Fast path for F32 with a broadcast row operand (bias adds, per-channel scales):
+    // rows of `out` combine a contiguous row of a with a contiguous row of b.
+    if constexpr (std::is_same_v<T, float>) {
+      const int nd = out.ndim();
+      if (nd >= 1 && a.is_contiguous() && b.stride(-1) == 1 && out.size(-1) >= 8) {
+        bool row_bcast = true;
+        for (int d = 0; d < nd - 1; ++d) row_bcast = row_bcast && b.stride(d) == 0;
+        if (row_bcast) {
+          const int64_t D = out.size(-1), rows = out.numel() / D;
+          const float* pa = a.data<float>();
+          const float* pb = b.data<float>();
+          float* po = out.data<float>();
+          parallel_for(0, rows, std::max<int64_t>(1, kGrain / D), [&](int64_t rb, int64_t re) {
+            for (int64_t r = rb; r < re; ++r) {
+              int64_t j = 0;
+              for (; j + 8 <= D; j += 8)
+                _mm256_storeu_ps(po + r * D + j, f({_mm256_loadu_ps(pa + r * D + j), _mm256_loadu_ps(pb + j)}));
+              for (; j < D; ++j) {
+                float x = pa[r * D + j], y = pb[j];
+                po[r * D + j] = op == BinaryOp::Add ? x + y : op == BinaryOp::Sub ? x - y
+                                : op == BinaryOp::Mul ? x * y : x / y;
+              }
+            }
+          });
+          return;
+        }
+      }
+    }
+    map_elements<T, 2>({&a, &b}, out, f);
+  });
+}
+
+void swiglu(const Tensor& a, const Tensor& b, Tensor& out) {
+  dispatch_float(a.dtype(), "swiglu", [&]<class T>(std::type_identity<T>) {
+    map_elements<T, 2>({&a, &b}, out, [](const std::array<__m256, 2>& v) {
+      return _mm256_mul_ps(_mm256_mul_ps(v[0], sigmoid256(v[0])), v[1]);
+    });
+  });
+}
+
+void swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& g, Tensor& da, Tensor& db) {
+  dispatch_float(a.dtype(), "swiglu_backward", [&]<class T>(std::type_identity<T>) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    map_elements<T, 3>({&a, &b, &g}, da, [&](const std::array<__m256, 3>& v) {
+      __m256 s = sigmoid256(v[0]);
+      __m256 dsilu = _mm256_fmadd_ps(_mm256_mul_ps(v[0], s), _mm256_sub_ps(one, s), s);
+      return _mm256_mul_ps(_mm256_mul_ps(v[2], v[1]), dsilu);
+    });
+    map_elements<T, 2>({&a, &g}, db, [](const std::array<__m256, 2>& v) {
+      return _mm256_mul_ps(v[1], _mm256_mul_ps(v[0], sigmoid256(v[0])));
+    });
+  });
+}
+
+void dropout(const Tensor& x, Tensor& y, const kern::DropoutArgs& a) {
+  dispatch_float(x.dtype(), "dropout", [&]<class T>(std::type_identity<T>) {
+    // x is contiguous here (the op makes it so): element i uses word i % 4 of block i / 4.
+    const T* xd = x.data<T>();
+    T* yd = y.data<T>();
+    const float keep_scale = 1.0f / (1.0f - a.p);
+    const uint32_t threshold = uint32_t(std::min(4294967295.0, double(a.p) * 4294967296.0));
+    parallel_for(0, (x.numel() + 3) / 4, kGrain / 4, [&](int64_t b, int64_t e) {
+      for (int64_t blk = b; blk < e; ++blk) {
+        auto u = philox4x32(a.seed, a.stream, a.counter + uint64_t(blk));
+        for (int j = 0; j < 4; ++j) {
+          int64_t i = blk * 4 + j;
+          if (i >= x.numel()) break;
+          yd[i] = u[j] >= threshold ? from_f32<T>(to_f32(xd[i]) * keep_scale) : from_f32<T>(0.0f);
+        }
+      }
+    });
+  });
+}
+
+// ---- copy / cast / fill ---------------------------------------------------------------------
+
+namespace {
+template <class S, class D>
+inline D convert(S v) {
+  if constexpr (std::is_same_v<S, D>) {
+    return v;
+  } else if constexpr (std::is_same_v<D, int32_t>) {
+    return int32_t(to_f32(v));
+  } else if constexpr (std::is_same_v<S, int32_t>) {
+    return from_f32<D>(float(v));
+  } else {
+    return from_f32<D>(to_f32(v));
+  }
+}
+
+template <class F>
+void dispatch_plain(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(std::type_identity<float>{}); break;
+    case DType::F16: f(std::type_identity<f16>{}); break;
+    case DType::BF16: f(std::type_identity<bf16>{}); break;
+    case DType::I32: f(std::type_identity<int32_t>{}); break;
+    default: fail("[copy] unexpected dtype {}", name(t));
+  }
+}
+}  // namespace
+
+void copy(const Tensor& src, Tensor& dst) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  if (is_block(src.dtype()) || is_block(dst.dtype())) {
+    // Block data: rows of the last dim, via f32.
+    TOY_CHECK(src.is_contiguous() && dst.is_contiguous(), "[copy] block-typed tensors must be contiguous");
+    const int64_t D = dst.size(-1), rows = n / D;
+    parallel_for(0, rows, std::max<int64_t>(1, kGrain / D), [&](int64_t rb, int64_t re) {
+      std::vector<float> row(size_t(D), 0.0f);
+      for (int64_t r = rb; r < re; ++r) {
+        if (is_block(src.dtype())) {
+          dequantize_row(src.dtype(), static_cast<const char*>(src.raw_data()) + row_bytes(src.dtype(), r * D),
+                         row.data(), D);
+        } else {
+          dispatch_plain(src.dtype(), [&]<class S>(std::type_identity<S>) {
+            const S* in = static_cast<const S*>(src.raw_data()) + r * D;
+            for (int64_t j = 0; j < D; ++j) row[size_t(j)] = convert<S, float>(in[j]);
+          });
+        }
+        if (is_block(dst.dtype())) {
+          quantize_row(dst.dtype(), row.data(), static_cast<char*>(dst.raw_data()) + row_bytes(dst.dtype(), r * D), D);
+        } else {
+          dispatch_plain(dst.dtype(), [&]<class D_>(std::type_identity<D_>) {
+            D_* o = static_cast<D_*>(dst.raw_data()) + r * D;
+            for (int64_t j = 0; j < D; ++j) o[j] = convert<float, D_>(row[size_t(j)]);
+          });
+        }
+      }
+    });
+    return;
+  }
+  dispatch_plain(src.dtype(), [&]<class S>(std::type_identity<S>) {
+    dispatch_plain(dst.dtype(), [&]<class D_>(std::type_identity<D_>) {
+      const S* s = static_cast<const S*>(src.raw_data());
+      D_* d = static_cast<D_*>(dst.raw_data());
+      if (src.is_contiguous() && dst.is_contiguous()) {
+        if constexpr (std::is_same_v<S, D_>) {
+          parallel_for(0, n, 1 << 18, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, size_t(e - b) * sizeof(S)); });
+        } else {
+          parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) d[i] = convert<S, D_>(s[i]);
+          });
+        }
+        return;
+      }
+      Shape shape = dst.shape();
+      std::array<Strides, 2> st{src.strides(), dst.strides()};
+      coalesce<2>(shape, st);
+      if (shape.ndim() == 0) {
+        d[0] = convert<S, D_>(s[0]);
+        return;
+      }
+      const int64_t inner = shape.back(), rows = n / inner;
+      const int64_t is = st[0].back(), id = st[1].back();
+      parallel_for(0, rows, std::max<int64_t>(1, kGrain / inner), [&](int64_t rb, int64_t re) {
+        for (int64_t r = rb; r < re; ++r) {
+          auto off = row_offsets<2>(shape, st, r);
+          const S* sp = s + off[0];
+          D_* dp = d + off[1];
+          if (is == 1 && id == 1) {
+            for (int64_t j = 0; j < inner; ++j) dp[j] = convert<S, D_>(sp[j]);
+          } else {
+            for (int64_t j = 0; j < inner; ++j) dp[j * id] = convert<S, D_>(sp[j * is]);
+          }
+        }
+      });
+    });
+  });
+}
+
+void fill(Tensor& dst, double value) {
+  dispatch_plain(dst.dtype(), [&]<class D_>(std::type_identity<D_>) {
+    D_ v;
+    if constexpr (std::is_same_v<D_, int32_t>)
+      v = int32_t(value);
+    else
+      v = from_f32<D_>(float(value));
+    D_* d = static_cast<D_*>(dst.raw_data());
+    if (dst.is_contiguous()) {
+      parallel_for(0, dst.numel(), 1 << 16, [&](int64_t b, int64_t e) { std::fill(d + b, d + e, v); });
+      return;
+    }
+    Shape shape = dst.shape();
+    std::array<Strides, 1> st{dst.strides()};
+    coalesce<1>(shape, st);
+    for_each_strided_run<1>(shape, {&st[0]}, [&](auto off, int64_t m, auto inner) {
+      for (int64_t j = 0; j < m; ++j) d[off[0] + j * inner[0]] = v;
+    });
+  });
+}
+
+}  // namespace toy::cpu

@@ -1,0 +1,161 @@
+// Matmul on the CPU: OpenBLAS SGEMM (kept single-threaded) inside our own partitioning —
+// batches first, then the larger of M and N is split across threads. F16/BF16 operands are
+// widened to f32 scratch first; transposed views go to BLAS as Trans with no copy.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/backend/cpu/dispatch.h"
+#include "toy/backend/cpu/simd.h"
+#include "toy/core/thread_pool.h"
+
+namespace toy::cpu {
+
+namespace {
+
+// A 2-D operand as BLAS sees it.
+struct GemmOperand {
+  const float* p;
+  CBLAS_TRANSPOSE trans;
+  int64_t ld;
+};
+
+// Describes the last two dims (rows R, cols C, strides sr, sc) of an f32 operand.
+bool blas_layout(int64_t R, int64_t C, int64_t sr, int64_t sc, CBLAS_TRANSPOSE* t, int64_t* ld) {
+  if (sc == 1 || C == 1) {
+    *t = CblasNoTrans;
+    *ld = (R == 1) ? std::max<int64_t>(C, 1) : sr;
+    if (*ld >= std::max<int64_t>(C, 1)) return true;
+  }
+  if (sr == 1 || R == 1) {
+    *t = CblasTrans;
+    *ld = (C == 1) ? std::max<int64_t>(R, 1) : sc;
+    if (*ld >= std::max<int64_t>(R, 1)) return true;
+  }
+  return false;
+}
+
+// Returns an f32 tensor with GEMM-compatible last two dims: x itself when possible.
+Tensor gemm_ready(const Tensor& x) {
+  if (x.dtype() == DType::F32) {
+    const int n = x.ndim();
+    CBLAS_TRANSPOSE t;
+    int64_t ld;
+    if (blas_layout(x.size(n - 2), x.size(n - 1), x.stride(n - 2), x.stride(n - 1), &t, &ld)) return x;
+  }
+  Tensor c = empty(x.shape(), DType::F32);
+  copy(x, c);
+  return c;
+}
+
+}  // namespace
+
+void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& c_out, float alpha, float beta) {
+  const int nd = c_out.ndim();
+  const int64_t M = c_out.size(nd - 2), N = c_out.size(nd - 1), K = a_in.size(nd - 1);
+  if (c_out.numel() == 0) return;
+  Tensor a = gemm_ready(a_in), b = gemm_ready(b_in);
+  // f32 accumulator: c itself, or scratch for f16/bf16 outputs.
+  Tensor c = c_out;
+  if (c_out.dtype() != DType::F32) {
+    c = empty(c_out.shape(), DType::F32);
+    if (beta != 0.0f) copy(c_out, c);
+  }
+  const int64_t batches = c.numel() / (M * N);
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* pc = c.data<float>();
+
+  CBLAS_TRANSPOSE ta, tb;
+  int64_t lda, ldb;
+  blas_layout(M, K, a.stride(nd - 2), a.stride(nd - 1), &ta, &lda);
+  blas_layout(K, N, b.stride(nd - 2), b.stride(nd - 1), &tb, &ldb);
+  const int64_t sam = a.stride(nd - 2), sak = a.stride(nd - 1);
+  const int64_t sbk = b.stride(nd - 2), sbn = b.stride(nd - 1);
+
+  auto batch_offsets = [&](int64_t bi, int64_t* oa, int64_t* ob) {
+    *oa = 0, *ob = 0;
+    for (int d = nd - 3; d >= 0; --d) {
+      int64_t i = bi % c.size(d);
+      bi /= c.size(d);
+      *oa += i * a.stride(d);
+      *ob += i * b.stride(d);
+    }
+  };
+  auto gemm = [&](int64_t bi, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    int64_t oa, ob;
+    batch_offsets(bi, &oa, &ob);
+    const float* A = pa + oa + m0 * sam;
+    const float* B = pb + ob + n0 * sbn;
+    float* C = pc + bi * M * N + m0 * N + n0;
+    if (K == 0) {
+      for (int64_t i = 0; i < m1 - m0; ++i)
+        for (int64_t j = 0; j < n1 - n0; ++j) C[i * N + j] = beta == 0.0f ? 0.0f : beta * C[i * N + j];
+      return;
+    }
+    cblas_sgemm(CblasRowMajor, ta, tb, int(m1 - m0), int(n1 - n0), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+                int(N));
+    (void)sak;
+    (void)sbk;
+  };
+
+  const int threads = num_threads();
+  const double flops = double(M) * double(N) * double(K);
+  if (threads <= 1 || flops * double(batches) < 2.0e5) {
+    for (int64_t bi = 0; bi < batches; ++bi) gemm(bi, 0, M, 0, N);
+  } else if (batches >= threads) {
+    parallel_for(0, batches, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t bi = b0; bi < b1; ++bi) gemm(bi, 0, M, 0, N);
+    });
+  } else {
+    // Split each batch's output into `threads` blocks along the longer side, in multiples of 16.
+    const bool split_n = N >= M;
+    const int64_t len = split_n ? N : M;
+    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(threads, (len + 15) / 16));
+    parallel_for(0, batches * parts, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        int64_t bi = t / parts, p = t % parts;
+        int64_t lo = (len * p / parts) / 16 * 16, hi = p + 1 == parts ? len : (len * (p + 1) / parts) / 16 * 16;
+        if (lo >= hi) continue;
+        if (split_n)
+          gemm(bi, 0, M, lo, hi);
+        else
+          gemm(bi, lo, hi, 0, N);
+      }
+    });
+  }
+  if (!c.is_same(c_out)) copy(c, c_out);
+}
+
+double measure_fma_peak_gflops(int threads, double seconds) {
+  // Twelve independent FMA chains per thread keep both FMA pipes busy through the latency.
+  std::vector<double> rates(size_t(std::max(threads, 1)), 0.0);
+  int saved = num_threads();
+  set_num_threads(threads);
+  parallel_tasks(threads, [&](int64_t t) {
+    __m256 acc[12];
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i) * 1e-3f);
+    const __m256 m = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
+    int64_t iters = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    double elapsed = 0;
+    while (elapsed < seconds) {
+      for (int r = 0; r < 4096; ++r)
+        for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, add);
+      iters += 4096;
+      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    float sink = 0;
+    for (int i = 0; i < 12; ++i) sink += hsum256(acc[i]);
+    rates[size_t(t)] = double(iters) * 12 * 8 * 2 / elapsed / 1e9 + (sink == 12345.0f ? 1e-30 : 0.0);
+  });
+  set_num_threads(saved);
+  double total = 0;
+  for (double r : rates) total += r;
+  return total;
+}
+
+}  // namespace toy::cpu

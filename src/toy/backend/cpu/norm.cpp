@@ -1,0 +1,253 @@
+// Norms over the last axis: rms_norm, layer_norm, l2_norm, forward and backward.
+// Contract: x and g contiguous [rows, D]; y/dx "=" ; dw/db "+=" (summed over rows through
+// per-task partial buffers folded in task order, so the result is fixed for a thread count).
+// Statistics (rstd, mean, inverse norm) are F32 [rows]. Tolerance vs double loops: 1e-5 rel.
+#include <cmath>
+#include <vector>
+
+#include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/backend/cpu/dispatch.h"
+#include "toy/backend/cpu/simd.h"
+#include "toy/core/thread_pool.h"
+
+namespace toy::cpu {
+
+namespace {
+
+template <class T>
+inline float dot_row(const T* a, const T* b, int64_t D) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= D; j += 16) {
+    acc0 = _mm256_fmadd_ps(load8(a + j), load8(b + j), acc0);
+    acc1 = _mm256_fmadd_ps(load8(a + j + 8), load8(b + j + 8), acc1);
+  }
+  for (; j + 8 <= D; j += 8) acc0 = _mm256_fmadd_ps(load8(a + j), load8(b + j), acc0);
+  float s = hsum256(_mm256_add_ps(acc0, acc1));
+  for (; j < D; ++j) s += to_f32(a[j]) * to_f32(b[j]);
+  return s;
+}
+
+template <class T>
+inline float sum_row(const T* a, int64_t D) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= D; j += 8) acc = _mm256_add_ps(acc, load8(a + j));
+  float s = hsum256(acc);
+  for (; j < D; ++j) s += to_f32(a[j]);
+  return s;
+}
+
+// Runs fn(chunk, row_begin, row_end) over a fixed partition of rows into one chunk per
+// thread, and returns the chunk count (for folding per-chunk partial sums).
+template <class F>
+int64_t chunked_rows(int64_t rows, int64_t D, F&& fn) {
+  int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(num_threads(), rows * D / 8192));
+  chunks = std::min(chunks, std::max<int64_t>(rows, 1));
+  parallel_tasks(chunks, [&](int64_t c) { fn(c, rows * c / chunks, rows * (c + 1) / chunks); });
+  return chunks;
+}
+
+template <class T>
+void fold_into(const std::vector<float>& partial, int64_t chunks, int64_t D, Tensor& out) {
+  T* o = out.data<T>();
+  for (int64_t j = 0; j < D; ++j) {
+    float s = to_f32(o[j]);
+    for (int64_t c = 0; c < chunks; ++c) s += partial[size_t(c * D + j)];
+    o[j] = from_f32<T>(s);
+  }
+}
+
+}  // namespace
+
+void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
+  const int64_t D = x.size(-1), rows = x.numel() / std::max<int64_t>(D, 1);
+  dispatch_float(x.dtype(), "rms_norm", [&]<class T>(std::type_identity<T>) {
+    const T* px = x.data<T>();
+    const T* pw = w.defined() ? w.data<T>() : nullptr;
+    T* py = y.data<T>();
+    float* pr = rstd.data<float>();
+    parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const T* xr = px + r * D;
+        T* yr = py + r * D;
+        float rs = 1.0f / std::sqrt(dot_row(xr, xr, D) / float(D) + eps);
+        pr[r] = rs;
+        __m256 vr = _mm256_set1_ps(rs);
+        int64_t j = 0;
+        for (; j + 8 <= D; j += 8) {
+          __m256 v = _mm256_mul_ps(load8(xr + j), vr);
+          if (pw) v = _mm256_mul_ps(v, load8(pw + j));
+          store8(yr + j, v);
+        }
+        for (; j < D; ++j) yr[j] = from_f32<T>(to_f32(xr[j]) * rs * (pw ? to_f32(pw[j]) : 1.0f));
+      }
+    });
+  });
+}
+
+void rms_norm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& g, Tensor& dx, Tensor& dw) {
+  const int64_t D = x.size(-1), rows = x.numel() / std::max<int64_t>(D, 1);
+  dispatch_float(x.dtype(), "rms_norm_backward", [&]<class T>(std::type_identity<T>) {
+    const T* px = x.data<T>();
+    const T* pg = g.data<T>();
+    const T* pw = w.defined() ? w.data<T>() : nullptr;
+    const float* pr = rstd.data<float>();
+    T* pdx = dx.data<T>();
+    const bool want_dw = dw.defined();
+    std::vector<float> partial;
+    if (want_dw) partial.assign(size_t(num_threads() * D), 0.0f);
+    std::vector<float> gw_buf;
+    int64_t chunks = chunked_rows(rows, D, [&](int64_t c, int64_t b, int64_t e) {
+      std::vector<float> gw(static_cast<size_t>(D));
+      float* acc = want_dw ? partial.data() + c * D : nullptr;
+      for (int64_t r = b; r < e; ++r) {
+        const T* xr = px + r * D;
+        const T* gr = pg + r * D;
+        const float rs = pr[r];
+        // gw = g * w; s = sum(gw * x)
+        float s = 0;
+        for (int64_t j = 0; j < D; ++j) {
+          float gwj = to_f32(gr[j]) * (pw ? to_f32(pw[j]) : 1.0f);
+          gw[size_t(j)] = gwj;
+          s += gwj * to_f32(xr[j]);
+        }
+        const float k = s * rs * rs * rs / float(D);
+        T* dr = pdx + r * D;
+        for (int64_t j = 0; j < D; ++j) dr[j] = from_f32<T>(rs * gw[size_t(j)] - k * to_f32(xr[j]));
+        if (acc)
+          for (int64_t j = 0; j < D; ++j) acc[j] += to_f32(gr[j]) * to_f32(xr[j]) * rs;
+      }
+    });
+    if (want_dw) fold_into<T>(partial, chunks, D, dw);
+  });
+}
+
+void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  const int64_t D = x.size(-1), rows = x.numel() / std::max<int64_t>(D, 1);
+  dispatch_float(x.dtype(), "layer_norm", [&]<class T>(std::type_identity<T>) {
+    const T* px = x.data<T>();
+    const T* pw = w.defined() ? w.data<T>() : nullptr;
+    const T* pb = b.defined() ? b.data<T>() : nullptr;
+    T* py = y.data<T>();
+    float* pm = mean.data<float>();
+    float* pr = rstd.data<float>();
+    parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)), [&](int64_t rb, int64_t re) {
+      for (int64_t r = rb; r < re; ++r) {
+        const T* xr = px + r * D;
+        T* yr = py + r * D;
+        const float mu = sum_row(xr, D) / float(D);
+        // Two-pass variance (exact for rows with a large mean).
+        __m256 vmu = _mm256_set1_ps(mu), acc = _mm256_setzero_ps();
+        int64_t j = 0;
+        for (; j + 8 <= D; j += 8) {
+          __m256 d = _mm256_sub_ps(load8(xr + j), vmu);
+          acc = _mm256_fmadd_ps(d, d, acc);
+        }
+        float var = hsum256(acc);
+        for (; j < D; ++j) var += (to_f32(xr[j]) - mu) * (to_f32(xr[j]) - mu);
+        const float rs = 1.0f / std::sqrt(var / float(D) + eps);
+        pm[r] = mu;
+        pr[r] = rs;
+        __m256 vr = _mm256_set1_ps(rs);
+        j = 0;
+        for (; j + 8 <= D; j += 8) {
+          __m256 v = _mm256_mul_ps(_mm256_sub_ps(load8(xr + j), vmu), vr);
+          if (pw) v = _mm256_mul_ps(v, load8(pw + j));
+          if (pb) v = _mm256_add_ps(v, load8(pb + j));
+          store8(yr + j, v);
+        }
+        for (; j < D; ++j) {
+          float v = (to_f32(xr[j]) - mu) * rs;
+          if (pw) v *= to_f32(pw[j]);
+          if (pb) v += to_f32(pb[j]);
+          yr[j] = from_f32<T>(v);
+        }
+      }
+    });
+  });
+}
+
+void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& g,
+                         Tensor& dx, Tensor& dw, Tensor& db) {
+  const int64_t D = x.size(-1), rows = x.numel() / std::max<int64_t>(D, 1);
+  dispatch_float(x.dtype(), "layer_norm_backward", [&]<class T>(std::type_identity<T>) {
+    const T* px = x.data<T>();
+    const T* pg = g.data<T>();
+    const T* pw = w.defined() ? w.data<T>() : nullptr;
+    const float* pm = mean.data<float>();
+    const float* pr = rstd.data<float>();
+    T* pdx = dx.data<T>();
+    const bool want_dw = dw.defined(), want_db = db.defined();
+    std::vector<float> pdw, pdb;
+    if (want_dw) pdw.assign(size_t(num_threads() * D), 0.0f);
+    if (want_db) pdb.assign(size_t(num_threads() * D), 0.0f);
+    int64_t chunks = chunked_rows(rows, D, [&](int64_t c, int64_t b, int64_t e) {
+      std::vector<float> xhat(static_cast<size_t>(D)), gw(static_cast<size_t>(D));
+      for (int64_t r = b; r < e; ++r) {
+        const T* xr = px + r * D;
+        const T* gr = pg + r * D;
+        const float mu = pm[r], rs = pr[r];
+        float mean_gw = 0, mean_gwx = 0;
+        for (int64_t j = 0; j < D; ++j) {
+          float xh = (to_f32(xr[j]) - mu) * rs;
+          float gj = to_f32(gr[j]);
+          float gwj = gj * (pw ? to_f32(pw[j]) : 1.0f);
+          xhat[size_t(j)] = xh;
+          gw[size_t(j)] = gwj;
+          mean_gw += gwj;
+          mean_gwx += gwj * xh;
+          if (want_dw) pdw[size_t(c * D + j)] += gj * xh;
+          if (want_db) pdb[size_t(c * D + j)] += gj;
+        }
+        mean_gw /= float(D);
+        mean_gwx /= float(D);
+        T* dr = pdx + r * D;
+        for (int64_t j = 0; j < D; ++j)
+          dr[j] = from_f32<T>(rs * (gw[size_t(j)] - mean_gw - xhat[size_t(j)] * mean_gwx));
+      }
+    });
+    if (want_dw) fold_into<T>(pdw, chunks, D, dw);
+    if (want_db) fold_into<T>(pdb, chunks, D, db);
+  });
+}
+
+void l2_norm(const Tensor& x, float eps, Tensor& y, Tensor& inv) {
+  const int64_t D = x.size(-1), rows = x.numel() / std::max<int64_t>(D, 1);
+  dispatch_float(x.dtype(), "l2_norm", [&]<class T>(std::type_identity<T>) {
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    float* pi = inv.data<float>();
+    parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const T* xr = px + r * D;
+        float n = std::sqrt(dot_row(xr, xr, D));
+        float iv = 1.0f / std::max(n, eps);
+        pi[r] = iv;
+        for (int64_t j = 0; j < D; ++j) py[r * D + j] = from_f32<T>(to_f32(xr[j]) * iv);
+      }
+    });
+  });
+}
+
+void l2_norm_backward(const Tensor& x, const Tensor& y, const Tensor& inv, float eps, const Tensor& g, Tensor& dx) {
+  const int64_t D = x.size(-1), rows = x.numel() / std::max<int64_t>(D, 1);
+  dispatch_float(x.dtype(), "l2_norm_backward", [&]<class T>(std::type_identity<T>) {
+    const T* py = y.data<T>();
+    const T* pg = g.data<T>();
+    const float* pi = inv.data<float>();
+    T* pdx = dx.data<T>();
+    parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const float iv = pi[r];
+        // Below eps the norm is the constant eps: the map is a plain scale.
+        const bool clamped = iv >= 1.0f / eps;
+        const float s = clamped ? 0.0f : dot_row(py + r * D, pg + r * D, D);
+        for (int64_t j = 0; j < D; ++j)
+          pdx[r * D + j] = from_f32<T>(iv * (to_f32(pg[r * D + j]) - to_f32(py[r * D + j]) * s));
+      }
+    });
+  });
+}
+
+}  // namespace toy::cpu

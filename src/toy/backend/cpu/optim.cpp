@@ -1,0 +1,68 @@
+// Optimizer steps, in place on contiguous F32 tensors. lr and the step count are read from
+// scalar tensors (so a CUDA version can keep them on the device for graph replay).
+#include <cmath>
+
+#include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/backend/cpu/simd.h"
+#include "toy/core/thread_pool.h"
+
+namespace toy::cpu {
+
+void sgd(Tensor& param, const Tensor& grad, Tensor& buf, const Tensor& lr_t, const kern::SgdArgs& a) {
+  const float lr = lr_t.data<float>()[0];
+  float* p = param.data<float>();
+  const float* g = grad.data<float>();
+  float* m = buf.defined() ? buf.data<float>() : nullptr;
+  parallel_for(0, param.numel(), 1 << 15, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float gi = g[i] + a.weight_decay * p[i];
+      if (m) {
+        m[i] = a.momentum * m[i] + gi;
+        gi = a.nesterov ? gi + a.momentum * m[i] : m[i];
+      }
+      p[i] -= lr * gi;
+    }
+  });
+}
+
+void adamw(Tensor& param, const Tensor& grad, Tensor& m_t, Tensor& v_t, const Tensor& lr_t, const Tensor& step_t,
+           const kern::AdamWArgs& a) {
+  const float lr = lr_t.data<float>()[0];
+  const double step = step_t.data<float>()[0];
+  const float bc1 = float(1.0 - std::pow(double(a.beta1), step));
+  const float bc2 = float(1.0 - std::pow(double(a.beta2), step));
+  const float decay = 1.0f - lr * a.weight_decay;
+  const float step_size = lr / bc1;
+  const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+  float* p = param.data<float>();
+  const float* g = grad.data<float>();
+  float* m = m_t.data<float>();
+  float* v = v_t.data<float>();
+  parallel_for(0, param.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+    const __m256 vb1 = _mm256_set1_ps(a.beta1), vb2 = _mm256_set1_ps(a.beta2);
+    const __m256 vc1 = _mm256_set1_ps(1.0f - a.beta1), vc2 = _mm256_set1_ps(1.0f - a.beta2);
+    const __m256 vdecay = _mm256_set1_ps(decay), vstep = _mm256_set1_ps(step_size);
+    const __m256 vibc2 = _mm256_set1_ps(inv_sqrt_bc2), veps = _mm256_set1_ps(a.eps);
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8) {
+      __m256 gv = _mm256_loadu_ps(g + i);
+      __m256 mv = _mm256_fmadd_ps(vb1, _mm256_loadu_ps(m + i), _mm256_mul_ps(vc1, gv));
+      __m256 vv = _mm256_fmadd_ps(vb2, _mm256_loadu_ps(v + i), _mm256_mul_ps(vc2, _mm256_mul_ps(gv, gv)));
+      _mm256_storeu_ps(m + i, mv);
+      _mm256_storeu_ps(v + i, vv);
+      __m256 denom = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vv), vibc2), veps);
+      __m256 pv = _mm256_mul_ps(_mm256_loadu_ps(p + i), vdecay);
+      _mm256_storeu_ps(p + i, _mm256_sub_ps(pv, _mm256_div_ps(_mm256_mul_ps(vstep, mv), denom)));
+    }
+    for (; i < e; ++i) {
+      // Same operations as the vector loop (fused where it fuses), so a tail element gets
+      // the bits it would get in a vector lane.
+      m[i] = std::fma(a.beta1, m[i], (1.0f - a.beta1) * g[i]);
+      v[i] = std::fma(a.beta2, v[i], (1.0f - a.beta2) * (g[i] * g[i]));
+      const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + a.eps;
+      p[i] = p[i] * decay - step_size * m[i] / denom;
+    }
+  });
+}
+
+}  // namespace toy::cpu

@@ -1,0 +1,155 @@
+// AVX2/FMA helpers shared by the CPU kernels (include only from AVX2 translation units).
+// exp and log are Cephes-style range reduction + polynomial, within ~2 ulp of libm over
+// the float range, saturating like expf (exp(-inf) = 0, exp(+large) = inf).
+#pragma once
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "toy/core/dtype.h"
+
+namespace toy::cpu {
+
+inline __m256 exp256(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-103.972639f);
+  const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+  const __m256 c1 = _mm256_set1_ps(0.693359375f), c2 = _mm256_set1_ps(-2.12194440e-4f);
+  __m256 nan_mask = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+  __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, c1, x);
+  x = _mm256_fnmadd_ps(fx, c2, x);
+  __m256 z = _mm256_mul_ps(x, x);
+  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+  y = _mm256_fmadd_ps(y, z, x);
+  y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
+  // 2^fx in two steps so that fx down to -150 (subnormal results) stays exact enough.
+  __m256i n = _mm256_cvtps_epi32(fx);
+  __m256i n1 = _mm256_srai_epi32(n, 1);
+  __m256i n2 = _mm256_sub_epi32(n, n1);
+  __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+  __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+  y = _mm256_mul_ps(_mm256_mul_ps(y, p1), p2);
+  y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over);
+  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), under);
+  return _mm256_blendv_ps(y, _mm256_set1_ps(NAN), nan_mask);
+}
+
+inline __m256 log256(__m256 x) {
+  // log(x) = log(m * 2^e) for m in [sqrt(0.5), sqrt(2)).
+  const __m256 one = _mm256_set1_ps(1.0f);
+  __m256 invalid = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+  __m256 nan_in = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  __m256 zero = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ);
+  __m256 inf = _mm256_cmp_ps(x, _mm256_set1_ps(INFINITY), _CMP_EQ_OQ);
+  // Scale subnormals up first.
+  __m256 sub = _mm256_cmp_ps(x, _mm256_set1_ps(1.17549435e-38f), _CMP_LT_OQ);
+  x = _mm256_blendv_ps(x, _mm256_mul_ps(x, _mm256_set1_ps(8388608.0f)), sub);
+  __m256 ebias = _mm256_blendv_ps(_mm256_setzero_ps(), _mm256_set1_ps(23.0f), sub);
+  __m256i xi = _mm256_castps_si256(x);
+  __m256i e = _mm256_sub_epi32(_mm256_srli_epi32(xi, 23), _mm256_set1_epi32(127));
+  __m256 m = _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(xi, _mm256_set1_epi32(0x007fffff)),
+                                                 _mm256_set1_epi32(0x3f800000)));
+  __m256 ef = _mm256_sub_ps(_mm256_cvtepi32_ps(e), ebias);
+  __m256 small = _mm256_cmp_ps(m, _mm256_set1_ps(1.41421356f), _CMP_GE_OQ);
+  m = _mm256_blendv_ps(m, _mm256_mul_ps(m, _mm256_set1_ps(0.5f)), small);
+  ef = _mm256_add_ps(ef, _mm256_and_ps(small, one));
+  __m256 f = _mm256_sub_ps(m, one);
+  __m256 z = _mm256_mul_ps(f, f);
+  __m256 y = _mm256_set1_ps(7.0376836292E-2f);
+  y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(-1.1514610310E-1f));
+  y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(1.1676998740E-1f));
+  y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(-1.2420140846E-1f));
+  y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(1.4249322787E-1f));
+  y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(-1.6668057665E-1f));
+  y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(2.0000714765E-1f));
+  y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(-2.4999993993E-1f));
+  y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(3.3333331174E-1f));
+  y = _mm256_mul_ps(_mm256_mul_ps(y, f), z);
+  y = _mm256_fmadd_ps(ef, _mm256_set1_ps(-2.12194440e-4f), y);
+  y = _mm256_fnmadd_ps(z, _mm256_set1_ps(0.5f), y);
+  __m256 r = _mm256_add_ps(f, y);
+  r = _mm256_fmadd_ps(ef, _mm256_set1_ps(0.693359375f), r);
+  r = _mm256_blendv_ps(r, _mm256_set1_ps(-INFINITY), zero);
+  r = _mm256_blendv_ps(r, _mm256_set1_ps(INFINITY), inf);
+  return _mm256_blendv_ps(r, _mm256_set1_ps(NAN), _mm256_or_ps(invalid, nan_in));
+}
+
+inline __m256 sigmoid256(__m256 x) {
+  // 1 / (1 + exp(-x)), exact at the extremes (exp overflow gives 0).
+  __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+inline __m256 tanh256(__m256 x) {
+  // tanh(x) = 2 sigmoid(2x) - 1; for small |x| use x - x^3/3 + 2x^5/15 to keep relative accuracy.
+  __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+  __m256 s = sigmoid256(_mm256_add_ps(x, x));
+  __m256 big = _mm256_fmsub_ps(_mm256_set1_ps(2.0f), s, _mm256_set1_ps(1.0f));
+  __m256 x2 = _mm256_mul_ps(x, x);
+  __m256 p = _mm256_fmadd_ps(x2, _mm256_set1_ps(-17.0f / 315.0f), _mm256_set1_ps(2.0f / 15.0f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-1.0f / 3.0f));
+  __m256 smallv = _mm256_fmadd_ps(_mm256_mul_ps(p, x2), x, x);
+  return _mm256_blendv_ps(big, smallv, _mm256_cmp_ps(ax, _mm256_set1_ps(0.0625f), _CMP_LT_OQ));
+}
+
+inline float hsum256(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+inline float hmax256(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_max_ps(lo, hi);
+  lo = _mm_max_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_max_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+// Loads/stores 8 elements of T as f32 (F16 through F16C, BF16 by shifting).
+template <class T>
+inline __m256 load8(const T* p);
+template <>
+inline __m256 load8<float>(const float* p) { return _mm256_loadu_ps(p); }
+template <>
+inline __m256 load8<f16>(const f16* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+template <>
+inline __m256 load8<bf16>(const bf16* p) {
+  __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+template <class T>
+inline void store8(T* p, __m256 v);
+template <>
+inline void store8<float>(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+template <>
+inline void store8<f16>(f16* p, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+template <>
+inline void store8<bf16>(bf16* p, __m256 v) {
+  alignas(32) float tmp[8];
+  _mm256_store_ps(tmp, v);
+  for (int i = 0; i < 8; ++i) p[i] = from_f32<bf16>(tmp[i]);
+}
+
+inline float exp_scalar(float x) {
+  alignas(32) float t[8];
+  _mm256_store_ps(t, exp256(_mm256_set1_ps(x)));
+  return t[0];
+}
+
+}  // namespace toy::cpu

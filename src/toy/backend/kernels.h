@@ -1,0 +1,179 @@
+// The backend interface: one signature per primitive kernel. A backend registers a function
+// of exactly this type under the kernel's name (backend/cpu/install.cpp); ops call it through
+// a KernelRef. Conventions for every kernel:
+//  - inputs may be strided views unless a comment says "contiguous"; outputs are
+//    contiguous, freshly allocated by the op, on the same device as the inputs;
+//  - shapes and dtypes were checked by the op: kernels do not re-validate;
+//  - "=" outputs are overwritten; gradients marked "+=" are accumulated.
+#pragma once
+#include <cstdint>
+
+#include "toy/core/tensor.h"
+
+namespace toy::kern {
+
+// ---- elementwise ------------------------------------------------------------------------
+enum class UnaryOp : uint8_t {
+  Neg, Exp, Log, Sqrt, Rsqrt, Square, Abs, Tanh, Sigmoid, Relu, Silu, GeluTanh, GeluErf, Scale, Clamp,
+};
+struct UnaryArgs {
+  float alpha = 1.0f;  // Scale: factor
+  float lo = 0.0f, hi = 0.0f;  // Clamp bounds
+};
+// y = op(x); x and y same shape and dtype (F32/F16/BF16).
+using Unary = void(UnaryOp op, const Tensor& x, Tensor& y, const UnaryArgs& a);
+// dx = g * op'(x) (uses y = op(x) where cheaper); x, y, g same shape.
+using UnaryBackward = void(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& g, Tensor& dx,
+                           const UnaryArgs& a);
+
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div };
+// out = a op b; a and b are already broadcast (zero strides) to out's shape.
+using Binary = void(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
+
+// dst = src converted to dst's dtype (any layout on both sides, same shape; dst may be a view).
+// Block-type sources are dequantized (src contiguous); block-type destinations quantized.
+using Copy = void(const Tensor& src, Tensor& dst);
+// Every element of dst (any layout) = value.
+using Fill = void(Tensor& dst, double value);
+
+// out = silu(a) * b (a, b, out same shape).
+using Swiglu = void(const Tensor& a, const Tensor& b, Tensor& out);
+// da = g * b * silu'(a), db = g * silu(a).
+using SwigluBackward = void(const Tensor& a, const Tensor& b, const Tensor& g, Tensor& da, Tensor& db);
+
+// y = x * keep / (1 - p), keep drawn from Philox(seed, stream, counter + i / 4) > p.
+// The same call with x = g gives the backward (the mask is recomputed, never stored).
+struct DropoutArgs {
+  float p;
+  uint64_t seed, stream, counter;
+};
+using Dropout = void(const Tensor& x, Tensor& y, const DropoutArgs& a);
+
+// ---- matmul -----------------------------------------------------------------------------
+// c = alpha * a @ b + beta * c. a [..., M, K], b [..., K, N], c [..., M, N] (c contiguous);
+// batch dims of a and b already broadcast to c's. a and b may be transposed views (either
+// of their last two strides 1); float dtypes, computed in f32.
+using Matmul = void(const Tensor& a, const Tensor& b, Tensor& c, float alpha, float beta);
+
+// ---- reductions -------------------------------------------------------------------------
+enum class ReduceOp : uint8_t { Sum, Max };
+// out[..., j...] = reduce over `axis` of x. out has x's shape without `axis`. For Max,
+// `index` (I32, same shape as out) receives the position of the first maximum.
+using Reduce = void(ReduceOp op, const Tensor& x, int axis, Tensor& out, Tensor* index);
+// Along the last axis: indices (I32) that sort x (stable), ascending or descending.
+using Argsort = void(const Tensor& x, bool descending, Tensor& indices);
+// Along the last axis: the k largest values, in descending order, and their indices.
+using TopK = void(const Tensor& x, int64_t k, Tensor& values, Tensor& indices);
+
+// ---- norms (over the last axis; rows = all other dims; x contiguous) --------------------
+// y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps). w may be undefined (all ones).
+using RmsNorm = void(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd);
+// dx = ; dw += (when dw defined).
+using RmsNormBackward = void(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& g, Tensor& dx,
+                             Tensor& dw);
+using LayerNorm = void(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y, Tensor& mean,
+                       Tensor& rstd);
+using LayerNormBackward = void(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                               const Tensor& g, Tensor& dx, Tensor& dw, Tensor& db);
+// y = x / max(||x||, eps); inv = 1 / max(||x||, eps) per row.
+using L2Norm = void(const Tensor& x, float eps, Tensor& y, Tensor& inv);
+using L2NormBackward = void(const Tensor& x, const Tensor& y, const Tensor& inv, float eps, const Tensor& g,
+                            Tensor& dx);
+
+// ---- softmax (last axis; x contiguous) ----------------------------------------------------
+// z = x * scale + mask (mask undefined, or broadcast to x's shape by zero strides);
+// y = softmax(z) or log_softmax(z).
+using Softmax = void(const Tensor& x, const Tensor& mask, float scale, bool log, Tensor& y);
+// dz from y and g: softmax: y * (g - sum(g*y)); log_softmax: g - exp(y) * sum(g).
+using SoftmaxBackward = void(const Tensor& y, const Tensor& g, bool log, Tensor& dz);
+// y = x with x[..., i, j] = value where j > n_past + i (last two dims).
+using DiagMask = void(const Tensor& x, int64_t n_past, float value, Tensor& y);
+
+// ---- rope ---------------------------------------------------------------------------------
+struct RopeArgs {
+  int n_dims = 0;  // rotated leading dims of each head (<= head dim)
+  bool neox = false;  // halves layout (x[i], x[i + n/2]) instead of adjacent pairs
+  float freq_base = 10000.0f, freq_scale = 1.0f;
+  float ext_factor = 0.0f, attn_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f;
+  int n_ctx_orig = 0;
+  bool inverse = false;  // rotate by -theta (the backward)
+};
+// x [B, T, H, D] (any strides), pos I32 [T] or [B, T], freq_factors F32 [n_dims/2] or undefined.
+using Rope = void(const Tensor& x, const Tensor& pos, const Tensor& freq_factors, const RopeArgs& a, Tensor& y);
+
+// ---- attention ----------------------------------------------------------------------------
+struct AttentionArgs {
+  float scale = 1.0f;
+  bool causal = true;  // key j visible to query i iff j <= i + (S - T)
+};
+// q [B, T, H, D], k [B, S, Hkv, D], v [B, S, Hkv, Dv] with last stride 1; segments I32 [B, T]
+// (T == S) or undefined: key j is visible only within the query's segment.
+// out [B, T, H, Dv]; lse F32 [B, H, T] (log-sum-exp of scaled scores, for the backward).
+using Attention = void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& segments,
+                       const AttentionArgs& a, Tensor& out, Tensor& lse);
+using AttentionBackward = void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& segments,
+                               const Tensor& out, const Tensor& lse, const Tensor& dout, const AttentionArgs& a,
+                               Tensor& dq, Tensor& dk, Tensor& dv);
+
+// ---- rows -------------------------------------------------------------------------------
+// out[i, :] = table[ids[i], :]; table [V, D] (any float or block dtype), ids I32 [N].
+using GetRows = void(const Tensor& table, const Tensor& ids, Tensor& out);
+// dtable[ids[i], :] += g[i, :] (dtable zeroed by the op).
+using ScatterAddRows = void(const Tensor& g, const Tensor& ids, Tensor& dtable);
+// dst[ids[i], :] = src[i, :] in place.
+using SetRows = void(Tensor& dst, const Tensor& ids, const Tensor& src);
+
+// ---- loss -------------------------------------------------------------------------------
+// Per row of logits [N, V]: loss[i] = w_i * (lse_i - z[i, t_i]); w_i = 0 where t_i == ignore
+// or weights[i] (when defined) is 0. lse [N].
+using CrossEntropy = void(const Tensor& logits, const Tensor& targets, const Tensor& weights, int32_t ignore_index,
+                          Tensor& loss, Tensor& lse);
+// dlogits[i, :] = scale * w_i * (softmax(z_i) - onehot(t_i)). dlogits may alias logits.
+using CrossEntropyBackward = void(const Tensor& logits, const Tensor& targets, const Tensor& weights,
+                                  int32_t ignore_index, const Tensor& lse, float scale, Tensor& dlogits);
+
+// ---- conv -------------------------------------------------------------------------------
+struct Im2ColArgs {
+  int kh, kw, sh, sw, ph, pw, dh, dw;
+};
+// x [N, C, H, W] -> cols [N, OH*OW, C*KH*KW]; backward sums cols back into dx [N, C, H, W].
+using Im2Col = void(const Tensor& x, const Im2ColArgs& a, Tensor& cols);
+using Col2Im = void(const Tensor& cols, const Im2ColArgs& a, Tensor& dx);
+// y[b, t, c] = sum_k w[c, k] * x[b, t + k, c]; x [B, T+K-1, C], w [C, K].
+using SsmConv = void(const Tensor& x, const Tensor& w, Tensor& y);
+using SsmConvBackward = void(const Tensor& x, const Tensor& w, const Tensor& g, Tensor& dx, Tensor& dw);
+
+// ---- ssm scan (Mamba-2) ---------------------------------------------------------------------
+// x [B, T, H, P], dt [B, T, H] (softplus applied inside), A [H], Bm/C [B, T, G, N], s0 [B, H, P, N];
+// dtp = softplus(dt), s_t = exp(dtp*A) s_{t-1} + dtp x_t B_t^T, y_t = s_t C_t.
+// y [B, T, H, P], s_final [B, H, P, N].
+using SsmScan = void(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm, const Tensor& C,
+                     const Tensor& s0, Tensor& y, Tensor& s_final);
+using SsmScanBackward = void(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm, const Tensor& C,
+                             const Tensor& s0, const Tensor& gy, const Tensor& gs, Tensor& dx, Tensor& ddt,
+                             Tensor& dA, Tensor& dB, Tensor& dC, Tensor& ds0);
+
+// ---- MoE --------------------------------------------------------------------------------------
+// out[t, e, :] = W[ids[t, e]] @ x[t, e or 0, :]; W [E, N, K], x [T, X, K] (X = 1 or n_used), ids I32 [T, n_used].
+using MulMatId = void(const Tensor& w, const Tensor& x, const Tensor& ids, Tensor& out);
+// dx (=) and dw (+=, when defined).
+using MulMatIdBackward = void(const Tensor& w, const Tensor& x, const Tensor& ids, const Tensor& g, Tensor& dx,
+                              Tensor& dw);
+// out[t, e, :] = x[t, e, :] + b[ids[t, e], :].
+using AddId = void(const Tensor& x, const Tensor& b, const Tensor& ids, Tensor& out);
+
+// ---- optimizers (in place, F32, contiguous) ---------------------------------------------------
+struct SgdArgs {
+  float momentum = 0.0f, weight_decay = 0.0f;
+  bool nesterov = false;
+};
+// lr: F32 scalar tensor (may live on the device). buf may be undefined when momentum == 0.
+using Sgd = void(Tensor& param, const Tensor& grad, Tensor& buf, const Tensor& lr, const SgdArgs& a);
+struct AdamWArgs {
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+};
+// step: F32 scalar tensor holding t (1-based) for bias correction.
+using AdamW = void(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& lr, const Tensor& step,
+                   const AdamWArgs& a);
+
+}  // namespace toy::kern

@@ -1,0 +1,16 @@
+// GGUF block formats (Q8_0, Q4_0, Q4_K, Q6_K): the byte layouts of ggml-common.h, decoded
+// and encoded row by row. See ../shared/docs/GGUF.md §4 for the layouts. These are the
+// portable reference codecs; fast quantized dot products live in the CPU backend.
+#pragma once
+#include <cstdint>
+
+#include "toy/core/dtype.h"
+
+namespace toy {
+
+// Decodes n elements (a multiple of the block size) of block data into f32.
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+// Encodes n f32 elements into blocks of type t.
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+
+}  // namespace toy

@@ -1,0 +1,50 @@
+// Counter-based RNG (Philox4x32-10): random numbers are a pure function of
+// (seed, stream, counter), so init and dropout give the same numbers for any thread count,
+// and a GPU kernel can reproduce them. A Generator hands out counter ranges; element i of a
+// draw uses counter (base + i / per_block) whichever thread computes it.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "toy/core/shape.h"
+
+namespace toy {
+
+class Tensor;
+
+std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t stream, uint64_t counter);
+
+// Uniform in [0, 1) from 24 random bits.
+inline float uniform01(uint32_t u) { return float(u >> 8) * (1.0f / 16777216.0f); }
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0, uint64_t stream = 0) : seed_(seed), stream_(stream) {}
+  uint64_t seed() const { return seed_; }
+  uint64_t stream() const { return stream_; }
+  uint64_t offset() const { return offset_; }
+  void set_offset(uint64_t o) { offset_ = o; }
+  // Reserves n counters and returns the first.
+  uint64_t reserve(uint64_t n) {
+    uint64_t o = offset_;
+    offset_ += n;
+    return o;
+  }
+  std::array<uint32_t, 4> block(uint64_t counter) const { return philox4x32(seed_, stream_, counter); }
+
+ private:
+  uint64_t seed_, stream_;
+  uint64_t offset_ = 0;
+};
+
+// The process-wide generator used when no generator is passed.
+Generator& default_generator();
+void manual_seed(uint64_t seed);
+
+// Fills (F32/F16/BF16) tensors; element i depends only on the generator state and i.
+Tensor randn(const Shape& shape, Generator& gen, float mean = 0.0f, float std = 1.0f);
+Tensor rand(const Shape& shape, Generator& gen, float lo = 0.0f, float hi = 1.0f);
+void fill_normal_(Tensor& t, Generator& gen, float mean, float std);
+void fill_uniform_(Tensor& t, Generator& gen, float lo, float hi);
+
+}  // namespace toy

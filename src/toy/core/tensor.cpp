@@ -1,0 +1,220 @@
+#include "toy/core/tensor.h"
+
+#include <cstring>
+
+#include "toy/core/quant.h"
+#include "toy/core/strided.h"
+
+namespace toy {
+
+namespace {
+size_t byte_offset(DType t, int64_t elems) {
+  return is_block(t) ? row_bytes(t, elems) : size_t(elems) * element_size(t);
+}
+
+template <class T>
+void fill_typed(void* p, int64_t n, double v) {
+  T* d = static_cast<T*>(p);
+  T x;
+  if constexpr (std::is_same_v<T, int32_t>)
+    x = int32_t(v);
+  else
+    x = from_f32<T>(float(v));
+  for (int64_t i = 0; i < n; ++i) d[i] = x;
+}
+
+void fill(const Tensor& t, double v) {
+  switch (t.dtype()) {
+    case DType::F32: fill_typed<float>(t.raw_data(), t.numel(), v); break;
+    case DType::F16: fill_typed<f16>(t.raw_data(), t.numel(), v); break;
+    case DType::BF16: fill_typed<bf16>(t.raw_data(), t.numel(), v); break;
+    case DType::I32: fill_typed<int32_t>(t.raw_data(), t.numel(), v); break;
+    default: fail("[full] cannot fill a {} tensor", name(t.dtype()));
+  }
+}
+
+template <class T>
+float load_f32(const void* base, int64_t i) {
+  if constexpr (std::is_same_v<T, int32_t>)
+    return float(static_cast<const int32_t*>(base)[i]);
+  else
+    return to_f32(static_cast<const T*>(base)[i]);
+}
+
+template <class T>
+void gather_f32(const Tensor& t, float* out) {
+  const void* base = t.raw_data();
+  int64_t j = 0;
+  for_each_strided_run<1>(t.shape(), {&t.strides()}, [&](auto off, int64_t n, auto inner) {
+    for (int64_t i = 0; i < n; ++i) out[j++] = load_f32<T>(base, off[0] + i * inner[0]);
+  });
+}
+}  // namespace
+
+size_t Tensor::nbytes() const { return byte_offset(dtype(), numel()); }
+
+bool Tensor::is_contiguous() const {
+  int64_t expect = 1;
+  for (int i = ndim() - 1; i >= 0; --i) {
+    if (shape()[i] == 1) continue;
+    if (strides()[i] != expect) return false;
+    expect *= shape()[i];
+  }
+  return true;
+}
+
+void* Tensor::raw_data() const {
+  TOY_CHECK(defined(), "[tensor] use of an undefined tensor");
+  return static_cast<char*>(impl_->storage->data()) + byte_offset(dtype(), offset());
+}
+
+Tensor& Tensor::requires_grad_(bool on) {
+  TOY_CHECK(!on || is_float(dtype()), "[requires_grad] only float tensors can require grad, got {}",
+            toy::name(dtype()));
+  TOY_CHECK(is_leaf(), "[requires_grad] only leaf tensors can be marked; use detach() first");
+  impl_->requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape();
+  impl->strides = strides();
+  impl->offset = offset();
+  impl->dtype = dtype();
+  impl->device = device();
+  impl->storage = storage();
+  impl->name = name();
+  return Tensor(std::move(impl));
+}
+
+double Tensor::item() const {
+  TOY_CHECK(numel() == 1, "[item] needs a one-element tensor, got shape {}", shape().str());
+  TOY_CHECK(device() == Device::CPU, "[item] tensor is on {}; copy it to the CPU first", toy::name(device()));
+  switch (dtype()) {
+    case DType::F32: return *data<float>();
+    case DType::F16: return to_f32(*data<f16>());
+    case DType::BF16: return to_f32(*data<bf16>());
+    case DType::I32: return *data<int32_t>();
+    default: fail("[item] not defined for {}", toy::name(dtype()));
+  }
+}
+
+std::vector<float> Tensor::to_f32_vector() const {
+  TOY_CHECK(device() == Device::CPU, "[to_f32_vector] tensor is on {}", toy::name(device()));
+  std::vector<float> out(static_cast<size_t>(numel()));
+  switch (dtype()) {
+    case DType::F32: gather_f32<float>(*this, out.data()); break;
+    case DType::F16: gather_f32<f16>(*this, out.data()); break;
+    case DType::BF16: gather_f32<bf16>(*this, out.data()); break;
+    case DType::I32: gather_f32<int32_t>(*this, out.data()); break;
+    default: {
+      TOY_CHECK(is_contiguous(), "[to_f32_vector] block tensors must be contiguous");
+      dequantize_row(dtype(), raw_data(), out.data(), numel());
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> Tensor::to_i32_vector() const {
+  TOY_CHECK(dtype() == DType::I32, "[to_i32_vector] needs i32, got {}", toy::name(dtype()));
+  std::vector<int32_t> out(static_cast<size_t>(numel()));
+  const int32_t* base = data<int32_t>();
+  int64_t j = 0;
+  for_each_strided_run<1>(shape(), {&strides()}, [&](auto off, int64_t n, auto inner) {
+    for (int64_t i = 0; i < n; ++i) out[size_t(j++)] = base[off[0] + i * inner[0]];
+  });
+  return out;
+}
+
+Tensor empty(const Shape& shape, DType dtype, Device device) {
+  for (auto d : shape) TOY_CHECK(d >= 0, "[empty] negative dimension in shape {}", shape.str());
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  impl->device = device;
+  if (is_block(dtype))
+    TOY_CHECK(shape.ndim() >= 1 && shape.back() % dtype_info(dtype).block_size == 0,
+              "[empty] {} rows need a multiple of {} elements, shape {}", name(dtype),
+              dtype_info(dtype).block_size, shape.str());
+  impl->storage = std::make_shared<Storage>(byte_offset(dtype, shape.numel()), device);
+  return Tensor(std::move(impl));
+}
+
+Tensor zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  TOY_CHECK(device == Device::CPU, "[zeros] only CPU tensors can be created on the host");
+  std::memset(t.raw_data(), 0, t.nbytes());
+  return t;
+}
+
+Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+
+Tensor full(const Shape& shape, double value, DType dtype, Device device) {
+  TOY_CHECK(device == Device::CPU, "[full] only CPU tensors can be created on the host");
+  Tensor t = empty(shape, dtype, device);
+  fill(t, value);
+  return t;
+}
+
+Tensor scalar(double value, DType dtype) { return full(Shape{}, value, dtype); }
+
+Tensor from_vector(const std::vector<float>& values, const Shape& shape, DType dtype) {
+  TOY_CHECK(int64_t(values.size()) == shape.numel(), "[from_vector] {} values for shape {} ({} elements)",
+            values.size(), shape.str(), shape.numel());
+  TOY_CHECK(is_float(dtype), "[from_vector] float values need a float dtype, got {}", name(dtype));
+  Tensor t = empty(shape, dtype);
+  if (dtype == DType::F32) {
+    if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * 4);
+  } else if (dtype == DType::F16) {
+    auto* d = t.data<f16>();
+    for (size_t i = 0; i < values.size(); ++i) d[i] = from_f32<f16>(values[i]);
+  } else {
+    auto* d = t.data<bf16>();
+    for (size_t i = 0; i < values.size(); ++i) d[i] = from_f32<bf16>(values[i]);
+  }
+  return t;
+}
+
+Tensor from_vector(const std::vector<int32_t>& values, const Shape& shape) {
+  TOY_CHECK(int64_t(values.size()) == shape.numel(), "[from_vector] {} values for shape {} ({} elements)",
+            values.size(), shape.str(), shape.numel());
+  Tensor t = empty(shape, DType::I32);
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * 4);
+  return t;
+}
+
+Tensor arange(int64_t n, DType dtype) {
+  Tensor t = empty(Shape{n}, dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::F32: t.data<float>()[i] = float(i); break;
+      case DType::I32: t.data<int32_t>()[i] = int32_t(i); break;
+      case DType::F16: t.data<f16>()[i] = from_f32<f16>(float(i)); break;
+      case DType::BF16: t.data<bf16>()[i] = from_f32<bf16>(float(i)); break;
+      default: fail("[arange] not defined for {}", name(dtype));
+    }
+  }
+  return t;
+}
+
+Tensor make_view(const Tensor& src, const Shape& shape, const Strides& strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = src.dtype();
+  impl->device = src.device();
+  impl->storage = src.storage();
+  return Tensor(std::move(impl));
+}
+
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
+
+std::string describe(const Tensor& t) {
+  if (!t.defined()) return "undefined";
+  return std::string(name(t.dtype())) + t.shape().str();
+}
+
+}  // namespace toy

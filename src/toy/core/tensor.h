@@ -1,0 +1,118 @@
+// Tensor: a shared handle to a TensorImpl — shape, element strides and offset into a Storage
+// (views share storage without copying), dtype, device, and the autograd fields.
+// Copying a Tensor copies the handle, as in PyTorch. Ops are free functions in toy/ops.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "toy/core/device.h"
+#include "toy/core/dtype.h"
+#include "toy/core/error.h"
+#include "toy/core/shape.h"
+#include "toy/core/storage.h"
+
+namespace toy {
+
+struct Node;  // autograd graph node (toy/autograd)
+
+struct TensorImpl {
+  Shape shape;
+  Strides strides;     // in elements
+  int64_t offset = 0;  // in elements from the start of storage
+  DType dtype = DType::F32;
+  Device device = Device::CPU;
+  std::shared_ptr<Storage> storage;
+
+  bool requires_grad = false;
+  bool retains_grad = false;       // non-leaf keeps .grad after backward
+  std::shared_ptr<Node> grad_fn;   // set on outputs of recorded ops
+  std::shared_ptr<TensorImpl> grad;
+  std::string name;                // parameters carry their GGUF name
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+  const Shape& shape() const { return impl_->shape; }
+  const Strides& strides() const { return impl_->strides; }
+  int ndim() const { return impl_->shape.ndim(); }
+  int64_t size(int axis) const { return impl_->shape.at(axis); }
+  int64_t stride(int axis) const { return impl_->strides.at(axis); }
+  int64_t numel() const { return impl_->shape.numel(); }
+  int64_t offset() const { return impl_->offset; }
+  DType dtype() const { return impl_->dtype; }
+  Device device() const { return impl_->device; }
+  const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
+  size_t nbytes() const;  // bytes of the elements this tensor covers, if contiguous
+
+  bool is_contiguous() const;
+  // Pointer to the first element (offset applied).
+  void* raw_data() const;
+  // Typed pointer to the first element; throws if T does not match the dtype.
+  template <class T>
+  T* data() const {
+    TOY_CHECK(dtype_of<T>() == dtype(), "[tensor] data<{}>() on a {} tensor", toy::name(dtype_of<T>()),
+              toy::name(dtype()));
+    return static_cast<T*>(raw_data());
+  }
+
+  // --- autograd ---
+  bool requires_grad() const { return impl_->requires_grad; }
+  // Marks a leaf as a parameter whose gradient backward() accumulates in grad().
+  Tensor& requires_grad_(bool on = true);
+  bool is_leaf() const { return impl_->grad_fn == nullptr; }
+  const std::shared_ptr<Node>& grad_fn() const { return impl_->grad_fn; }
+  Tensor grad() const { return Tensor(impl_->grad); }
+  void set_grad(const Tensor& g) { impl_->grad = g.impl_; }
+  void zero_grad() { impl_->grad.reset(); }
+  void retain_grad() { impl_->retains_grad = true; }
+  // Reverse-mode pass from this scalar (or with an explicit output gradient).
+  void backward(const Tensor& grad_output = Tensor()) const;  // toy/autograd/backward.cpp
+  // Same storage, no history, no grad.
+  Tensor detach() const;
+
+  const std::string& name() const { return impl_->name; }
+  Tensor& set_name(std::string n) {
+    impl_->name = std::move(n);
+    return *this;
+  }
+
+  // --- host access ---
+  // The single value of a one-element tensor, converted to double.
+  double item() const;
+  // All elements in row-major order, converted to f32 (float dtypes, I32, block types).
+  std::vector<float> to_f32_vector() const;
+  std::vector<int32_t> to_i32_vector() const;
+
+  // Same handle?
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// --- factories (CPU unless a device is given) ---
+Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU);
+Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU);
+Tensor ones(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU);
+Tensor full(const Shape& shape, double value, DType dtype = DType::F32, Device device = Device::CPU);
+Tensor scalar(double value, DType dtype = DType::F32);  // 0-d tensor
+Tensor from_vector(const std::vector<float>& values, const Shape& shape, DType dtype = DType::F32);
+Tensor from_vector(const std::vector<int32_t>& values, const Shape& shape);
+Tensor arange(int64_t n, DType dtype = DType::F32);
+// A view of `src` with new geometry over the same storage (no checks beyond bounds).
+Tensor make_view(const Tensor& src, const Shape& shape, const Strides& strides, int64_t offset);
+// A fresh contiguous tensor with the same shape/dtype/device as t.
+Tensor empty_like(const Tensor& t);
+
+std::string describe(const Tensor& t);  // "f32[2, 3]"
+
+}  // namespace toy

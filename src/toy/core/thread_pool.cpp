@@ -1,0 +1,169 @@
+#include "toy/core/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "toy/core/error.h"
+
+namespace toy {
+
+namespace {
+
+thread_local bool t_in_parallel = false;
+
+// Workers sleep on an atomic generation counter; a job bumps it and wakes them. Each worker
+// runs chunk (index + 1); the caller runs chunk 0 and spins until all chunks are done.
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n) { resize(n); }
+  ~ThreadPool() { stop(); }
+
+  int size() const { return n_threads_; }
+
+  void resize(int n) {
+    stop();
+    n_threads_ = std::max(1, n);
+    quit_ = false;
+    // Workers start from the current generation, read here: a job posted before a worker
+    // thread gets scheduled must still be seen as new by it.
+    const uint64_t gen = generation_.load(std::memory_order_acquire);
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i, gen] { worker(i, gen); });
+  }
+
+  void run(int64_t begin, int64_t end, int64_t grain, detail::RangeFn fn, void* ctx) {
+    const int64_t n = end - begin;
+    grain = std::max<int64_t>(grain, 1);
+    int64_t chunks = std::min<int64_t>(n_threads_, (n + grain - 1) / grain);
+    if (chunks <= 1 || t_in_parallel) {
+      fn(ctx, begin, end);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(run_mu_);  // one job at a time
+    job_fn_ = fn;
+    job_ctx_ = ctx;
+    job_begin_ = begin;
+    job_end_ = end;
+    job_chunks_ = chunks;
+    pending_.store(int(chunks - 1), std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    t_in_parallel = true;
+    try {
+      run_chunk(0);
+    } catch (...) {
+      record_error();
+    }
+    t_in_parallel = false;
+    while (pending_.load(std::memory_order_acquire) != 0) {
+      // Chunks are balanced, so the wait is short: spin, yielding now and then.
+      std::this_thread::yield();
+    }
+    if (error_) {
+      std::exception_ptr e = error_;
+      error_ = nullptr;
+      std::rethrow_exception(e);
+    }
+  }
+
+ private:
+  void run_chunk(int64_t c) {
+    const int64_t n = job_end_ - job_begin_;
+    int64_t b = job_begin_ + n * c / job_chunks_;
+    int64_t e = job_begin_ + n * (c + 1) / job_chunks_;
+    if (b < e) job_fn_(job_ctx_, b, e);
+  }
+
+  void worker(int index, uint64_t seen) {
+    t_in_parallel = true;
+    while (true) {
+      // Spin briefly (ops come in quick succession in a training step), then sleep.
+      uint64_t g = seen;
+      for (int spin = 0; spin < 20000; ++spin) {
+        g = generation_.load(std::memory_order_acquire);
+        if (g != seen || quit_.load(std::memory_order_relaxed)) break;
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+      }
+      while (g == seen && !quit_.load(std::memory_order_relaxed)) {
+        generation_.wait(seen, std::memory_order_acquire);
+        g = generation_.load(std::memory_order_acquire);
+      }
+      if (quit_.load(std::memory_order_relaxed)) return;
+      seen = g;
+      if (index < job_chunks_) {
+        try {
+          run_chunk(index);
+        } catch (...) {
+          record_error();
+        }
+        pending_.fetch_sub(1, std::memory_order_acq_rel);
+      }
+    }
+  }
+
+  void record_error() {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    if (!error_) error_ = std::current_exception();
+  }
+
+  void stop() {
+    if (workers_.empty()) return;
+    quit_ = true;
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+  }
+
+  std::mutex error_mu_;
+  std::exception_ptr error_;
+  int n_threads_ = 1;
+  std::vector<std::thread> workers_;
+  std::mutex run_mu_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> quit_{false};
+  detail::RangeFn job_fn_ = nullptr;
+  void* job_ctx_ = nullptr;
+  int64_t job_begin_ = 0, job_end_ = 0, job_chunks_ = 0;
+};
+
+int default_threads() {
+  if (const char* env = std::getenv("TOY_THREADS")) {
+    int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+ThreadPool& pool() {
+  static ThreadPool* p = new ThreadPool(default_threads());  // lives until exit
+  return *p;
+}
+
+}  // namespace
+
+int num_threads() { return pool().size(); }
+
+void set_num_threads(int n) {
+  TOY_CHECK(n >= 0 && n <= 1024, "[threads] thread count must be in 0..1024, got {}", n);
+  TOY_CHECK(!t_in_parallel, "[threads] cannot change the thread count inside a parallel region");
+  int want = n == 0 ? default_threads() : n;
+  if (want != pool().size()) pool().resize(want);
+}
+
+bool in_parallel_region() { return t_in_parallel; }
+
+namespace detail {
+void parallel_for_impl(int64_t begin, int64_t end, int64_t grain, RangeFn fn, void* ctx) {
+  pool().run(begin, end, grain, fn, ctx);
+}
+}  // namespace detail
+
+}  // namespace toy

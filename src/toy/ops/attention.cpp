@@ -1,0 +1,88 @@
+// Fused scaled-dot-product attention (see backend/cpu/attention.cpp for the kernel).
+// Inputs may be strided views of [B, T, H, D] (e.g. slices of one fused qkv projection).
+// Non-f32 inputs run through f32 copies; gradients come back in the inputs' dtypes.
+#include <cmath>
+
+#include "toy/ops/common.h"
+
+namespace toy {
+
+using namespace detail;
+
+namespace {
+const KernelRef<kern::Attention> k_attn("attention");
+const KernelRef<kern::AttentionBackward> k_attn_bwd("attention_backward");
+
+// f32 with unit last stride, as the kernel wants.
+Tensor kernel_ready(const Tensor& t) {
+  NoGradGuard ng;
+  Tensor f = t.dtype() == DType::F32 ? t : cast(t, DType::F32);
+  return f.stride(-1) == 1 ? f : contiguous_copy(f);
+}
+}  // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  OpSpan span("attention", {&q, &k, &v});
+  const char* op = "attention";
+  check_float(q, op, "q");
+  check_float(k, op, "k");
+  check_float(v, op, "v");
+  check_same_dtype(q, k, op);
+  check_same_dtype(q, v, op);
+  check_same_device(q, k, op);
+  check_same_device(q, v, op);
+  TOY_CHECK(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4,
+            "[attention] q, k, v must be [B, T, H, D]; got {}, {}, {}", q.shape().str(), k.shape().str(),
+            v.shape().str());
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3);
+  const int64_t S = k.size(1), Hkv = k.size(2), Dv = v.size(3);
+  TOY_CHECK(k.size(0) == B && v.size(0) == B, "[attention] batch sizes differ: q {}, k {}, v {}", B, k.size(0),
+            v.size(0));
+  TOY_CHECK(k.size(3) == D, "[attention] q and k head dims differ: {} vs {}", D, k.size(3));
+  TOY_CHECK(v.size(1) == S && v.size(2) == Hkv, "[attention] k {} and v {} disagree on [S, Hkv]", k.shape().str(),
+            v.shape().str());
+  TOY_CHECK(Hkv > 0 && H % Hkv == 0, "[attention] query heads {} must be a multiple of kv heads {}", H, Hkv);
+  TOY_CHECK(!o.causal || S >= T, "[attention] causal attention needs at least as many keys ({}) as queries ({})", S,
+            T);
+  Tensor seg;
+  if (o.segments.defined()) {
+    check_dtype(o.segments, DType::I32, op, "segments");
+    TOY_CHECK(T == S, "[attention] segment ids need T == S, got T {} and S {}", T, S);
+    TOY_CHECK(o.segments.ndim() == 2 && o.segments.size(0) == B && o.segments.size(1) == T,
+              "[attention] segments must be [B, T] = [{}, {}], got {}", B, T, o.segments.shape().str());
+    seg = contiguous_nograd(o.segments);
+  }
+  kern::AttentionArgs a;
+  a.scale = o.scale != 0.0f ? o.scale : 1.0f / std::sqrt(float(D));
+  a.causal = o.causal;
+  Tensor qf = kernel_ready(q), kf = kernel_ready(k), vf = kernel_ready(v);
+  Tensor out = empty(Shape{B, T, H, Dv}, DType::F32, q.device());
+  Tensor lse = empty(Shape{B, H, T}, DType::F32, q.device());
+  k_attn(q.device())(qf, kf, vf, seg, a, out, lse);
+  Tensor result = out;
+  if (q.dtype() != DType::F32) {
+    NoGradGuard ng;
+    result = cast(out, q.dtype());
+  }
+  if (needs_grad({&q, &k, &v})) {
+    record("attention", result, {q, k, v}, [qf, kf, vf, seg, a, out, lse, dt = q.dtype()](const Tensor& g) -> Grads {
+      Tensor gf = g.dtype() == DType::F32 ? g : cast(g, DType::F32);
+      Tensor dq = empty(qf.shape(), DType::F32, qf.device());
+      Tensor dk = empty(kf.shape(), DType::F32, kf.device());
+      Tensor dv = empty(vf.shape(), DType::F32, vf.device());
+      k_attn_bwd(qf.device())(qf, kf, vf, seg, out, lse, gf, a, dq, dk, dv);
+      if (dt != DType::F32) return {cast(dq, dt), cast(dk, dt), cast(dv, dt)};
+      return {dq, dk, dv};
+    });
+  }
+  return result;
+}
+
+namespace detail {
+void define_attention_ops(Registry& r) {
+  r.define_op(primitive_op("attention", {"attention", "attention_backward"},
+                           "fused flash-style SDPA: causal / block-causal segments, GQA, strided [B, T, H, D]"));
+}
+}  // namespace detail
+
+}  // namespace toy

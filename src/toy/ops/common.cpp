@@ -1,0 +1,103 @@
+#include "toy/ops/common.h"
+
+namespace toy::detail {
+
+void check_defined(const Tensor& t, const char* op, const char* what) {
+  TOY_CHECK(t.defined(), "[{}] {} is an undefined tensor", op, what);
+}
+
+void check_float(const Tensor& t, const char* op, const char* what) {
+  check_defined(t, op, what);
+  TOY_CHECK(is_float(t.dtype()), "[{}] {} must be f32, f16 or bf16, got {}", op, what, name(t.dtype()));
+}
+
+void check_dtype(const Tensor& t, DType d, const char* op, const char* what) {
+  check_defined(t, op, what);
+  TOY_CHECK(t.dtype() == d, "[{}] {} must be {}, got {}", op, what, name(d), name(t.dtype()));
+}
+
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  TOY_CHECK(a.dtype() == b.dtype(), "[{}] dtype mismatch: {} vs {}", op, describe(a), describe(b));
+}
+
+void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  TOY_CHECK(a.device() == b.device(), "[{}] device mismatch: {} on {} vs {} on {}", op, describe(a),
+            name(a.device()), describe(b), name(b.device()));
+}
+
+void check_ndim(const Tensor& t, int n, const char* op, const char* what) {
+  check_defined(t, op, what);
+  TOY_CHECK(t.ndim() == n, "[{}] {} must be {}-d, got shape {}", op, what, n, t.shape().str());
+}
+
+void check_shape(const Tensor& t, const Shape& s, const char* op, const char* what) {
+  check_defined(t, op, what);
+  TOY_CHECK(t.shape() == s, "[{}] {} must have shape {}, got {}", op, what, s.str(), t.shape().str());
+}
+
+void check_ids(const Tensor& ids, int64_t limit, const char* op, const char* what) {
+  check_dtype(ids, DType::I32, op, what);
+  TOY_CHECK(ids.device() == Device::CPU, "[{}] {} must be on the CPU to be checked", op, what);
+  Tensor c = contiguous_nograd(ids);
+  const int32_t* p = c.data<int32_t>();
+  for (int64_t i = 0; i < c.numel(); ++i)
+    TOY_CHECK(p[i] >= 0 && p[i] < limit, "[{}] {} [{}] = {} is out of range [0, {})", op, what, i, p[i], limit);
+}
+
+Tensor expand_view(const Tensor& x, const Shape& s) {
+  if (x.shape() == s) return x;
+  Strides st;
+  const int off = s.ndim() - x.ndim();
+  TOY_CHECK(off >= 0, "[expand] cannot expand {} to {}", x.shape().str(), s.str());
+  for (int i = 0; i < s.ndim(); ++i) {
+    int j = i - off;
+    if (j < 0) {
+      st.push_back(0);
+    } else if (x.size(j) == s[i]) {
+      st.push_back(x.stride(j));
+    } else {
+      TOY_CHECK(x.size(j) == 1, "[expand] cannot expand {} to {}", x.shape().str(), s.str());
+      st.push_back(0);
+    }
+  }
+  return make_view(x, s, st, x.offset());
+}
+
+Tensor contiguous_nograd(const Tensor& x) {
+  if (x.is_contiguous()) return x;
+  NoGradGuard ng;
+  return contiguous_copy(x);
+}
+
+OpSpan::OpSpan(const char* op, std::initializer_list<const Tensor*> inputs) : span_(op) {
+  if (!span_.active()) return;
+  std::string args = "\"inputs\": \"";
+  bool first = true;
+  for (const Tensor* t : inputs) {
+    if (!t || !t->defined()) continue;
+    if (!first) args += ", ";
+    first = false;
+    args += describe(*t);
+  }
+  args += "\"";
+  span_.set_args(std::move(args));
+}
+
+OpInfo primitive_op(const char* name, std::vector<std::string> kernels, const char* summary, bool backward) {
+  OpInfo o;
+  o.name = name;
+  o.primitive = true;
+  o.backward = backward;
+  o.grad_test = std::string("OpGrad.") + name;
+  o.uses = std::move(kernels);
+  o.summary = summary;
+  return o;
+}
+
+OpInfo composite_op(const char* name, std::vector<std::string> uses, const char* summary, bool backward) {
+  OpInfo o = primitive_op(name, std::move(uses), summary, backward);
+  o.primitive = false;
+  return o;
+}
+
+}  // namespace toy::detail

@@ -1,0 +1,59 @@
+// Helpers shared by the op files: argument checks that throw toy::Error naming the op,
+// no-record views used internally, and the trace span every op opens.
+#pragma once
+#include <initializer_list>
+#include <string>
+
+#include "toy/autograd/node.h"
+#include "toy/backend/kernels.h"
+#include "toy/core/registry.h"
+#include "toy/core/trace.h"
+#include "toy/ops/ops.h"
+
+namespace toy::detail {
+
+void check_defined(const Tensor& t, const char* op, const char* what);
+void check_float(const Tensor& t, const char* op, const char* what = "input");
+void check_dtype(const Tensor& t, DType d, const char* op, const char* what);
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* op);
+void check_same_device(const Tensor& a, const Tensor& b, const char* op);
+void check_ndim(const Tensor& t, int n, const char* op, const char* what);
+void check_shape(const Tensor& t, const Shape& s, const char* op, const char* what);
+// Every id in [0, limit); names the op, the position and the value otherwise.
+void check_ids(const Tensor& ids, int64_t limit, const char* op, const char* what);
+
+// Broadcast view with zero strides (no tape record).
+Tensor expand_view(const Tensor& x, const Shape& s);
+// Contiguous tensor with x's values (x itself if already contiguous), no tape record.
+Tensor contiguous_nograd(const Tensor& x);
+
+// Trace span that records the op's input shapes when tracing is on.
+class OpSpan {
+ public:
+  OpSpan(const char* op, std::initializer_list<const Tensor*> inputs);
+
+ private:
+  trace::Span span_;
+};
+
+// "rms_norm" op table entries are defined next to each op family.
+void define_elementwise_ops(Registry& r);
+void define_matmul_ops(Registry& r);
+void define_reduce_ops(Registry& r);
+void define_norm_ops(Registry& r);
+void define_softmax_ops(Registry& r);
+void define_rope_ops(Registry& r);
+void define_attention_ops(Registry& r);
+void define_shape_ops(Registry& r);
+void define_rows_ops(Registry& r);
+void define_loss_ops(Registry& r);
+void define_conv_ops(Registry& r);
+void define_moe_ops(Registry& r);
+void define_ssm_ops(Registry& r);
+void define_optim_ops(Registry& r);
+
+// Shorthand for op table entries; grad_test is "OpGrad.<name>".
+OpInfo primitive_op(const char* name, std::vector<std::string> kernels, const char* summary, bool backward = true);
+OpInfo composite_op(const char* name, std::vector<std::string> uses, const char* summary, bool backward = true);
+
+}  // namespace toy::detail

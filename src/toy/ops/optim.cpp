@@ -1,0 +1,69 @@
+// Optimizer steps as ops: in place on F32 parameters and their state, never recorded.
+// lr and step are scalar tensors so a device backend can update them without a host sync.
+#include "toy/ops/common.h"
+
+namespace toy {
+
+using namespace detail;
+
+namespace {
+const KernelRef<kern::Sgd> k_sgd("sgd");
+const KernelRef<kern::AdamW> k_adamw("adamw");
+
+void check_state(const Tensor& t, const Tensor& param, const char* op, const char* what) {
+  check_dtype(t, DType::F32, op, what);
+  TOY_CHECK(t.is_contiguous(), "[{}] {} must be contiguous", op, what);
+  TOY_CHECK(t.shape() == param.shape(), "[{}] {} has shape {}, parameter {} has {}", op, what, t.shape().str(),
+            param.name(), param.shape().str());
+  check_same_device(t, param, op);
+}
+
+void check_scalar(const Tensor& t, const char* op, const char* what) {
+  check_dtype(t, DType::F32, op, what);
+  TOY_CHECK(t.numel() == 1, "[{}] {} must be a one-element tensor, got shape {}", op, what, t.shape().str());
+}
+}  // namespace
+
+void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const Tensor& lr, const SgdOptions& o) {
+  const char* op = "sgd";
+  OpSpan span(op, {&param});
+  check_dtype(param, DType::F32, op, "parameter");
+  TOY_CHECK(param.is_contiguous(), "[sgd] parameter {} must be contiguous", param.name());
+  check_state(grad, param, op, "gradient");
+  check_scalar(lr, op, "lr");
+  TOY_CHECK(o.momentum >= 0.0f && o.weight_decay >= 0.0f, "[sgd] momentum and weight decay must be >= 0");
+  TOY_CHECK(!o.nesterov || o.momentum > 0.0f, "[sgd] nesterov needs momentum > 0");
+  if (o.momentum > 0.0f) check_state(momentum_buf, param, op, "momentum buffer");
+  kern::SgdArgs a{o.momentum, o.weight_decay, o.nesterov};
+  Tensor none;
+  k_sgd(param.device())(param, grad, o.momentum > 0.0f ? momentum_buf : none, lr, a);
+}
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& lr, const Tensor& step,
+                const AdamWOptions& o) {
+  const char* op = "adamw";
+  OpSpan span(op, {&param});
+  check_dtype(param, DType::F32, op, "parameter");
+  TOY_CHECK(param.is_contiguous(), "[adamw] parameter {} must be contiguous", param.name());
+  check_state(grad, param, op, "gradient");
+  check_state(m, param, op, "first moment");
+  check_state(v, param, op, "second moment");
+  check_scalar(lr, op, "lr");
+  check_scalar(step, op, "step");
+  TOY_CHECK(o.beta1 >= 0.0f && o.beta1 < 1.0f && o.beta2 >= 0.0f && o.beta2 < 1.0f,
+            "[adamw] betas must be in [0, 1), got {} and {}", o.beta1, o.beta2);
+  TOY_CHECK(o.eps > 0.0f && o.weight_decay >= 0.0f, "[adamw] eps must be > 0 and weight decay >= 0");
+  if (step.device() == Device::CPU)
+    TOY_CHECK(step.item() >= 1.0, "[adamw] step must be >= 1 (bias correction), got {}", step.item());
+  kern::AdamWArgs a{o.beta1, o.beta2, o.eps, o.weight_decay};
+  k_adamw(param.device())(param, grad, m, v, lr, step, a);
+}
+
+namespace detail {
+void define_optim_ops(Registry& r) {
+  r.define_op(primitive_op("sgd", {"sgd"}, "in-place SGD step (momentum, nesterov, weight decay)", false));
+  r.define_op(primitive_op("adamw", {"adamw"}, "in-place AdamW step (decoupled decay, bias correction)", false));
+}
+}  // namespace detail
+
+}  // namespace toy

@@ -1,0 +1,147 @@
+// Runtime pieces: caching allocator, thread pool, counter-based RNG, op registry, trace.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "helpers.h"
+#include "toy/core/allocator.h"
+#include "toy/core/registry.h"
+#include "toy/core/thread_pool.h"
+#include "toy/core/trace.h"
+
+using namespace toy;
+using namespace toy::test;
+
+TEST(Allocator, SizeClassesWasteAtMostAnEighth) {
+  for (size_t b : {1ul, 63ul, 64ul, 4097ul, 100000ul, 3000000ul, 123456789ul}) {
+    size_t c = allocation_size_class(b);
+    EXPECT_GE(c, b);
+    EXPECT_LE(double(c), double(b) * 1.125 + 64);
+  }
+}
+
+TEST(Allocator, SteadyStateReusesBlocks) {
+  auto step = [] {
+    Tensor a = randn_t(Shape{64, 64}, 1);
+    Tensor b = matmul(a, a);
+    Tensor c = softmax(b);
+    return sum(c).item();
+  };
+  step();
+  step();
+  const auto before = allocator(Device::CPU).stats();
+  for (int i = 0; i < 5; ++i) step();
+  const auto after = allocator(Device::CPU).stats();
+  EXPECT_EQ(after.system_allocs, before.system_allocs) << "warm steps must not allocate from the system";
+  EXPECT_GT(after.cache_hits, before.cache_hits);
+}
+
+TEST(ThreadPool, PartitionCoversRangeOnceAndIsStable) {
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    std::vector<std::atomic<int>> hits(1000);
+    parallel_for(0, 1000, 7, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+  set_num_threads(0);
+}
+
+TEST(ThreadPool, NestedCallsRunInline) {
+  std::atomic<int> count{0};
+  parallel_for(0, 4, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      parallel_for(0, 10, 1, [&](int64_t b2, int64_t e2) { count += int(e2 - b2); });
+  });
+  EXPECT_EQ(count.load(), 40);
+}
+
+TEST(ThreadPool, ExceptionsReachTheCaller) {
+  set_num_threads(2);
+  EXPECT_THROW(parallel_for(0, 100, 1, [](int64_t b, int64_t) {
+                 if (b >= 50) throw Error("boom");
+               }),
+               Error);
+  // The pool still works afterwards.
+  std::atomic<int> n{0};
+  parallel_for(0, 100, 1, [&](int64_t b, int64_t e) { n += int(e - b); });
+  EXPECT_EQ(n.load(), 100);
+  set_num_threads(0);
+}
+
+TEST(Rng, PhiloxKnownAnswer) {
+  // Random123 known-answer test for philox4x32-10: counter 0, key 0.
+  auto r = philox4x32(0, 0, 0);
+  EXPECT_EQ(r[0], 0x6627e8d5u);
+  EXPECT_EQ(r[1], 0xe169c58du);
+  EXPECT_EQ(r[2], 0xbc57ac4cu);
+  EXPECT_EQ(r[3], 0x9b00dbd8u);
+}
+
+TEST(Rng, IndependentOfThreadCount) {
+  set_num_threads(1);
+  Generator g1(42);
+  Tensor a = randn(Shape{100000}, g1);
+  set_num_threads(2);
+  Generator g2(42);
+  Tensor b = randn(Shape{100000}, g2);
+  set_num_threads(0);
+  EXPECT_EQ(a.to_f32_vector(), b.to_f32_vector());
+}
+
+TEST(Rng, NormalMomentsAndUniformRange) {
+  Generator g(5);
+  std::vector<float> n = randn(Shape{200000}, g, 1.0f, 2.0f).to_f32_vector();
+  double m = 0, v = 0;
+  for (float x : n) m += x;
+  m /= double(n.size());
+  for (float x : n) v += (x - m) * (x - m);
+  v /= double(n.size());
+  EXPECT_NEAR(m, 1.0, 0.02);
+  EXPECT_NEAR(std::sqrt(v), 2.0, 0.02);
+  std::vector<float> u = rand(Shape{10000}, g, -1.0f, 3.0f).to_f32_vector();
+  for (float x : u) {
+    EXPECT_GE(x, -1.0f);
+    EXPECT_LT(x, 3.0f);
+  }
+}
+
+TEST(Registry, EveryOpHasACpuPathAndATest) {
+  const auto& ops = registry().ops();
+  EXPECT_GE(ops.size(), 56u);
+  for (const auto& op : ops) {
+    EXPECT_TRUE(registry().supports(op, Device::CPU)) << op.name;
+    EXPECT_FALSE(registry().supports(op, Device::CUDA)) << op.name;
+    EXPECT_EQ(op.grad_test, "OpGrad." + op.name);
+  }
+  EXPECT_THROW(registry().kernel("no_such_kernel", Device::CPU, typeid(void)), Error);
+}
+
+TEST(Trace, WritesChromeTraceSpans) {
+  const std::string path = ::testing::TempDir() + "toy_trace_test.json";
+  trace::open(path);
+  Tensor a = randn_t(Shape{8, 8}, 1);
+  Tensor b = rms_norm(matmul(a, a));
+  trace::close();
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str());
+  ASSERT_TRUE(j.is_array());
+  bool saw_matmul = false, saw_norm = false;
+  for (const auto& e : j) {
+    EXPECT_EQ(e["ph"], "X");
+    EXPECT_TRUE(e.contains("ts") && e.contains("dur"));
+    if (e["name"] == "matmul") saw_matmul = true;
+    if (e["name"] == "rms_norm") saw_norm = true;
+  }
+  EXPECT_TRUE(saw_matmul && saw_norm);
+  EXPECT_FALSE(trace::enabled());
+  std::remove(path.c_str());
+}

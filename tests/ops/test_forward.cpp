@@ -1,0 +1,616 @@
+// Forward results of every op against plain loops in double (the slow twins), across
+// dtypes, broadcasting, strided views and odd sizes that exercise vector tails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "helpers.h"
+
+using namespace toy;
+using namespace toy::test;
+
+namespace {
+std::vector<double> map(const Tensor& x, double (*f)(double)) {
+  std::vector<double> r = to_double(x);
+  for (auto& v : r) v = f(v);
+  return r;
+}
+double gelu_tanh_ref(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+double gelu_erf_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
+}  // namespace
+
+TEST(Forward, UnaryOpsMatchLibm) {
+  // 1003 elements: vector body plus a tail; wide range including extremes.
+  Tensor x = rand_t(Shape{1003}, 1, -12.0f, 12.0f);
+  Tensor pos = rand_t(Shape{1003}, 2, 1e-3f, 50.0f);
+  const double tol = 2e-6;
+  EXPECT_TRUE(close(exp(x), map(x, [](double v) { return std::exp(v); }), 0, tol));
+  EXPECT_TRUE(close(log(pos), map(pos, [](double v) { return std::log(v); }), 1e-6, tol));
+  EXPECT_TRUE(close(sqrt(pos), map(pos, [](double v) { return std::sqrt(v); }), 0, tol));
+  EXPECT_TRUE(close(rsqrt(pos), map(pos, [](double v) { return 1 / std::sqrt(v); }), 0, tol));
+  EXPECT_TRUE(close(tanh(x), map(x, [](double v) { return std::tanh(v); }), 1e-7, tol));
+  EXPECT_TRUE(close(sigmoid(x), map(x, sigmoid_ref), 1e-7, tol));
+  EXPECT_TRUE(close(silu(x), map(x, [](double v) { return v * sigmoid_ref(v); }), 1e-6, tol));
+  EXPECT_TRUE(close(gelu(x), map(x, gelu_tanh_ref), 1e-6, tol));
+  EXPECT_TRUE(close(gelu(x, GeluApprox::None), map(x, gelu_erf_ref), 1e-6, tol));
+  EXPECT_TRUE(close(relu(x), map(x, [](double v) { return std::max(v, 0.0); }), 0, 0));
+  EXPECT_TRUE(close(abs(x), map(x, [](double v) { return std::fabs(v); }), 0, 0));
+  EXPECT_TRUE(close(square(x), map(x, [](double v) { return v * v; }), 0, tol));
+  EXPECT_TRUE(close(neg(x), map(x, [](double v) { return -v; }), 0, 0));
+  EXPECT_TRUE(close(clamp(x, -1, 2), map(x, [](double v) { return std::clamp(v, -1.0, 2.0); }), 0, 0));
+  EXPECT_TRUE(close(scale(x, 0.25f), map(x, [](double v) { return v * 0.25; }), 0, 0));
+}
+
+TEST(Forward, ExpAndLogHandleSpecialValues) {
+  Tensor x = from_vector(std::vector<float>{-INFINITY, INFINITY, NAN, -200, 100, 0, -87.5f, -100}, Shape{8});
+  std::vector<float> e = exp(x).to_f32_vector();
+  EXPECT_EQ(e[0], 0.0f);
+  EXPECT_TRUE(std::isinf(e[1]));
+  EXPECT_TRUE(std::isnan(e[2]));
+  EXPECT_EQ(e[3], 0.0f);
+  EXPECT_TRUE(std::isinf(e[4]));
+  EXPECT_EQ(e[5], 1.0f);
+  EXPECT_NEAR(e[6] / std::exp(-87.5f), 1.0f, 1e-5);
+  EXPECT_NEAR(e[7] / std::exp(-100.0f), 1.0f, 1e-3);  // subnormal result
+  Tensor y = from_vector(std::vector<float>{0, -1, INFINITY, 1e-40f, 1, 2, 3, 4}, Shape{8});
+  std::vector<float> l = log(y).to_f32_vector();
+  EXPECT_TRUE(std::isinf(l[0]) && l[0] < 0);
+  EXPECT_TRUE(std::isnan(l[1]));
+  EXPECT_TRUE(std::isinf(l[2]) && l[2] > 0);
+  EXPECT_NEAR(l[3], std::log(1e-40), 1e-4);
+  EXPECT_EQ(l[4], 0.0f);
+}
+
+TEST(Forward, UnaryOnHalfTypesAndStridedViews) {
+  for (DType dt : {DType::F16, DType::BF16}) {
+    Tensor x = randn_t(Shape{5, 13}, 3, 1.0f, dt);
+    std::vector<double> ref = map(x, [](double v) { return std::tanh(v); });
+    Tensor y = tanh(x);
+    EXPECT_EQ(y.dtype(), dt);
+    EXPECT_TRUE(close(y, ref, 1e-2, 1e-2));
+  }
+  Tensor x = randn_t(Shape{6, 9}, 4);
+  Tensor t = transpose(x);
+  EXPECT_TRUE(close(exp(t), map(contiguous(t), [](double v) { return std::exp(v); }), 0, 2e-6));
+}
+
+TEST(Forward, BinaryBroadcastingMatchesLoops) {
+  Tensor a = randn_t(Shape{2, 3, 17}, 5), b = randn_t(Shape{3, 1}, 6), c = randn_t(Shape{17}, 7);
+  std::vector<double> av = to_double(a), bv = to_double(b), cv = to_double(c);
+  std::vector<double> r1(av.size()), r2(av.size()), r3(av.size()), r4(av.size());
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 17; ++k) {
+        size_t idx = size_t((i * 3 + j) * 17 + k);
+        r1[idx] = av[idx] + bv[size_t(j)];
+        r2[idx] = av[idx] - cv[size_t(k)];
+        r3[idx] = av[idx] * cv[size_t(k)];
+        r4[idx] = bv[size_t(j)] / av[idx];
+      }
+  EXPECT_TRUE(close(add(a, b), r1, 1e-6, 1e-6));
+  EXPECT_TRUE(close(sub(a, c), r2, 1e-6, 1e-6));
+  EXPECT_TRUE(close(mul(a, c), r3, 1e-6, 1e-6));
+  EXPECT_TRUE(close(div(b, a), r4, 1e-6, 1e-6));
+  EXPECT_TRUE(close(add(noncontig(a), c), to_double(add(a, c)), 0, 0));
+  Tensor h = cast(a, DType::BF16);
+  EXPECT_TRUE(close(mul(h, cast(c, DType::BF16)), r3, 2e-2, 2e-2));
+}
+
+TEST(Forward, SwigluAndDropout) {
+  Tensor a = randn_t(Shape{4, 9}, 8), b = randn_t(Shape{4, 9}, 9);
+  std::vector<double> av = to_double(a), bv = to_double(b), ref(av.size());
+  for (size_t i = 0; i < av.size(); ++i) ref[i] = av[i] * sigmoid_ref(av[i]) * bv[i];
+  EXPECT_TRUE(close(swiglu(a, b), ref, 1e-6, 2e-6));
+  EXPECT_TRUE(close(swiglu(concat({a, b}, 1)), ref, 1e-6, 2e-6));
+  // Dropout: kept elements scaled by 1/(1-p), keep rate ~ 1-p, deterministic per generator.
+  Tensor x = ones(Shape{100000});
+  Generator g1(3), g2(3);
+  std::vector<float> d1 = dropout(x, 0.25f, true, g1).to_f32_vector();
+  std::vector<float> d2 = dropout(x, 0.25f, true, g2).to_f32_vector();
+  EXPECT_EQ(d1, d2);
+  size_t kept = 0;
+  for (float v : d1) {
+    ASSERT_TRUE(v == 0.0f || std::fabs(v - 1.0f / 0.75f) < 1e-6);
+    kept += v != 0.0f;
+  }
+  EXPECT_NEAR(double(kept) / 100000.0, 0.75, 0.01);
+  EXPECT_TRUE(dropout(x, 0.5f, false).is_same(x));
+  EXPECT_EQ(sum(dropout(x, 1.0f)).item(), 0.0);
+}
+
+namespace {
+std::vector<double> matmul_ref(const Tensor& a, const Tensor& b) {
+  // a [M, K] b [K, N] (any strides) in double.
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  std::vector<double> av = to_double(a), bv = to_double(b), c(size_t(M * N), 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) c[size_t(i * N + j)] += av[size_t(i * K + k)] * bv[size_t(k * N + j)];
+  return c;
+}
+}  // namespace
+
+TEST(Forward, MatmulShapesTransposesAndDtypes) {
+  for (auto [M, K, N] : {std::tuple{1, 1, 1}, {3, 5, 7}, {67, 129, 33}, {128, 64, 256}, {1, 300, 1}}) {
+    Tensor a = randn_t(Shape{M, K}, 10), b = randn_t(Shape{K, N}, 11);
+    EXPECT_TRUE(close(matmul(a, b), matmul_ref(a, b), 1e-4, 1e-5)) << M << " " << K << " " << N;
+    EXPECT_TRUE(close(matmul(contiguous(transpose(a)), b, true, false), matmul_ref(a, b), 1e-4, 1e-5));
+    EXPECT_TRUE(close(matmul(a, contiguous(transpose(b)), false, true), matmul_ref(a, b), 1e-4, 1e-5));
+  }
+  // Batched with broadcast batch dims; strided operands.
+  Tensor a = randn_t(Shape{2, 1, 4, 6}, 12), b = randn_t(Shape{3, 6, 5}, 13);
+  Tensor c = matmul(a, b);
+  ASSERT_EQ(c.shape(), (Shape{2, 3, 4, 5}));
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      Tensor ai = squeeze(slice(squeeze(slice(a, 0, i, i + 1), 0), 0, 0, 1), 0);
+      Tensor bj = squeeze(slice(b, 0, j, j + 1), 0);
+      Tensor cij = squeeze(slice(squeeze(slice(c, 0, i, i + 1), 0), 0, j, j + 1), 0);
+      EXPECT_TRUE(close(cij, matmul_ref(ai, bj), 1e-5, 1e-5));
+    }
+  for (DType dt : {DType::F16, DType::BF16}) {
+    Tensor x = randn_t(Shape{9, 17}, 14, 1.0f, dt), y = randn_t(Shape{17, 5}, 15, 1.0f, dt);
+    Tensor z = matmul(x, y);
+    EXPECT_EQ(z.dtype(), dt);
+    EXPECT_TRUE(close(z, matmul_ref(x, y), 0.1, 2e-2));
+  }
+  // Vectors: dot, matrix-vector.
+  Tensor v = randn_t(Shape{6}, 16), m = randn_t(Shape{6, 4}, 17);
+  EXPECT_EQ(matmul(v, v).ndim(), 0);
+  EXPECT_EQ(matmul(v, m).shape(), (Shape{4}));
+  EXPECT_EQ(matmul(transpose(m), v).shape(), (Shape{4}));
+  // K = 0 gives zeros.
+  EXPECT_EQ(sum(abs(matmul(zeros(Shape{3, 0}), zeros(Shape{0, 2})))).item(), 0.0);
+}
+
+TEST(Forward, LinearAndOutProd) {
+  Tensor x = randn_t(Shape{2, 3, 8}, 20), w = randn_t(Shape{5, 8}, 21), b = randn_t(Shape{5}, 22);
+  Tensor y = linear(x, w, b);
+  ASSERT_EQ(y.shape(), (Shape{2, 3, 5}));
+  std::vector<double> ref = matmul_ref(reshape(x, Shape{6, 8}), transpose(w));
+  std::vector<double> bv = to_double(b);
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] += bv[i % 5];
+  EXPECT_TRUE(close(y, ref, 1e-5, 1e-5));
+  Tensor p = randn_t(Shape{3}, 23), q = randn_t(Shape{4}, 24);
+  std::vector<double> pv = to_double(p), qv = to_double(q), o;
+  for (double pi : pv)
+    for (double qj : qv) o.push_back(pi * qj);
+  EXPECT_TRUE(close(out_prod(p, q), o, 1e-6, 1e-6));
+  Tensor A = randn_t(Shape{7, 3}, 25), B = randn_t(Shape{7, 4}, 26);
+  EXPECT_TRUE(close(out_prod(A, B), matmul_ref(transpose(A), B), 1e-5, 1e-5));
+}
+
+TEST(Forward, Reductions) {
+  Tensor x = randn_t(Shape{3, 4, 5}, 30);
+  std::vector<double> xv = to_double(x);
+  for (int axis = 0; axis < 3; ++axis) {
+    Shape os = x.shape();
+    os.erase(axis);
+    std::vector<double> s(size_t(os.numel()), 0.0), m(size_t(os.numel()), -INFINITY);
+    std::vector<int32_t> am(size_t(os.numel()), 0);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 4; ++j)
+        for (int k = 0; k < 5; ++k) {
+          int idx[3] = {i, j, k};
+          int o0 = axis == 0 ? j : i, o1 = axis == 2 ? j : k;
+          size_t o = size_t(o0 * os[1] + o1);
+          double v = xv[size_t((i * 4 + j) * 5 + k)];
+          s[o] += v;
+          if (v > m[o]) m[o] = v, am[o] = idx[axis];
+        }
+    EXPECT_TRUE(close(sum(x, axis), s, 1e-5, 1e-5)) << axis;
+    EXPECT_TRUE(close(max(x, axis), m, 0, 0)) << axis;
+    EXPECT_EQ(argmax(x, axis).to_i32_vector(), am) << axis;
+    std::vector<double> mean_ref = s;
+    for (auto& v : mean_ref) v /= double(x.size(axis));
+    EXPECT_TRUE(close(mean(x, axis), mean_ref, 1e-6, 1e-5));
+  }
+  EXPECT_EQ(sum(x, 1, true).shape(), (Shape{3, 1, 5}));
+  EXPECT_NEAR(sum(x).item(), std::accumulate(xv.begin(), xv.end(), 0.0), 1e-4);
+  EXPECT_EQ(max(x).item(), *std::max_element(xv.begin(), xv.end()));
+  // A long sum keeps double-like accuracy (blocked accumulation).
+  Tensor big = full(Shape{1 << 22}, 0.1);
+  EXPECT_NEAR(sum(big).item(), 0.1f * double(1 << 22), 1e-2);
+  // NaN propagates through max.
+  EXPECT_TRUE(std::isnan(max(from_vector(std::vector<float>{1, NAN, 3}, Shape{3})).item()));
+}
+
+TEST(Forward, ArgsortAndTopK) {
+  Tensor x = randn_t(Shape{4, 37}, 31);
+  std::vector<float> xv = x.to_f32_vector();
+  std::vector<int32_t> idx = argsort(x).to_i32_vector(), dsc = argsort(x, true).to_i32_vector();
+  auto [vals, ids] = top_k(x, 5);
+  std::vector<float> tv = vals.to_f32_vector();
+  std::vector<int32_t> ti = ids.to_i32_vector();
+  for (int r = 0; r < 4; ++r) {
+    std::vector<int32_t> ref(37);
+    std::iota(ref.begin(), ref.end(), 0);
+    std::stable_sort(ref.begin(), ref.end(), [&](int a, int b) { return xv[size_t(r * 37 + a)] < xv[size_t(r * 37 + b)]; });
+    for (int j = 0; j < 37; ++j) ASSERT_EQ(idx[size_t(r * 37 + j)], ref[size_t(j)]);
+    for (int j = 0; j < 5; ++j) {
+      EXPECT_EQ(ti[size_t(r * 5 + j)], ref[size_t(36 - j)]);
+      EXPECT_EQ(dsc[size_t(r * 37 + j)], ref[size_t(36 - j)]);
+      EXPECT_EQ(tv[size_t(r * 5 + j)], xv[size_t(r * 37 + ref[size_t(36 - j)])]);
+    }
+  }
+}
+
+TEST(Forward, Norms) {
+  for (int64_t D : {1, 7, 64, 131}) {
+    Tensor x = randn_t(Shape{5, D}, 40, 3.0f), w = randn_t(Shape{D}, 41), b = randn_t(Shape{D}, 42);
+    std::vector<double> xv = to_double(x), wv = to_double(w), bv = to_double(b);
+    std::vector<double> rms(xv.size()), ln(xv.size()), l2(xv.size());
+    for (int r = 0; r < 5; ++r) {
+      double ss = 0, mu = 0, var = 0;
+      for (int64_t j = 0; j < D; ++j) ss += xv[size_t(r * D + j)] * xv[size_t(r * D + j)], mu += xv[size_t(r * D + j)];
+      mu /= double(D);
+      for (int64_t j = 0; j < D; ++j) var += (xv[size_t(r * D + j)] - mu) * (xv[size_t(r * D + j)] - mu);
+      var /= double(D);
+      for (int64_t j = 0; j < D; ++j) {
+        size_t i = size_t(r * D + j);
+        rms[i] = xv[i] / std::sqrt(ss / double(D) + 1e-6) * wv[size_t(j)];
+        ln[i] = (xv[i] - mu) / std::sqrt(var + 1e-5) * wv[size_t(j)] + bv[size_t(j)];
+        l2[i] = xv[i] / std::max(std::sqrt(ss), 1e-12);
+      }
+    }
+    EXPECT_TRUE(close(rms_norm(x, w, 1e-6f), rms, 1e-5, 1e-5)) << D;
+    EXPECT_TRUE(close(layer_norm(x, w, b, 1e-5f), ln, 1e-5, 1e-4)) << D;
+    EXPECT_TRUE(close(l2_norm(x), l2, 1e-6, 1e-5)) << D;
+    EXPECT_TRUE(close(rms_norm(noncontig(x), w, 1e-6f), rms, 1e-5, 1e-5)) << D;
+  }
+  // LayerNorm of rows with a large mean stays exact (two-pass variance).
+  Tensor big = add(randn_t(Shape{2, 32}, 43), full(Shape{}, 1e4));
+  Tensor y = layer_norm(big);
+  std::vector<float> yv = y.to_f32_vector();
+  double m = 0;
+  for (int j = 0; j < 32; ++j) m += yv[size_t(j)];
+  EXPECT_NEAR(m / 32, 0.0, 1e-3);
+}
+
+TEST(Forward, SoftmaxMaskAndDiag) {
+  Tensor x = randn_t(Shape{2, 3, 21}, 50, 3.0f), mask = randn_t(Shape{3, 21}, 51);
+  std::vector<double> xv = to_double(x), mv = to_double(mask), sm(xv.size()), lsm(xv.size());
+  const double s = 0.5;
+  for (int r = 0; r < 6; ++r) {
+    double mx = -INFINITY, tot = 0;
+    for (int j = 0; j < 21; ++j) mx = std::max(mx, xv[size_t(r * 21 + j)] * s + mv[size_t((r % 3) * 21 + j)]);
+    for (int j = 0; j < 21; ++j) tot += std::exp(xv[size_t(r * 21 + j)] * s + mv[size_t((r % 3) * 21 + j)] - mx);
+    for (int j = 0; j < 21; ++j) {
+      double z = xv[size_t(r * 21 + j)] * s + mv[size_t((r % 3) * 21 + j)];
+      sm[size_t(r * 21 + j)] = std::exp(z - mx) / tot;
+      lsm[size_t(r * 21 + j)] = z - mx - std::log(tot);
+    }
+  }
+  EXPECT_TRUE(close(softmax(x, 0.5f, mask), sm, 1e-7, 1e-5));
+  EXPECT_TRUE(close(log_softmax(x, 0.5f, mask), lsm, 1e-5, 1e-5));
+  // Causal mask with n_past, then softmax: rows sum to 1 over visible keys only.
+  Tensor d = diag_mask_inf(randn_t(Shape{4, 6}, 52), 2);
+  std::vector<float> dv = d.to_f32_vector();
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 6; ++j) EXPECT_EQ(std::isinf(dv[size_t(i * 6 + j)]), j > 2 + i);
+  // A fully masked row gives zeros, not NaN.
+  Tensor all_masked = full(Shape{1, 4}, -INFINITY);
+  for (float v : softmax(all_masked).to_f32_vector()) EXPECT_EQ(v, 0.0f);
+}
+
+namespace {
+// ggml rope_yarn reference in double.
+std::vector<double> rope_ref(const Tensor& x, const std::vector<int>& pos, const RopeOptions& o) {
+  const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
+  const int n = o.n_dims ? o.n_dims : int(D);
+  std::vector<double> xv = to_double(contiguous(x)), y = xv;
+  std::vector<float> ff = o.freq_factors.defined() ? o.freq_factors.to_f32_vector() : std::vector<float>();
+  double corr0 = 0, corr1 = 0;
+  auto corr_dim = [&](double rot) { return n * std::log(o.n_ctx_orig / (rot * 2 * M_PI)) / (2 * std::log(o.freq_base)); };
+  if (o.ext_factor != 0) {
+    corr0 = std::max(0.0, std::floor(corr_dim(o.beta_fast)));
+    corr1 = std::min(double(n - 1), std::ceil(corr_dim(o.beta_slow)));
+  }
+  double mscale = o.attn_factor * (o.ext_factor != 0 ? 1 + 0.1 * std::log(1 / o.freq_scale) : 1.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        for (int i = 0; i < n / 2; ++i) {
+          double te = pos[size_t(t)] * std::pow(double(o.freq_base), -2.0 * i / n) / (ff.empty() ? 1.0 : ff[size_t(i)]);
+          double th = o.freq_scale * te;
+          if (o.ext_factor != 0) {
+            double ramp = 1 - std::min(1.0, std::max(0.0, (i - corr0) / std::max(0.001, corr1 - corr0)));
+            double mix = ramp * o.ext_factor;
+            th = th * (1 - mix) + te * mix;
+          }
+          const int64_t i0 = o.neox ? i : 2 * i, i1 = o.neox ? i + n / 2 : 2 * i + 1;
+          const size_t base = size_t(((b * T + t) * H + h) * D);
+          const double x0 = xv[base + size_t(i0)], x1 = xv[base + size_t(i1)];
+          y[base + size_t(i0)] = (x0 * std::cos(th) - x1 * std::sin(th)) * mscale;
+          y[base + size_t(i1)] = (x0 * std::sin(th) + x1 * std::cos(th)) * mscale;
+        }
+  return y;
+}
+}  // namespace
+
+TEST(Forward, RopeLayoutsScalingAndYarn) {
+  Tensor x = randn_t(Shape{2, 5, 3, 16}, 60);
+  std::vector<int> pv = {0, 1, 5, 100, 4000};
+  Tensor pos = from_vector(std::vector<int32_t>(pv.begin(), pv.end()), Shape{5});
+  std::vector<RopeOptions> cases(5);
+  cases[1].neox = true;
+  cases[2].n_dims = 8;
+  cases[2].freq_base = 500000.0f;
+  cases[3].freq_factors = from_vector(std::vector<float>{1, 1, 2, 2, 4, 4, 8, 8}, Shape{8});
+  cases[4].ext_factor = 1.0f;
+  cases[4].freq_scale = 0.25f;
+  cases[4].n_ctx_orig = 4096;
+  cases[4].attn_factor = 1.1f;
+  for (size_t c = 0; c < cases.size(); ++c)
+    EXPECT_TRUE(close(rope(x, pos, cases[c]), rope_ref(x, pv, cases[c]), 1e-4, 1e-4)) << "case " << c;
+  // Per-batch positions.
+  Tensor pos2 = from_vector(std::vector<int32_t>{0, 1, 2, 3, 4, 0, 1, 5, 100, 4000}, Shape{2, 5});
+  Tensor y = rope(x, pos2);
+  EXPECT_TRUE(close(slice(y, 0, 1, 2), rope_ref(slice(x, 0, 1, 2), pv, {}), 1e-4, 1e-4));
+  // The inverse rotation restores the input (what the backward relies on).
+  Tensor xr = param(x.detach());
+  Tensor yr = rope(xr, pos);
+  auto g = grad(sum(mul(yr, yr.detach())), {xr});
+  EXPECT_TRUE(close(g[0], to_double(x), 1e-4, 1e-4));
+}
+
+namespace {
+std::vector<double> attention_ref(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                  const std::vector<int>& seg, float scale) {
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), S = k.size(1), Hkv = k.size(2),
+                Dv = v.size(3);
+  std::vector<double> qv = to_double(contiguous(q)), kv = to_double(contiguous(k)), vv = to_double(contiguous(v));
+  std::vector<double> out(size_t(B * T * H * Dv), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = h / (H / Hkv);
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> s(size_t(S), -INFINITY);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < S; ++j) {
+          if (causal && j > i + (S - T)) continue;
+          if (!seg.empty() && seg[size_t(b * T + j)] != seg[size_t(b * T + i)]) continue;
+          double d = 0;
+          for (int64_t e = 0; e < D; ++e)
+            d += qv[size_t(((b * T + i) * H + h) * D + e)] * kv[size_t(((b * S + j) * Hkv + hk) * D + e)];
+          s[size_t(j)] = d * scale;
+          mx = std::max(mx, s[size_t(j)]);
+        }
+        double tot = 0;
+        for (auto& x : s) tot += (x = std::isinf(x) ? 0 : std::exp(x - mx));
+        for (int64_t j = 0; j < S; ++j)
+          for (int64_t e = 0; e < Dv; ++e)
+            out[size_t(((b * T + i) * H + h) * Dv + e)] += s[size_t(j)] / tot * vv[size_t(((b * S + j) * Hkv + hk) * Dv + e)];
+      }
+    }
+  return out;
+}
+}  // namespace
+
+TEST(Forward, AttentionCausalGqaSegmentsAndKvOffset) {
+  Tensor q = randn_t(Shape{2, 150, 4, 8}, 70), k = randn_t(Shape{2, 150, 2, 8}, 71), v = randn_t(Shape{2, 150, 2, 5}, 72);
+  const float sc = 1.0f / std::sqrt(8.0f);
+  EXPECT_TRUE(close(attention(q, k, v), attention_ref(q, k, v, true, {}, sc), 1e-5, 1e-4));
+  AttentionOptions nc;
+  nc.causal = false;
+  nc.scale = 0.3f;
+  EXPECT_TRUE(close(attention(q, k, v, nc), attention_ref(q, k, v, false, {}, 0.3f), 1e-5, 1e-4));
+  // Decode-style: 3 new queries against 150 cached keys.
+  Tensor q3 = slice(q, 1, 147, 150);
+  EXPECT_TRUE(close(attention(q3, k, v), attention_ref(q3, k, v, true, {}, sc), 1e-5, 1e-4));
+  // Packed segments (monotone in batch 0, interleaved in batch 1).
+  std::vector<int> seg(300);
+  for (int t = 0; t < 150; ++t) seg[size_t(t)] = t / 40, seg[size_t(150 + t)] = (t / 7) % 3;
+  AttentionOptions so;
+  so.segments = from_vector(std::vector<int32_t>(seg.begin(), seg.end()), Shape{2, 150});
+  EXPECT_TRUE(close(attention(q, k, v, so), attention_ref(q, k, v, true, seg, sc), 1e-5, 1e-4));
+  // Strided inputs (a permuted view) and bf16.
+  Tensor qp = permute(contiguous(permute(q, {0, 2, 1, 3})), {0, 2, 1, 3});
+  EXPECT_TRUE(close(attention(qp, k, v), attention_ref(q, k, v, true, {}, sc), 1e-5, 1e-4));
+  Tensor qb = cast(q, DType::BF16), kb = cast(k, DType::BF16), vb = cast(v, DType::BF16);
+  Tensor ob = attention(qb, kb, vb);
+  EXPECT_EQ(ob.dtype(), DType::BF16);
+  EXPECT_TRUE(close(ob, attention_ref(qb, kb, vb, true, {}, sc), 2e-2, 2e-2));
+}
+
+TEST(Forward, AttentionMatchesComposedOps) {
+  // The fused kernel against the same maths composed from the engine's own ops.
+  Tensor q = randn_t(Shape{1, 33, 2, 16}, 73), k = randn_t(Shape{1, 33, 2, 16}, 74), v = randn_t(Shape{1, 33, 2, 16}, 75);
+  Tensor qh = permute(q, {0, 2, 1, 3}), kh = permute(k, {0, 2, 1, 3}), vh = permute(v, {0, 2, 1, 3});
+  Tensor p = softmax(diag_mask_inf(matmul(qh, kh, false, true)), 0.25f);
+  Tensor composed = permute(matmul(p, vh), {0, 2, 1, 3});
+  EXPECT_TRUE(close(attention(q, k, v), contiguous(composed), 1e-5, 1e-4));
+}
+
+TEST(Forward, ShapeOps) {
+  Tensor x = reshape(arange(24), Shape{2, 3, 4});
+  EXPECT_EQ(permute(x, {2, 0, 1}).to_f32_vector()[1], 4.0f);  // y[0, 0, 1] = x[0, 1, 0]
+  Tensor c = concat({x, scale(x, -1)}, 1);
+  EXPECT_EQ(c.shape(), (Shape{2, 6, 4}));
+  EXPECT_EQ(c.to_f32_vector()[12], -0.0f);
+  EXPECT_EQ(c.to_f32_vector()[24], 12.0f);
+  Tensor s = slice(x, 2, 1, 4, 2);
+  EXPECT_EQ(s.to_f32_vector(), (std::vector<float>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23}));
+  EXPECT_EQ(slice(x, 0, -1, 100).shape(), (Shape{1, 3, 4}));
+  Tensor p = pad(reshape(arange(2), Shape{1, 2}), {{1, 0}, {0, 2}}, 9.0f);
+  EXPECT_EQ(p.to_f32_vector(), (std::vector<float>{9, 9, 9, 9, 0, 1, 9, 9}));
+  Tensor r = repeat(from_vector(std::vector<float>{1, 2}, Shape{2}), {2, 3});
+  EXPECT_EQ(r.shape(), (Shape{2, 6}));
+  EXPECT_EQ(r.to_f32_vector(), (std::vector<float>{1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2}));
+  Tensor e = expand(from_vector(std::vector<float>{1, 2}, Shape{2, 1}), Shape{2, 3});
+  EXPECT_EQ(e.to_f32_vector(), (std::vector<float>{1, 1, 1, 2, 2, 2}));
+  EXPECT_EQ(unsqueeze(x, 1).shape(), (Shape{2, 1, 3, 4}));
+  EXPECT_EQ(cast(from_vector(std::vector<float>{1.7f, -2.5f}, Shape{2}), DType::I32).to_i32_vector(),
+            (std::vector<int32_t>{1, -2}));
+  EXPECT_EQ(cast(cast(x, DType::BF16), DType::F32).to_f32_vector(), x.to_f32_vector());
+  // Quantize / dequantize through cast.
+  Tensor w = randn_t(Shape{3, 64}, 80);
+  Tensor wq = cast(w, DType::Q8_0);
+  EXPECT_EQ(wq.dtype(), DType::Q8_0);
+  EXPECT_TRUE(close(cast(wq, DType::F32), w, 0.05, 0.0));
+}
+
+TEST(Forward, RowsGatherAndScatter) {
+  Tensor table = randn_t(Shape{6, 5}, 90);
+  Tensor ids = from_vector(std::vector<int32_t>{5, 0, 5}, Shape{3});
+  Tensor r = get_rows(table, ids);
+  std::vector<float> tv = table.to_f32_vector(), rv = r.to_f32_vector();
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(rv[size_t(i)], tv[size_t(25 + i)]);
+    EXPECT_EQ(rv[size_t(5 + i)], tv[size_t(i)]);
+  }
+  Tensor q = cast(randn_t(Shape{4, 32}, 91), DType::Q4_0);
+  Tensor qr = get_rows(q, from_vector(std::vector<int32_t>{2}, Shape{1}));
+  EXPECT_EQ(qr.dtype(), DType::F32);
+  EXPECT_TRUE(close(qr, slice(cast(q, DType::F32), 0, 2, 3), 0, 0));
+  Tensor dst = zeros(Shape{4, 5});
+  Tensor src = randn_t(Shape{2, 5}, 92);
+  Tensor out = set_rows(dst, from_vector(std::vector<int32_t>{3, 1}, Shape{2}), src);
+  EXPECT_EQ(sum(abs(dst)).item(), 0.0);  // functional: dst untouched
+  EXPECT_TRUE(close(slice(out, 0, 3, 4), slice(src, 0, 0, 1), 0, 0));
+  set_rows_(dst, from_vector(std::vector<int32_t>{0}, Shape{1}), slice(src, 0, 1, 2));
+  EXPECT_TRUE(close(slice(dst, 0, 0, 1), slice(src, 0, 1, 2), 0, 0));
+}
+
+TEST(Forward, CrossEntropyIgnoreWeightsAndNormalizer) {
+  Tensor logits = randn_t(Shape{4, 7}, 100, 3.0f);
+  Tensor t = from_vector(std::vector<int32_t>{1, -100, 6, 0}, Shape{4});
+  std::vector<double> z = to_double(logits);
+  auto nll = [&](int r, int c) {
+    double mx = -INFINITY, s = 0;
+    for (int j = 0; j < 7; ++j) mx = std::max(mx, z[size_t(r * 7 + j)]);
+    for (int j = 0; j < 7; ++j) s += std::exp(z[size_t(r * 7 + j)] - mx);
+    return mx + std::log(s) - z[size_t(r * 7 + c)];
+  };
+  double ref = (nll(0, 1) + nll(2, 6) + nll(3, 0)) / 3;
+  EXPECT_NEAR(cross_entropy(logits, t).item(), ref, 1e-5);
+  CrossEntropyOptions o;
+  o.weights = from_vector(std::vector<float>{2, 1, 0, 1}, Shape{4});
+  EXPECT_NEAR(cross_entropy(logits, t, o).item(), (2 * nll(0, 1) + nll(3, 0)) / 3, 1e-5);
+  o.normalizer = 10;
+  EXPECT_NEAR(cross_entropy(logits, t, o).item(), (2 * nll(0, 1) + nll(3, 0)) / 10, 1e-5);
+  Tensor none = from_vector(std::vector<int32_t>{-100, -100, -100, -100}, Shape{4});
+  EXPECT_EQ(cross_entropy(logits, none).item(), 0.0);
+  // Chunked linear head = plain head.
+  Tensor h = randn_t(Shape{9, 6}, 101), w = randn_t(Shape{7, 6}, 102);
+  Tensor t9 = from_vector(std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, -100, 3}, Shape{9});
+  EXPECT_NEAR(linear_cross_entropy(h, w, t9, 4).item(), cross_entropy(linear(h, w), t9).item(), 1e-5);
+}
+
+TEST(Forward, ConvolutionsMatchDirectLoops) {
+  Tensor x = randn_t(Shape{2, 3, 7, 6}, 110), w = randn_t(Shape{4, 3, 3, 2}, 111), b = randn_t(Shape{4}, 112);
+  Conv2dOptions o;
+  o.stride_h = 2;
+  o.pad_h = 1;
+  o.pad_w = 2;
+  o.dilation_w = 2;
+  Tensor y = conv2d(x, w, b, o);
+  const int64_t OH = (7 + 2 - 2 - 1) / 2 + 1, OW = (6 + 4 - 2 - 1) / 1 + 1;
+  ASSERT_EQ(y.shape(), (Shape{2, 4, OH, OW}));
+  std::vector<double> xv = to_double(x), wv = to_double(w), bv = to_double(b), ref;
+  for (int n = 0; n < 2; ++n)
+    for (int oc = 0; oc < 4; ++oc)
+      for (int oh = 0; oh < OH; ++oh)
+        for (int ow = 0; ow < OW; ++ow) {
+          double s = bv[size_t(oc)];
+          for (int c = 0; c < 3; ++c)
+            for (int kh = 0; kh < 3; ++kh)
+              for (int kw = 0; kw < 2; ++kw) {
+                int ih = oh * 2 - 1 + kh, iw = ow - 2 + kw * 2;
+                if (ih < 0 || ih >= 7 || iw < 0 || iw >= 6) continue;
+                s += xv[size_t(((n * 3 + c) * 7 + ih) * 6 + iw)] * wv[size_t(((oc * 3 + c) * 3 + kh) * 2 + kw)];
+              }
+          ref.push_back(s);
+        }
+  EXPECT_TRUE(close(y, ref, 1e-5, 1e-5));
+  // Depthwise causal conv1d.
+  Tensor xs = randn_t(Shape{2, 9, 3}, 113), ws = randn_t(Shape{3, 4}, 114);
+  std::vector<double> a = to_double(xs), k = to_double(ws), r2;
+  for (int bb = 0; bb < 2; ++bb)
+    for (int t = 0; t < 9; ++t)
+      for (int c = 0; c < 3; ++c) {
+        double s = 0;
+        for (int j = 0; j < 4; ++j) {
+          int ti = t - 3 + j;
+          if (ti >= 0) s += k[size_t(c * 4 + j)] * a[size_t((bb * 9 + ti) * 3 + c)];
+        }
+        r2.push_back(s);
+      }
+  EXPECT_TRUE(close(conv1d(xs, ws), r2, 1e-6, 1e-5));
+}
+
+TEST(Forward, SsmScanMatchesRecurrence) {
+  const int64_t B = 2, T = 6, H = 4, P = 3, G = 2, N = 5;
+  Tensor x = randn_t(Shape{B, T, H, P}, 120), dt = randn_t(Shape{B, T, H}, 121), A = rand_t(Shape{H}, 122, -2, -0.1f);
+  Tensor Bm = randn_t(Shape{B, T, G, N}, 123), C = randn_t(Shape{B, T, G, N}, 124), s0 = randn_t(Shape{B, H, P, N}, 125);
+  auto [y, sf] = ssm_scan(x, dt, A, Bm, C, s0);
+  std::vector<double> xv = to_double(x), dv = to_double(dt), av = to_double(A), bv = to_double(Bm), cv = to_double(C),
+                      s = to_double(s0), yref(size_t(B * T * H * P));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / G);
+      for (int64_t t = 0; t < T; ++t) {
+        double d = dv[size_t((b * T + t) * H + h)];
+        double dtp = d > 20 ? d : std::log1p(std::exp(d));
+        double a = std::exp(dtp * av[size_t(h)]);
+        for (int64_t p = 0; p < P; ++p) {
+          double acc = 0;
+          for (int64_t n = 0; n < N; ++n) {
+            double& st = s[size_t(((b * H + h) * P + p) * N + n)];
+            st = st * a + xv[size_t(((b * T + t) * H + h) * P + p)] * dtp * bv[size_t(((b * T + t) * G + g) * N + n)];
+            acc += st * cv[size_t(((b * T + t) * G + g) * N + n)];
+          }
+          yref[size_t(((b * T + t) * H + h) * P + p)] = acc;
+        }
+      }
+    }
+  EXPECT_TRUE(close(y, yref, 1e-5, 1e-5));
+  EXPECT_TRUE(close(sf, s, 1e-5, 1e-5));
+}
+
+TEST(Forward, MoePrimitives) {
+  Tensor w = randn_t(Shape{3, 4, 5}, 130), x = randn_t(Shape{2, 1, 5}, 131), b = randn_t(Shape{3, 4}, 132);
+  Tensor ids = from_vector(std::vector<int32_t>{2, 0, 1, 2}, Shape{2, 2});
+  Tensor y = mul_mat_id(w, x, ids);
+  ASSERT_EQ(y.shape(), (Shape{2, 2, 4}));
+  std::vector<double> wv = to_double(w), xv = to_double(x), yv = to_double(y);
+  const int idv[4] = {2, 0, 1, 2};
+  for (int t = 0; t < 2; ++t)
+    for (int u = 0; u < 2; ++u)
+      for (int n = 0; n < 4; ++n) {
+        double s = 0;
+        for (int k = 0; k < 5; ++k) s += wv[size_t((idv[t * 2 + u] * 4 + n) * 5 + k)] * xv[size_t(t * 5 + k)];
+        EXPECT_NEAR(yv[size_t((t * 2 + u) * 4 + n)], s, 1e-5);
+      }
+  Tensor z = add_id(y, b, ids);
+  std::vector<double> zv = to_double(z), bv = to_double(b);
+  for (int i = 0; i < 4; ++i)
+    for (int n = 0; n < 4; ++n) EXPECT_NEAR(zv[size_t(i * 4 + n)], yv[size_t(i * 4 + n)] + bv[size_t(idv[i] * 4 + n)], 1e-6);
+}
+
+TEST(Forward, ResultsDoNotDependOnThreadCount) {
+  auto run = [] {
+    Tensor x = randn_t(Shape{37, 129}, 140), w = randn_t(Shape{129}, 141);
+    Tensor a = randn_t(Shape{2, 70, 2, 16}, 142);
+    std::vector<float> r = rms_norm(x, w).to_f32_vector();
+    std::vector<float> s = softmax(x).to_f32_vector();
+    std::vector<float> e = gelu(x).to_f32_vector();
+    std::vector<float> at = attention(a, a, a).to_f32_vector();
+    r.insert(r.end(), s.begin(), s.end());
+    r.insert(r.end(), e.begin(), e.end());
+    r.insert(r.end(), at.begin(), at.end());
+    return r;
+  };
+  set_num_threads(1);
+  auto one = run();
+  set_num_threads(2);
+  auto two = run();
+  set_num_threads(3);
+  auto three = run();
+  set_num_threads(0);
+  EXPECT_EQ(one, two);
+  EXPECT_EQ(one, three);
+}

@@ -1,0 +1,447 @@
+// OpGrad.<op>: every op's backward against central differences (gradcheck), on regular,
+// broadcast, non-contiguous and size-1 inputs. Ops without a gradient check that their
+// outputs carry none. The op table's grad_test field names these tests.
+#include <gtest/gtest.h>
+
+#include "helpers.h"
+
+using namespace toy;
+using namespace toy::test;
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+namespace {
+Tensor R(const Shape& s, uint64_t seed, float scale = 1.0f) { return param(randn_t(s, seed, scale)); }
+Tensor U(const Shape& s, uint64_t seed, float lo, float hi) { return param(rand_t(s, seed, lo, hi)); }
+// Values bounded away from 0 with random sign (for kinked ops).
+Tensor away_from_zero(const Shape& s, uint64_t seed) {
+  NoGradGuard ng;
+  Tensor m = rand_t(s, seed, 0.2f, 1.5f);
+  Tensor sign = rand_t(s, seed + 1, -1.0f, 1.0f);
+  std::vector<float> mv = m.to_f32_vector(), sv = sign.to_f32_vector();
+  for (size_t i = 0; i < mv.size(); ++i) mv[i] *= sv[i] < 0 ? -1.0f : 1.0f;
+  return param(from_vector(mv, s));
+}
+// Moves any value within 0.05 of a kink 0.1 away from it (eps is 0.01).
+Tensor avoiding(const Tensor& t, std::initializer_list<float> kinks) {
+  std::vector<float> v = t.to_f32_vector();
+  for (float& x : v)
+    for (float k : kinks)
+      if (std::fabs(x - k) < 0.05f) x = k + (x < k ? -0.1f : 0.1f);
+  return param(from_vector(v, t.shape()));
+}
+Tensor NC(const Tensor& t) { return param(noncontig(t.detach())); }
+}  // namespace
+
+// ---- elementwise -----------------------------------------------------------------------------
+
+#define UNARY_GRAD(NAME, EXPR, INPUT)                                        \
+  TEST(OpGrad, NAME) {                                                       \
+    Fn f = [](const std::vector<Tensor>& in) { return EXPR; };               \
+    Tensor x = INPUT;                                                        \
+    EXPECT_TRUE(grad_ok(f, {x}));                                            \
+    EXPECT_TRUE(grad_ok(f, {NC(x)}));                                        \
+    EXPECT_TRUE(grad_ok(f, {param(reshape(x.detach(), Shape{1, -1, 1}))}));  \
+  }
+
+UNARY_GRAD(scale, scale(in[0], -1.5f), R(Shape{3, 5}, 1))
+UNARY_GRAD(neg, neg(in[0]), R(Shape{3, 5}, 2))
+UNARY_GRAD(exp, exp(in[0]), R(Shape{3, 5}, 3))
+UNARY_GRAD(log, log(in[0]), U(Shape{3, 5}, 4, 0.5f, 3.0f))
+UNARY_GRAD(sqrt, sqrt(in[0]), U(Shape{3, 5}, 5, 0.5f, 3.0f))
+UNARY_GRAD(rsqrt, rsqrt(in[0]), U(Shape{3, 5}, 6, 0.5f, 3.0f))
+UNARY_GRAD(square, square(in[0]), R(Shape{3, 5}, 7))
+UNARY_GRAD(abs, abs(in[0]), away_from_zero(Shape{3, 5}, 8))
+UNARY_GRAD(tanh, tanh(in[0]), R(Shape{3, 5}, 9))
+UNARY_GRAD(sigmoid, sigmoid(in[0]), R(Shape{3, 5}, 10, 2.0f))
+UNARY_GRAD(relu, relu(in[0]), away_from_zero(Shape{3, 5}, 11))
+UNARY_GRAD(silu, silu(in[0]), R(Shape{3, 5}, 12, 2.0f))
+UNARY_GRAD(clamp, clamp(in[0], -0.5f, 0.7f), avoiding(R(Shape{3, 5}, 13), {-0.5f, 0.7f}))
+
+TEST(OpGrad, gelu) {
+  Tensor x = R(Shape{4, 6}, 14, 2.0f);
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return gelu(in[0], GeluApprox::Tanh); }, {x}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return gelu(in[0], GeluApprox::None); }, {x}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return gelu(in[0]); }, {NC(x)}));
+}
+
+#define BINARY_GRAD(NAME, OP, B_INPUT)                                                             \
+  TEST(OpGrad, NAME) {                                                                             \
+    Fn f = [](const std::vector<Tensor>& in) { return OP(in[0], in[1]); };                         \
+    EXPECT_TRUE(grad_ok(f, {R(Shape{3, 4}, 20), B_INPUT(Shape{3, 4}, 21)}));                       \
+    /* broadcasting both ways, size-1 and leading dims */                                          \
+    EXPECT_TRUE(grad_ok(f, {R(Shape{2, 3, 4}, 22), B_INPUT(Shape{4}, 23)}));                        \
+    EXPECT_TRUE(grad_ok(f, {R(Shape{3, 1}, 24), B_INPUT(Shape{1, 4}, 25)}));                        \
+    EXPECT_TRUE(grad_ok(f, {NC(R(Shape{4, 3}, 26)), B_INPUT(Shape{4, 1}, 27)}));                    \
+    EXPECT_TRUE(grad_ok(f, {R(Shape{}, 28), B_INPUT(Shape{2, 2}, 29)}));                            \
+  }
+
+namespace {
+Tensor Rb(const Shape& s, uint64_t seed) { return R(s, seed); }
+Tensor Pos(const Shape& s, uint64_t seed) { return U(s, seed, 0.5f, 2.0f); }
+}  // namespace
+BINARY_GRAD(add, add, Rb)
+BINARY_GRAD(sub, sub, Rb)
+BINARY_GRAD(mul, mul, Rb)
+BINARY_GRAD(div, div, Pos)
+
+TEST(OpGrad, swiglu) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return swiglu(in[0], in[1]); },
+                      {R(Shape{3, 8}, 30, 2.0f), R(Shape{3, 8}, 31)}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return swiglu(in[0]); }, {R(Shape{2, 3, 10}, 32, 2.0f)}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return swiglu(in[0], in[1]); },
+                      {NC(R(Shape{5, 4}, 33)), R(Shape{5, 4}, 34)}));
+}
+
+TEST(OpGrad, dropout) {
+  // With a fixed generator position the mask is a constant: the op is linear.
+  Fn f = [](const std::vector<Tensor>& in) {
+    Generator g(99);
+    return dropout(in[0], 0.3f, true, g);
+  };
+  EXPECT_TRUE(grad_ok(f, {R(Shape{7, 9}, 35)}));
+  EXPECT_TRUE(grad_ok(f, {NC(R(Shape{7, 9}, 36))}));
+}
+
+// ---- matmul ------------------------------------------------------------------------------------
+
+TEST(OpGrad, matmul) {
+  Fn f = [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); };
+  EXPECT_TRUE(grad_ok(f, {R(Shape{3, 4}, 40), R(Shape{4, 5}, 41)}));
+  EXPECT_TRUE(grad_ok(f, {R(Shape{2, 3, 4}, 42), R(Shape{4, 5}, 43)}));     // broadcast batch
+  EXPECT_TRUE(grad_ok(f, {R(Shape{2, 1, 3, 4}, 44), R(Shape{3, 4, 2}, 45)}));
+  EXPECT_TRUE(grad_ok(f, {R(Shape{4}, 46), R(Shape{4, 3}, 47)}));           // vector @ matrix
+  EXPECT_TRUE(grad_ok(f, {R(Shape{3, 4}, 48), R(Shape{4}, 49)}));           // matrix @ vector
+  EXPECT_TRUE(grad_ok(f, {R(Shape{4}, 50), R(Shape{4}, 51)}));              // dot
+  EXPECT_TRUE(grad_ok(f, {NC(R(Shape{3, 4}, 52)), NC(R(Shape{4, 5}, 53))}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return matmul(in[0], in[1], true, true); },
+                      {R(Shape{2, 4, 3}, 54), R(Shape{2, 5, 4}, 55)}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return matmul(in[0], in[1], false, true); },
+                      {R(Shape{3, 4}, 56), R(Shape{6, 4}, 57)}));
+}
+
+TEST(OpGrad, linear) {
+  Fn f = [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); };
+  EXPECT_TRUE(grad_ok(f, {R(Shape{2, 3, 4}, 60), R(Shape{5, 4}, 61), R(Shape{5}, 62)}));
+  EXPECT_TRUE(grad_ok(f, {NC(R(Shape{6, 4}, 63)), R(Shape{3, 4}, 64), R(Shape{3}, 65)}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return linear(in[0], in[1]); },
+                      {R(Shape{4}, 66), R(Shape{2, 4}, 67)}));
+}
+
+TEST(OpGrad, out_prod) {
+  Fn f = [](const std::vector<Tensor>& in) { return out_prod(in[0], in[1]); };
+  EXPECT_TRUE(grad_ok(f, {R(Shape{3}, 70), R(Shape{4}, 71)}));
+  EXPECT_TRUE(grad_ok(f, {R(Shape{5, 3}, 72), R(Shape{5, 4}, 73)}));
+}
+
+// ---- reductions --------------------------------------------------------------------------------
+
+TEST(OpGrad, sum) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return sum(in[0]); }, {R(Shape{3, 4}, 80)}));
+  for (int axis : {0, 1, 2, -1})
+    EXPECT_TRUE(grad_ok([axis](const std::vector<Tensor>& in) { return sum(in[0], axis); }, {R(Shape{2, 3, 4}, 81)}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return sum(in[0], 1, true); }, {NC(R(Shape{3, 4}, 82))}));
+}
+
+TEST(OpGrad, mean) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return mean(in[0]); }, {R(Shape{3, 4}, 83)}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return mean(in[0], 0, true); }, {R(Shape{3, 4}, 84)}));
+}
+
+TEST(OpGrad, max) {
+  // Distinct values so the maximum is unique and the function is locally linear.
+  Tensor x = param(scale(add(arange(24), scale(rand_t(Shape{24}, 85, 0, 0.3f), 1.0f)), 0.37f));
+  Tensor x3 = param(reshape(permute(reshape(x.detach(), Shape{2, 3, 4}), {2, 0, 1}), Shape{4, 2, 3}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return max(in[0]); }, {x}));
+  for (int axis : {0, 1, 2})
+    EXPECT_TRUE(grad_ok([axis](const std::vector<Tensor>& in) { return max(in[0], axis); }, {x3}));
+}
+
+TEST(OpGrad, argmax) {
+  Tensor x = param(from_vector(std::vector<float>{1, 5, 2, 7, 0, 7}, Shape{2, 3}));
+  Tensor i = argmax(x);
+  EXPECT_FALSE(i.requires_grad());
+  EXPECT_EQ(i.dtype(), DType::I32);
+  EXPECT_EQ(i.to_i32_vector(), (std::vector<int32_t>{1, 0}));
+  EXPECT_EQ(argmax(x, 0).to_i32_vector(), (std::vector<int32_t>{1, 0, 1}));
+}
+
+TEST(OpGrad, argsort) {
+  Tensor x = param(from_vector(std::vector<float>{3, 1, 2, 1}, Shape{4}));
+  Tensor i = argsort(x);
+  EXPECT_FALSE(i.requires_grad());
+  EXPECT_EQ(i.to_i32_vector(), (std::vector<int32_t>{1, 3, 2, 0}));  // stable
+  EXPECT_EQ(argsort(x, true).to_i32_vector(), (std::vector<int32_t>{0, 2, 1, 3}));
+}
+
+TEST(OpGrad, top_k) {
+  Tensor x = param(from_vector(std::vector<float>{3, 9, 2, 9, 5, 1}, Shape{2, 3}));
+  auto [v, i] = top_k(x, 2);
+  EXPECT_FALSE(v.requires_grad());
+  EXPECT_EQ(v.to_f32_vector(), (std::vector<float>{9, 3, 9, 5}));
+  EXPECT_EQ(i.to_i32_vector(), (std::vector<int32_t>{1, 0, 0, 1}));
+}
+
+// ---- norms / softmax ---------------------------------------------------------------------------
+
+TEST(OpGrad, rms_norm) {
+  Fn f = [](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], 1e-5f); };
+  EXPECT_TRUE(grad_ok(f, {R(Shape{3, 8}, 90), R(Shape{8}, 91)}));
+  EXPECT_TRUE(grad_ok(f, {NC(R(Shape{8, 3}, 92)), R(Shape{3}, 93)}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return rms_norm(in[0]); }, {R(Shape{2, 2, 5}, 94)}));
+  EXPECT_TRUE(grad_ok(f, {R(Shape{4, 37}, 95), R(Shape{37}, 96)}));  // odd width (vector tail)
+}
+
+TEST(OpGrad, layer_norm) {
+  Fn f = [](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); };
+  EXPECT_TRUE(grad_ok(f, {R(Shape{3, 8}, 100), R(Shape{8}, 101), R(Shape{8}, 102)}));
+  EXPECT_TRUE(grad_ok(f, {NC(R(Shape{9, 3}, 103)), R(Shape{3}, 104), R(Shape{3}, 105)}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return layer_norm(in[0]); }, {R(Shape{2, 11}, 106)}));
+}
+
+TEST(OpGrad, l2_norm) {
+  Fn f = [](const std::vector<Tensor>& in) { return l2_norm(in[0]); };
+  EXPECT_TRUE(grad_ok(f, {R(Shape{3, 8}, 110)}));
+  EXPECT_TRUE(grad_ok(f, {NC(R(Shape{5, 3}, 111))}));
+}
+
+TEST(OpGrad, softmax) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return softmax(in[0]); }, {R(Shape{3, 7}, 120)}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return softmax(in[0], 0.5f, in[1]); },
+                      {R(Shape{2, 3, 9}, 121), R(Shape{3, 9}, 122)}));  // mask gets a gradient too
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return softmax(in[0], 2.0f); }, {NC(R(Shape{6, 4}, 123))}));
+}
+
+TEST(OpGrad, log_softmax) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return log_softmax(in[0]); }, {R(Shape{3, 7}, 124)}));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return log_softmax(in[0], 0.7f, in[1]); },
+                      {R(Shape{4, 9}, 125), R(Shape{1, 9}, 126)}));
+}
+
+TEST(OpGrad, diag_mask_inf) {
+  // Masked then softmaxed (a -inf output has no finite probe).
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return softmax(diag_mask_inf(in[0], 1)); },
+                      {R(Shape{2, 4, 6}, 127)}));
+}
+
+// ---- rope / attention ----------------------------------------------------------------------------
+
+TEST(OpGrad, rope) {
+  Tensor pos = from_vector(std::vector<int32_t>{0, 3, 7}, Shape{3});
+  for (bool neox : {false, true}) {
+    RopeOptions o;
+    o.neox = neox;
+    o.n_dims = 6;  // partial rotation: last 2 dims pass through
+    Fn f = [pos, o](const std::vector<Tensor>& in) { return rope(in[0], pos, o); };
+    EXPECT_TRUE(grad_ok(f, {R(Shape{2, 3, 2, 8}, 130)}));
+    EXPECT_TRUE(grad_ok(f, {param(permute(R(Shape{2, 2, 3, 8}, 131).detach(), {0, 2, 1, 3}))}));
+  }
+  RopeOptions y;
+  y.ext_factor = 1.0f;
+  y.freq_scale = 0.25f;
+  y.n_ctx_orig = 32;
+  y.freq_factors = from_vector(std::vector<float>{1, 2, 4, 8}, Shape{4});
+  EXPECT_TRUE(grad_ok([pos, y](const std::vector<Tensor>& in) { return rope(in[0], pos, y); },
+                      {R(Shape{1, 3, 2, 8}, 132)}));
+}
+
+TEST(OpGrad, attention) {
+  Fn causal = [](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2]); };
+  EXPECT_TRUE(grad_ok(causal, {R(Shape{2, 5, 2, 4}, 140), R(Shape{2, 5, 2, 4}, 141), R(Shape{2, 5, 2, 4}, 142)}));
+  // GQA, longer than one block, different value dim, non-causal.
+  AttentionOptions nc;
+  nc.causal = false;
+  EXPECT_TRUE(grad_ok([nc](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], nc); },
+                      {R(Shape{1, 70, 4, 4}, 143), R(Shape{1, 70, 2, 4}, 144), R(Shape{1, 70, 2, 3}, 145)},
+                      {.max_elements = 200}));
+  // Block-causal segments.
+  AttentionOptions seg;
+  seg.segments = from_vector(std::vector<int32_t>{0, 0, 0, 1, 1, 2}, Shape{1, 6});
+  EXPECT_TRUE(grad_ok([seg](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], seg); },
+                      {R(Shape{1, 6, 2, 4}, 146), R(Shape{1, 6, 1, 4}, 147), R(Shape{1, 6, 1, 4}, 148)}));
+  // Strided views of one fused qkv tensor.
+  Tensor qkv = R(Shape{1, 4, 3, 2, 4}, 149);
+  Fn fused = [](const std::vector<Tensor>& in) {
+    Tensor q = squeeze(slice(in[0], 2, 0, 1), 2), k = squeeze(slice(in[0], 2, 1, 2), 2),
+           v = squeeze(slice(in[0], 2, 2, 3), 2);
+    return attention(q, k, v);
+  };
+  EXPECT_TRUE(grad_ok(fused, {qkv}));
+}
+
+// ---- shape ops -----------------------------------------------------------------------------------
+
+TEST(OpGrad, view) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return mul(view(in[0], Shape{4, 3}), in[1]); },
+                      {R(Shape{2, 6}, 150), R(Shape{4, 3}, 151)}));
+}
+TEST(OpGrad, reshape) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return mul(reshape(in[0], Shape{-1}), in[1]); },
+                      {NC(R(Shape{3, 4}, 152)), R(Shape{12}, 153)}));
+}
+TEST(OpGrad, permute) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return mul(permute(in[0], {2, 0, 1}), in[1]); },
+                      {R(Shape{2, 3, 4}, 154), R(Shape{4, 2, 3}, 155)}));
+}
+TEST(OpGrad, transpose) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return mul(transpose(in[0], 0, 2), in[1]); },
+                      {R(Shape{2, 3, 4}, 156), R(Shape{4, 3, 2}, 157)}));
+}
+TEST(OpGrad, contiguous) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return mul(contiguous(transpose(in[0])), in[1]); },
+                      {R(Shape{3, 4}, 158), R(Shape{4, 3}, 159)}));
+}
+TEST(OpGrad, concat) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return mul(concat({in[0], in[1]}, 1), in[2]); },
+                      {R(Shape{2, 3}, 160), NC(R(Shape{2, 1}, 161)), R(Shape{2, 4}, 162)}));
+}
+TEST(OpGrad, slice) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return square(slice(in[0], 1, 1, -1, 2)); },
+                      {R(Shape{3, 8}, 163)}));
+}
+TEST(OpGrad, pad) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return mul(pad(in[0], {{1, 2}, {0, 1}}, 0.5f), in[1]); },
+                      {R(Shape{2, 3, 2}, 164), R(Shape{2, 6, 3}, 165)}));
+}
+TEST(OpGrad, repeat) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return mul(repeat(in[0], {2, 1, 3}), in[1]); },
+                      {R(Shape{2, 2}, 166), R(Shape{2, 2, 6}, 167)}));
+}
+TEST(OpGrad, cast) {
+  // Through bf16 and back: the gradient is cast back; the probe uses a loose tolerance.
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return cast(cast(in[0], DType::F16), DType::F32); },
+                      {R(Shape{3, 4}, 168)}, {.eps = 0.05, .atol = 2e-2, .rtol = 2e-2}));
+}
+
+// ---- rows / loss ----------------------------------------------------------------------------------
+
+TEST(OpGrad, get_rows) {
+  Tensor ids = from_vector(std::vector<int32_t>{2, 0, 2, 3}, Shape{2, 2});  // repeated id: grads add
+  EXPECT_TRUE(grad_ok([ids](const std::vector<Tensor>& in) { return get_rows(in[0], ids); }, {R(Shape{4, 5}, 170)}));
+  EXPECT_TRUE(grad_ok([ids](const std::vector<Tensor>& in) { return get_rows(in[0], ids); },
+                      {param(slice(R(Shape{4, 8}, 171).detach(), 1, 0, 5))}));  // strided rows
+}
+
+TEST(OpGrad, set_rows) {
+  Tensor ids = from_vector(std::vector<int32_t>{3, 1}, Shape{2});
+  EXPECT_TRUE(grad_ok([ids](const std::vector<Tensor>& in) { return set_rows(in[0], ids, in[1]); },
+                      {R(Shape{4, 3}, 172), R(Shape{2, 3}, 173)}));
+}
+
+TEST(OpGrad, cross_entropy) {
+  Tensor t = from_vector(std::vector<int32_t>{1, 4, -100, 0, 2, 3}, Shape{2, 3});
+  EXPECT_TRUE(grad_ok([t](const std::vector<Tensor>& in) { return cross_entropy(in[0], t); },
+                      {R(Shape{2, 3, 5}, 180, 2.0f)}));
+  CrossEntropyOptions o;
+  o.weights = from_vector(std::vector<float>{1, 0.5f, 1, 0, 2, 1}, Shape{2, 3});
+  EXPECT_TRUE(grad_ok([t, o](const std::vector<Tensor>& in) { return cross_entropy(in[0], t, o); },
+                      {NC(R(Shape{2, 3, 5}, 181, 2.0f))}));
+  // The chunked linear head gives the same loss and gradients as the plain one.
+  Tensor tt = from_vector(std::vector<int32_t>{1, 4, 0, 2, 3, 1, 0}, Shape{7});
+  EXPECT_TRUE(grad_ok([tt](const std::vector<Tensor>& in) { return linear_cross_entropy(in[0], in[1], tt, 3); },
+                      {R(Shape{7, 4}, 182), R(Shape{5, 4}, 183)}));
+}
+
+// ---- conv / moe / ssm -----------------------------------------------------------------------------
+
+TEST(OpGrad, im2col) {
+  Conv2dOptions o;
+  o.stride_h = 2;
+  o.pad_w = 1;
+  o.dilation_w = 2;
+  EXPECT_TRUE(grad_ok([o](const std::vector<Tensor>& in) { return im2col(in[0], 2, 2, o); }, {R(Shape{2, 2, 5, 4}, 190)}));
+}
+
+TEST(OpGrad, conv2d) {
+  Conv2dOptions o;
+  o.pad_h = o.pad_w = 1;
+  EXPECT_TRUE(grad_ok([o](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], o); },
+                      {R(Shape{2, 3, 4, 4}, 191), R(Shape{2, 3, 3, 3}, 192), R(Shape{2}, 193)}));
+}
+
+TEST(OpGrad, conv1d) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return conv1d(in[0], in[1], in[2]); },
+                      {R(Shape{2, 6, 3}, 194), R(Shape{3, 4}, 195), R(Shape{3}, 196)}));
+}
+
+TEST(OpGrad, ssm_conv) {
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return ssm_conv(in[0], in[1]); },
+                      {R(Shape{2, 8, 3}, 197), R(Shape{3, 3}, 198)}));
+}
+
+TEST(OpGrad, ssm_scan) {
+  // B=2, T=5, H=4, P=3, G=2, N=3; gradient through both outputs and the initial state.
+  // Both outputs, flattened side by side (gradcheck weighs them with random w).
+  Fn f = [](const std::vector<Tensor>& in) {
+    auto [y, s] = ssm_scan(in[0], in[1], in[2], in[3], in[4], in[5]);
+    return concat({reshape(y, Shape{-1}), reshape(s, Shape{-1})}, 0);
+  };
+  EXPECT_TRUE(grad_ok(f, {R(Shape{2, 5, 4, 3}, 200, 0.5f), R(Shape{2, 5, 4}, 201), U(Shape{4}, 202, -1.0f, -0.2f),
+                          R(Shape{2, 5, 2, 3}, 203, 0.5f), R(Shape{2, 5, 2, 3}, 204, 0.5f),
+                          R(Shape{2, 4, 3, 3}, 205, 0.5f)}));
+  // Without an initial state; only y used.
+  Fn g = [](const std::vector<Tensor>& in) { return ssm_scan(in[0], in[1], in[2], in[3], in[4]).first; };
+  EXPECT_TRUE(grad_ok(g, {R(Shape{1, 7, 2, 2}, 206, 0.5f), R(Shape{1, 7, 2}, 207), U(Shape{2}, 208, -1.0f, -0.2f),
+                          R(Shape{1, 7, 1, 4}, 209, 0.5f), R(Shape{1, 7, 1, 4}, 210, 0.5f)}));
+}
+
+TEST(OpGrad, mul_mat_id) {
+  Tensor ids = from_vector(std::vector<int32_t>{0, 2, 2, 1, 0, 0}, Shape{3, 2});
+  EXPECT_TRUE(grad_ok([ids](const std::vector<Tensor>& in) { return mul_mat_id(in[0], in[1], ids); },
+                      {R(Shape{3, 4, 5}, 210), R(Shape{3, 1, 5}, 211)}));  // x shared by both slots
+  EXPECT_TRUE(grad_ok([ids](const std::vector<Tensor>& in) { return mul_mat_id(in[0], in[1], ids); },
+                      {R(Shape{3, 4, 5}, 212), R(Shape{3, 2, 5}, 213)}));
+}
+
+TEST(OpGrad, add_id) {
+  Tensor ids = from_vector(std::vector<int32_t>{0, 2, 2, 1}, Shape{2, 2});
+  EXPECT_TRUE(grad_ok([ids](const std::vector<Tensor>& in) { return add_id(in[0], in[1], ids); },
+                      {R(Shape{2, 2, 3}, 214), R(Shape{3, 3}, 215)}));
+}
+
+// ---- optimizers (no gradient: check the update rule) --------------------------------------------
+
+TEST(OpGrad, sgd) {
+  Tensor p = from_vector(std::vector<float>{1, 2}, Shape{2});
+  Tensor g = from_vector(std::vector<float>{0.5f, -1}, Shape{2});
+  Tensor buf = zeros(Shape{2});
+  Tensor lr = scalar(0.1);
+  SgdOptions o;
+  o.momentum = 0.9f;
+  o.weight_decay = 0.1f;
+  sgd_step(p, g, buf, lr, o);  // g' = g + 0.1 p ; buf = g' ; p -= 0.1 buf
+  EXPECT_NEAR(p.to_f32_vector()[0], 1 - 0.1 * 0.6, 1e-6);
+  EXPECT_NEAR(p.to_f32_vector()[1], 2 - 0.1 * (-0.8), 1e-6);
+  sgd_step(p, g, buf, lr, o);  // buf = 0.9 buf + g'
+  const double p0 = 1 - 0.1 * 0.6, g0 = 0.5 + 0.1 * p0;
+  EXPECT_NEAR(p.to_f32_vector()[0], p0 - 0.1 * (0.9 * 0.6 + g0), 1e-6);
+  EXPECT_FALSE(p.requires_grad());
+}
+
+TEST(OpGrad, adamw) {
+  // Two steps against the formulas in double.
+  const int n = 19;
+  Tensor p = randn_t(Shape{n}, 220), m = zeros(Shape{n}), v = zeros(Shape{n});
+  const std::vector<float> p0 = p.to_f32_vector();
+  std::vector<double> pd(p0.begin(), p0.end()), md(n, 0), vd(n, 0);
+  AdamWOptions o;
+  o.beta1 = 0.8f;
+  o.beta2 = 0.95f;
+  o.eps = 1e-6f;
+  o.weight_decay = 0.1f;
+  const double lr = 0.01;
+  for (int t = 1; t <= 2; ++t) {
+    Tensor g = randn_t(Shape{n}, 230 + t);
+    std::vector<float> gv = g.to_f32_vector();
+    adamw_step(p, g, m, v, scalar(lr), scalar(t), o);
+    for (int i = 0; i < n; ++i) {
+      pd[size_t(i)] *= 1 - lr * o.weight_decay;
+      md[size_t(i)] = o.beta1 * md[size_t(i)] + (1 - o.beta1) * gv[size_t(i)];
+      vd[size_t(i)] = o.beta2 * vd[size_t(i)] + (1 - o.beta2) * double(gv[size_t(i)]) * gv[size_t(i)];
+      const double mh = md[size_t(i)] / (1 - std::pow(double(o.beta1), t));
+      const double vh = vd[size_t(i)] / (1 - std::pow(double(o.beta2), t));
+      pd[size_t(i)] -= lr * mh / (std::sqrt(vh) + o.eps);
+    }
+  }
+  EXPECT_TRUE(close(p, pd, 1e-6, 1e-5));
+}
