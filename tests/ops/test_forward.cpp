@@ -614,3 +614,39 @@ TEST(Forward, ResultsDoNotDependOnThreadCount) {
   EXPECT_EQ(one, two);
   EXPECT_EQ(one, three);
 }
+
+TEST(Forward, EmptyTensorsFlowThroughEveryOpFamily) {
+  // Zero-sized dimensions must give empty results (or the reduction identity), never a crash.
+  Tensor e = param(zeros(Shape{0, 8}));
+  Tensor w = param(ones(Shape{8}));
+  std::vector<Tensor> outs = {exp(e), add(e, w), rms_norm(e, w), layer_norm(e, w, w), l2_norm(e), softmax(e),
+                              log_softmax(e), gelu(e), matmul(e, randn_t(Shape{8, 3}, 1)), linear(e, randn_t(Shape{5, 8}, 2)),
+                              transpose(e), concat({e, e}, 0), slice(e, 1, 2, 4), cast(e, DType::BF16),
+                              get_rows(randn_t(Shape{4, 8}, 3), zeros(Shape{0}, DType::I32)), sum(e, 0), max(e, 1)};
+  for (const Tensor& o : outs) EXPECT_EQ(o.numel() == 0 || o.shape() == Shape{8}, true) << describe(o);
+  EXPECT_EQ(sum(e).item(), 0.0);
+  EXPECT_EQ(sum(e, 0).to_f32_vector(), std::vector<float>(8, 0.0f));
+  EXPECT_EQ(cross_entropy(zeros(Shape{0, 5}), zeros(Shape{0}, DType::I32)).item(), 0.0);
+  Tensor q = param(zeros(Shape{1, 0, 2, 4}));
+  EXPECT_EQ(attention(q, q, q).numel(), 0);
+  EXPECT_EQ(rope(q, zeros(Shape{0}, DType::I32)).numel(), 0);
+  // Backward through empty tensors gives empty (or zero) gradients.
+  sum(mul(rms_norm(e, w), e)).backward();
+  EXPECT_EQ(e.grad().numel(), 0);
+  EXPECT_EQ(w.grad().to_f32_vector(), std::vector<float>(8, 0.0f));
+  EXPECT_EQ(matmul(zeros(Shape{2, 0}), zeros(Shape{0, 3})).to_f32_vector(), std::vector<float>(6, 0.0f));
+}
+
+TEST(Forward, SizeOneDimensionsBroadcastEverywhere) {
+  Tensor x = randn_t(Shape{1, 5, 1}, 10), y = randn_t(Shape{3, 1, 4}, 11);
+  Tensor s = add(x, y);
+  ASSERT_EQ(s.shape(), (Shape{3, 5, 4}));
+  std::vector<double> xv = to_double(x), yv = to_double(y), ref;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j)
+      for (int k = 0; k < 4; ++k) ref.push_back(xv[size_t(j)] + yv[size_t(i * 4 + k)]);
+  EXPECT_TRUE(close(s, ref, 1e-6, 1e-7));
+  EXPECT_EQ(rms_norm(randn_t(Shape{1, 1, 1}, 12)).numel(), 1);
+  EXPECT_EQ(softmax(randn_t(Shape{4, 1}, 13)).to_f32_vector(), std::vector<float>(4, 1.0f));
+  EXPECT_EQ(matmul(randn_t(Shape{1, 1}, 14), randn_t(Shape{1, 1}, 15)).numel(), 1);
+}

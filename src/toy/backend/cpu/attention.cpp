@@ -1,6 +1,9 @@
-// Fused scaled-dot-product attention, flash style: queries and keys are processed in
-// blocks of 64; scores exist only one 64x64 block at a time (online softmax in the forward,
-// recomputed from the saved log-sum-exp in the backward), so T x S is never stored.
+// Fused scaled-dot-product attention, flash style: queries are processed in blocks of 32
+// and keys in chunks of up to 256; scores exist only one 32 x 256 tile at a time (online
+// softmax across key chunks in the forward, recomputed from the saved log-sum-exp in the
+// backward), so T x S is never stored. Each task first transposes its K (and V) head into
+// [D, S] so that every block GEMM is NN or TN, the shapes OpenBLAS runs closest to peak;
+// 32-row query blocks keep the causal waste on the diagonal small.
 //
 // Layout: q [B, T, H, D], k [B, S, Hkv, D], v [B, S, Hkv, Dv] with unit last stride (other
 // strides free: views of a fused qkv projection work without copies); head h reads K/V
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/backend/cpu/scratch.h"
 #include "toy/backend/cpu/simd.h"
 #include "toy/core/thread_pool.h"
 
@@ -23,7 +27,8 @@ namespace toy::cpu {
 
 namespace {
 
-constexpr int64_t kBlock = 64;
+constexpr int64_t kBlock = 32;   // query rows per tile
+constexpr int64_t kChunk = 256;  // key columns per tile
 
 struct Geometry {
   int64_t B, T, H, D, S, Hkv, Dv, group, off;
@@ -38,8 +43,6 @@ struct Geometry {
   const float* vrow(int64_t b, int64_t s, int64_t hk) const { return v + b * vs0 + s * vs1 + hk * vs2; }
   // Last key (exclusive) any query of [i0, i1) can see.
   int64_t key_end(int64_t i1) const { return causal ? std::min(S, i1 + off) : S; }
-  // First query block row that can see key j (causal), for the backward.
-  int64_t query_begin(int64_t j) const { return causal ? std::max<int64_t>(0, j - off) : 0; }
 };
 
 Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seg, const kern::AttentionArgs& a) {
@@ -58,8 +61,9 @@ Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   return g;
 }
 
-// Masks the score block s (rows x cols, leading dim ld) for queries i0.. and keys j0..;
-// returns false if the block needs no masking at all.
+// Masks the score tile s (rows x cols, leading dim ld) for queries i0.. and keys j0..:
+// causal columns past each row's diagonal are filled with -inf in one run per row; segment
+// ids (when given) are compared per element.
 void mask_block(const Geometry& g, int64_t b, int64_t i0, int64_t rows, int64_t j0, int64_t cols, float* s,
                 int64_t ld) {
   const bool diag = g.causal && j0 + cols - 1 > i0 + g.off;
@@ -68,12 +72,45 @@ void mask_block(const Geometry& g, int64_t b, int64_t i0, int64_t rows, int64_t 
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r;
     float* sr = s + r * ld;
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t j = j0 + c;
-      bool hidden = (g.causal && j > i + g.off) || (sg && sg[j] != sg[i]);
-      if (hidden) sr[c] = -INFINITY;
+    int64_t visible = cols;  // columns [0, visible) pass the causal test
+    if (g.causal) visible = std::clamp<int64_t>(i + g.off + 1 - j0, 0, cols);
+    std::fill(sr + visible, sr + cols, -INFINITY);
+    if (sg) {
+      const int32_t si = sg[i];
+      for (int64_t c = 0; c < visible; ++c)
+        if (sg[j0 + c] != si) sr[c] = -INFINITY;
     }
   }
+}
+
+// dst [D, S] = the (b, hk) head of x [B, S, Hkv, D] transposed (x rows have stride xs1):
+// 8x8 tiles transposed in registers, scalar edges.
+void transpose_head(const float* x, int64_t xs1, int64_t S, int64_t D, float* dst) {
+  int64_t s0 = 0;
+  for (; s0 + 8 <= S; s0 += 8) {
+    int64_t d0 = 0;
+    for (; d0 + 8 <= D; d0 += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(x + (s0 + i) * xs1 + d0);
+      __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      __m256 o[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                     _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                     _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                     _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + (d0 + i) * S + s0, o[i]);
+    }
+    for (; d0 < D; ++d0)
+      for (int64_t s = s0; s < s0 + 8; ++s) dst[d0 * S + s] = x[s * xs1 + d0];
+  }
+  for (; s0 < S; ++s0)
+    for (int64_t d = 0; d < D; ++d) dst[d * S + s0] = x[s0 * xs1 + d];
 }
 
 // With non-decreasing segment ids, a key block entirely before the query block's first
@@ -105,52 +142,56 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   const auto mono = monotone_segments(g);
   parallel_tasks(g.B * g.H, [&](int64_t task) {
     const int64_t b = task / g.H, h = task % g.H, hk = h / g.group;
-    std::vector<float> s(size_t(kBlock * kBlock)), acc(size_t(kBlock * g.Dv)), m(static_cast<size_t>(kBlock)), l(static_cast<size_t>(kBlock));
+    float* s = scratch_floats(size_t(kBlock * kChunk), 0);
+    float* acc = scratch_floats(size_t(kBlock * g.Dv), 1);
+    float* m = scratch_floats(size_t(kBlock), 2);
+    float* l = scratch_floats(size_t(kBlock), 3);
+    float* kt = scratch_floats(size_t(g.D * g.S), 4);  // K^T of this head: [D, S]
+    transpose_head(g.krow(b, 0, hk), g.ks1, g.S, g.D, kt);
     for (int64_t i0 = 0; i0 < g.T; i0 += kBlock) {
       const int64_t rows = std::min(kBlock, g.T - i0);
-      std::fill(m.begin(), m.end(), -INFINITY);
-      std::fill(l.begin(), l.end(), 0.0f);
-      std::fill(acc.begin(), acc.begin() + rows * g.Dv, 0.0f);
+      std::fill_n(m, kBlock, -INFINITY);
+      std::fill_n(l, kBlock, 0.0f);
+      std::fill_n(acc, rows * g.Dv, 0.0f);
       const int64_t jend = g.key_end(i0 + rows);
-      for (int64_t j0 = 0; j0 < jend; j0 += kBlock) {
-        const int64_t cols = std::min(kBlock, jend - j0);
+      for (int64_t j0 = 0; j0 < jend; j0 += kChunk) {
+        const int64_t cols = std::min(kChunk, jend - j0);
         if (block_invisible(g, b, i0, j0, cols, mono[size_t(b)])) continue;
         // s = scale * Q_i K_j^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(cols), int(g.D), g.scale,
-                    g.qrow(b, i0, h), int(g.qs1), g.krow(b, j0, hk), int(g.ks1), 0.0f, s.data(), int(kBlock));
-        mask_block(g, b, i0, rows, j0, cols, s.data(), kBlock);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(g.D), g.scale,
+                    g.qrow(b, i0, h), int(g.qs1), kt + j0, int(g.S), 0.0f, s, int(kChunk));
+        mask_block(g, b, i0, rows, j0, cols, s, kChunk);
         for (int64_t r = 0; r < rows; ++r) {
-          float* sr = s.data() + r * kBlock;
-          float mx = m[size_t(r)];
-          for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, sr[c]);
+          float* sr = s + r * kChunk;
+          const float mx = max_row(sr, cols, m[size_t(r)]);
           if (mx == -INFINITY) {  // nothing visible yet in this row
             std::fill(sr, sr + cols, 0.0f);
             continue;
           }
-          const float alpha = exp_scalar(m[size_t(r)] - mx);
+          const float alpha = exp_nonpos_scalar(m[size_t(r)] - mx);
           const __m256 vmx = _mm256_set1_ps(mx);
           __m256 vsum = _mm256_setzero_ps();
           int64_t c = 0;
           for (; c + 8 <= cols; c += 8) {
-            __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(sr + c), vmx));
+            __m256 p = exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(sr + c), vmx));
             _mm256_storeu_ps(sr + c, p);
             vsum = _mm256_add_ps(vsum, p);
           }
           float sum = hsum256(vsum);
           for (; c < cols; ++c) {
-            sr[c] = exp_scalar(sr[c] - mx);
+            sr[c] = exp_nonpos_scalar(sr[c] - mx);
             sum += sr[c];
           }
           l[size_t(r)] = l[size_t(r)] * alpha + sum;
           m[size_t(r)] = mx;
           if (alpha != 1.0f) {
-            float* ar = acc.data() + r * g.Dv;
+            float* ar = acc + r * g.Dv;
             for (int64_t d = 0; d < g.Dv; ++d) ar[d] *= alpha;
           }
         }
         // acc += P V_j
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(g.Dv), int(cols), 1.0f, s.data(),
-                    int(kBlock), g.vrow(b, j0, hk), int(g.vs1), 1.0f, acc.data(), int(g.Dv));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(g.Dv), int(cols), 1.0f, s,
+                    int(kChunk), g.vrow(b, j0, hk), int(g.vs1), 1.0f, acc, int(g.Dv));
       }
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t t = i0 + r;
@@ -183,7 +224,13 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       std::fill_n(pdk + (b * g.S + s) * ldk + hk * g.D, g.D, 0.0f);
       std::fill_n(pdv + (b * g.S + s) * ldv + hk * g.Dv, g.Dv, 0.0f);
     }
-    std::vector<float> p(size_t(kBlock * kBlock)), dp(size_t(kBlock * kBlock)), delta(size_t(g.T));
+    float* p = scratch_floats(size_t(kBlock * kChunk), 0);
+    float* dp = scratch_floats(size_t(kBlock * kChunk), 1);
+    float* delta = scratch_floats(size_t(g.T), 2);
+    float* kt = scratch_floats(size_t(g.D * g.S), 3);  // K^T, V^T of this kv head
+    float* vt = scratch_floats(size_t(g.Dv * g.S), 4);
+    transpose_head(g.krow(b, 0, hk), g.ks1, g.S, g.D, kt);
+    transpose_head(g.vrow(b, 0, hk), g.vs1, g.S, g.Dv, vt);
     for (int64_t h = hk * g.group; h < (hk + 1) * g.group; ++h) {
       // delta_i = sum_d dO_i * O_i (the softmax backward's row term); dQ rows zeroed.
       for (int64_t t = 0; t < g.T; ++t) {
@@ -191,23 +238,23 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
         const float* d_o = pdo + ((b * g.T + t) * g.H + h) * g.Dv;
         float sacc = 0;
         for (int64_t d = 0; d < g.Dv; ++d) sacc += o[d] * d_o[d];
-        delta[size_t(t)] = sacc;
+        delta[t] = sacc;
         std::fill_n(pdq + (b * g.T + t) * ldq + h * g.D, g.D, 0.0f);
       }
       const float* lrow = pl + (b * g.H + h) * g.T;
-      for (int64_t j0 = 0; j0 < g.S; j0 += kBlock) {
-        const int64_t cols = std::min(kBlock, g.S - j0);
-        const int64_t ibeg = g.query_begin(j0) / kBlock * kBlock;
-        for (int64_t i0 = ibeg; i0 < g.T; i0 += kBlock) {
-          const int64_t rows = std::min(kBlock, g.T - i0);
-          if (g.key_end(i0 + rows) <= j0) continue;
+      for (int64_t i0 = 0; i0 < g.T; i0 += kBlock) {
+        const int64_t rows = std::min(kBlock, g.T - i0);
+        const int64_t jend = g.key_end(i0 + rows);
+        const float* dO_i = pdo + ((b * g.T + i0) * g.H + h) * g.Dv;
+        for (int64_t j0 = 0; j0 < jend; j0 += kChunk) {
+          const int64_t cols = std::min(kChunk, jend - j0);
           if (block_invisible(g, b, i0, j0, cols, mono[size_t(b)])) continue;
           // P = exp(scale * Q_i K_j^T - lse_i)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(cols), int(g.D), g.scale,
-                      g.qrow(b, i0, h), int(g.qs1), g.krow(b, j0, hk), int(g.ks1), 0.0f, p.data(), int(kBlock));
-          mask_block(g, b, i0, rows, j0, cols, p.data(), kBlock);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(g.D), g.scale,
+                      g.qrow(b, i0, h), int(g.qs1), kt + j0, int(g.S), 0.0f, p, int(kChunk));
+          mask_block(g, b, i0, rows, j0, cols, p, kChunk);
           for (int64_t r = 0; r < rows; ++r) {
-            float* pr = p.data() + r * kBlock;
+            float* pr = p + r * kChunk;
             const float li = lrow[i0 + r];
             if (li == -INFINITY) {
               std::fill(pr, pr + cols, 0.0f);
@@ -215,28 +262,30 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
             }
             const __m256 vl = _mm256_set1_ps(li);
             int64_t c = 0;
-            for (; c + 8 <= cols; c += 8) _mm256_storeu_ps(pr + c, exp256(_mm256_sub_ps(_mm256_loadu_ps(pr + c), vl)));
-            for (; c < cols; ++c) pr[c] = exp_scalar(pr[c] - li);
+            for (; c + 8 <= cols; c += 8) _mm256_storeu_ps(pr + c, exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(pr + c), vl)));
+            for (; c < cols; ++c) pr[c] = exp_nonpos_scalar(pr[c] - li);
           }
-          const float* dO_i = pdo + ((b * g.T + i0) * g.H + h) * g.Dv;
           // dV_j += P^T dO_i
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(cols), int(g.Dv), int(rows), 1.0f, p.data(),
-                      int(kBlock), dO_i, int(ldo), 1.0f, pdv + (b * g.S + j0) * ldv + hk * g.Dv, int(ldv));
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(cols), int(g.Dv), int(rows), 1.0f, p,
+                      int(kChunk), dO_i, int(ldo), 1.0f, pdv + (b * g.S + j0) * ldv + hk * g.Dv, int(ldv));
           // dP = dO_i V_j^T
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(cols), int(g.Dv), 1.0f, dO_i, int(ldo),
-                      g.vrow(b, j0, hk), int(g.vs1), 0.0f, dp.data(), int(kBlock));
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(g.Dv), 1.0f, dO_i, int(ldo),
+                      vt + j0, int(g.S), 0.0f, dp, int(kChunk));
           // dS = P * (dP - delta_i), kept in dp
           for (int64_t r = 0; r < rows; ++r) {
-            const float dl = delta[size_t(i0 + r)];
-            float* dr = dp.data() + r * kBlock;
-            const float* pr = p.data() + r * kBlock;
-            for (int64_t c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] - dl);
+            const __m256 dl = _mm256_set1_ps(delta[i0 + r]);
+            float* dr = dp + r * kChunk;
+            const float* pr = p + r * kChunk;
+            int64_t c = 0;
+            for (; c + 8 <= cols; c += 8)
+              _mm256_storeu_ps(dr + c, _mm256_mul_ps(_mm256_loadu_ps(pr + c), _mm256_sub_ps(_mm256_loadu_ps(dr + c), dl)));
+            for (; c < cols; ++c) dr[c] = pr[c] * (dr[c] - delta[i0 + r]);
           }
           // dQ_i += scale * dS K_j ; dK_j += scale * dS^T Q_i
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(g.D), int(cols), g.scale, dp.data(),
-                      int(kBlock), g.krow(b, j0, hk), int(g.ks1), 1.0f, pdq + (b * g.T + i0) * ldq + h * g.D, int(ldq));
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(cols), int(g.D), int(rows), g.scale, dp.data(),
-                      int(kBlock), g.qrow(b, i0, h), int(g.qs1), 1.0f, pdk + (b * g.S + j0) * ldk + hk * g.D, int(ldk));
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(g.D), int(cols), g.scale, dp,
+                      int(kChunk), g.krow(b, j0, hk), int(g.ks1), 1.0f, pdq + (b * g.T + i0) * ldq + h * g.D, int(ldq));
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(cols), int(g.D), int(rows), g.scale, dp,
+                      int(kChunk), g.qrow(b, i0, h), int(g.qs1), 1.0f, pdk + (b * g.S + j0) * ldk + hk * g.D, int(ldk));
         }
       }
     }

@@ -52,13 +52,13 @@ inline __m256 unary8(UnaryOp op, __m256 x, const UnaryArgs& a) {
     case UnaryOp::Abs: return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
     case UnaryOp::Tanh: return tanh256(x);
     case UnaryOp::Sigmoid: return sigmoid256(x);
-    case UnaryOp::Relu: return _mm256_max_ps(x, zero);
+    case UnaryOp::Relu: return _mm256_max_ps(zero, x);  // operand order keeps NaN
     case UnaryOp::Silu: return _mm256_mul_ps(x, sigmoid256(x));
     case UnaryOp::GeluTanh: return gelu_tanh8(x);
     case UnaryOp::GeluErf:
       return scalar8(x, [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); });
     case UnaryOp::Scale: return _mm256_mul_ps(x, _mm256_set1_ps(a.alpha));
-    case UnaryOp::Clamp: return _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(a.lo)), _mm256_set1_ps(a.hi));
+    case UnaryOp::Clamp: return _mm256_min_ps(_mm256_set1_ps(a.hi), _mm256_max_ps(_mm256_set1_ps(a.lo), x));  // keeps NaN
   }
   return x;
 }
@@ -113,8 +113,17 @@ inline __m256 unary_grad8(UnaryOp op, __m256 x, __m256 y, __m256 g, const UnaryA
   return g;
 }
 
+// K vector registers passed to an elementwise function (std::array<__m256> would drop the
+// type's alignment attribute).
+template <int K>
+struct Lanes {
+  __m256 v[K];
+  __m256& operator[](int i) { return v[i]; }
+  const __m256& operator[](int i) const { return v[i]; }
+};
+
 // Applies f to K inputs (any layout, same shape as contiguous out) 8 at a time.
-// f: (std::array<__m256, K>) -> __m256.
+// f: (const Lanes<K>&) -> __m256.
 template <class T, int K, class F>
 void map_elements(const std::array<const Tensor*, K>& in, Tensor& out, F f) {
   const int64_t n = out.numel();
@@ -129,7 +138,7 @@ void map_elements(const std::array<const Tensor*, K>& in, Tensor& out, F f) {
   if (all_contig) {
     parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
       int64_t i = b;
-      std::array<__m256, K> v;
+      Lanes<K> v;
       for (; i + 8 <= e; i += 8) {
         for (int k = 0; k < K; ++k) v[k] = load8(base[k] + i);
         store8(o + i, f(v));
@@ -159,7 +168,7 @@ void map_elements(const std::array<const Tensor*, K>& in, Tensor& out, F f) {
   parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(inner, 1)), [&](int64_t rb, int64_t re) {
     alignas(32) float buf[K][8];
     alignas(32) float res[8];
-    std::array<__m256, K> v;
+    Lanes<K> v;
     for (int64_t r = rb; r < re; ++r) {
       auto off = row_offsets<K>(shape, st, r);
       T* orow = o + r * inner;
@@ -181,20 +190,20 @@ void map_elements(const std::array<const Tensor*, K>& in, Tensor& out, F f) {
 
 void unary(UnaryOp op, const Tensor& x, Tensor& y, const UnaryArgs& a) {
   dispatch_float(x.dtype(), "unary", [&]<class T>(std::type_identity<T>) {
-    map_elements<T, 1>({&x}, y, [&](const std::array<__m256, 1>& v) { return unary8(op, v[0], a); });
+    map_elements<T, 1>({&x}, y, [&](const Lanes<1>& v) { return unary8(op, v[0], a); });
   });
 }
 
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& g, Tensor& dx, const UnaryArgs& a) {
   dispatch_float(x.dtype(), "unary_backward", [&]<class T>(std::type_identity<T>) {
     map_elements<T, 3>({&x, &y, &g}, dx,
-                       [&](const std::array<__m256, 3>& v) { return unary_grad8(op, v[0], v[1], v[2], a); });
+                       [&](const Lanes<3>& v) { return unary_grad8(op, v[0], v[1], v[2], a); });
   });
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   dispatch_float(a.dtype(), "binary", [&]<class T>(std::type_identity<T>) {
-    auto f = [op](const std::array<__m256, 2>& v) {
+    auto f = [op](const Lanes<2>& v) {
       switch (op) {
         case BinaryOp::Add: return _mm256_add_ps(v[0], v[1]);
         case BinaryOp::Sub: return _mm256_sub_ps(v[0], v[1]);
@@ -237,7 +246,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
 
 void swiglu(const Tensor& a, const Tensor& b, Tensor& out) {
   dispatch_float(a.dtype(), "swiglu", [&]<class T>(std::type_identity<T>) {
-    map_elements<T, 2>({&a, &b}, out, [](const std::array<__m256, 2>& v) {
+    map_elements<T, 2>({&a, &b}, out, [](const Lanes<2>& v) {
       return _mm256_mul_ps(_mm256_mul_ps(v[0], sigmoid256(v[0])), v[1]);
     });
   });
@@ -246,12 +255,12 @@ void swiglu(const Tensor& a, const Tensor& b, Tensor& out) {
 void swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& g, Tensor& da, Tensor& db) {
   dispatch_float(a.dtype(), "swiglu_backward", [&]<class T>(std::type_identity<T>) {
     const __m256 one = _mm256_set1_ps(1.0f);
-    map_elements<T, 3>({&a, &b, &g}, da, [&](const std::array<__m256, 3>& v) {
+    map_elements<T, 3>({&a, &b, &g}, da, [&](const Lanes<3>& v) {
       __m256 s = sigmoid256(v[0]);
       __m256 dsilu = _mm256_fmadd_ps(_mm256_mul_ps(v[0], s), _mm256_sub_ps(one, s), s);
       return _mm256_mul_ps(_mm256_mul_ps(v[2], v[1]), dsilu);
     });
-    map_elements<T, 2>({&a, &g}, db, [](const std::array<__m256, 2>& v) {
+    map_elements<T, 2>({&a, &g}, db, [](const Lanes<2>& v) {
       return _mm256_mul_ps(v[1], _mm256_mul_ps(v[0], sigmoid256(v[0])));
     });
   });

@@ -38,9 +38,9 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& we
         const __m256 vm = _mm256_set1_ps(mx);
         __m256 vs = _mm256_setzero_ps();
         j = 0;
-        for (; j + 8 <= V; j += 8) vs = _mm256_add_ps(vs, exp256(_mm256_sub_ps(load8(z + j), vm)));
+        for (; j + 8 <= V; j += 8) vs = _mm256_add_ps(vs, exp256_nonpos(_mm256_sub_ps(load8(z + j), vm)));
         float s = hsum256(vs);
-        for (; j < V; ++j) s += exp_scalar(to_f32(z[j]) - mx);
+        for (; j < V; ++j) s += exp_nonpos_scalar(to_f32(z[j]) - mx);
         const float l = mx + std::log(s);
         ps[i] = l;
         const float w = row_weight(pt, pw, i, ignore_index);
@@ -70,8 +70,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
         }
         const __m256 vl = _mm256_set1_ps(ps[i]), vw = _mm256_set1_ps(w);
         int64_t j = 0;
-        for (; j + 8 <= V; j += 8) store8(d + j, _mm256_mul_ps(exp256(_mm256_sub_ps(load8(z + j), vl)), vw));
-        for (; j < V; ++j) d[j] = from_f32<T>(exp_scalar(to_f32(z[j]) - ps[i]) * w);
+        for (; j + 8 <= V; j += 8) store8(d + j, _mm256_mul_ps(exp256_nonpos(_mm256_sub_ps(load8(z + j), vl)), vw));
+        for (; j < V; ++j) d[j] = from_f32<T>(exp_nonpos_scalar(to_f32(z[j]) - ps[i]) * w);
         d[pt[i]] = from_f32<T>(to_f32(d[pt[i]]) - w);
       }
     });

@@ -67,6 +67,7 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rs
     const T* pw = w.defined() ? w.data<T>() : nullptr;
     T* py = y.data<T>();
     float* pr = rstd.data<float>();
+    const bool stream = std::is_same_v<T, float> && D % 8 == 0 && y.nbytes() >= kStreamingStoreBytes;
     parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const T* xr = px + r * D;
@@ -78,10 +79,14 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rs
         for (; j + 8 <= D; j += 8) {
           __m256 v = _mm256_mul_ps(load8(xr + j), vr);
           if (pw) v = _mm256_mul_ps(v, load8(pw + j));
-          store8(yr + j, v);
+          if constexpr (std::is_same_v<T, float>)
+            store8_f32(yr + j, v, stream);
+          else
+            store8(yr + j, v);
         }
         for (; j < D; ++j) yr[j] = from_f32<T>(to_f32(xr[j]) * rs * (pw ? to_f32(pw[j]) : 1.0f));
       }
+      if (stream) _mm_sfence();
     });
   });
 }

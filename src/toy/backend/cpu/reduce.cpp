@@ -131,14 +131,20 @@ void per_row(const Tensor& x_in, F&& f) {
 }
 }  // namespace
 
+// Orders with NaN above every number (as PyTorch does), so the comparators stay strict weak
+// orderings when a row holds NaN.
+inline bool less_nan_last(float a, float b) { return !std::isnan(a) && (std::isnan(b) || a < b); }
+
 void argsort(const Tensor& x, bool descending, Tensor& indices) {
   const int64_t L = x.ndim() ? x.size(-1) : 1;
   int32_t* out = indices.data<int32_t>();
   per_row(x, [&](int64_t r, std::vector<float>& v, std::vector<int32_t>& idx) {
     if (descending)
-      std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return v[size_t(a)] > v[size_t(b)]; });
+      std::stable_sort(idx.begin(), idx.end(),
+                       [&](int32_t a, int32_t b) { return less_nan_last(v[size_t(b)], v[size_t(a)]); });
     else
-      std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return v[size_t(a)] < v[size_t(b)]; });
+      std::stable_sort(idx.begin(), idx.end(),
+                       [&](int32_t a, int32_t b) { return less_nan_last(v[size_t(a)], v[size_t(b)]); });
     std::copy(idx.begin(), idx.end(), out + r * L);
   });
 }
@@ -149,8 +155,10 @@ void top_k(const Tensor& x, int64_t k, Tensor& values, Tensor& indices) {
     T* ov = values.data<T>();
     per_row(x, [&](int64_t r, std::vector<float>& v, std::vector<int32_t>& idx) {
       std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-        float va = v[size_t(a)], vb = v[size_t(b)];
-        return va > vb || (va == vb && a < b);
+        const float va = v[size_t(a)], vb = v[size_t(b)];
+        if (less_nan_last(vb, va)) return true;
+        if (less_nan_last(va, vb)) return false;
+        return a < b;  // ties (and NaN pairs): lower index first
       });
       for (int64_t j = 0; j < k; ++j) {
         oi[r * k + j] = idx[size_t(j)];

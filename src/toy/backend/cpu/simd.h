@@ -15,10 +15,9 @@ inline __m256 exp256(__m256 x) {
   const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-103.972639f);
   const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
   const __m256 c1 = _mm256_set1_ps(0.693359375f), c2 = _mm256_set1_ps(-2.12194440e-4f);
-  __m256 nan_mask = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
   __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
   __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  x = _mm256_min_ps(hi, _mm256_max_ps(lo, x));  // operand order keeps NaN
   __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   x = _mm256_fnmadd_ps(fx, c1, x);
   x = _mm256_fnmadd_ps(fx, c2, x);
@@ -39,8 +38,32 @@ inline __m256 exp256(__m256 x) {
   __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
   y = _mm256_mul_ps(_mm256_mul_ps(y, p1), p2);
   y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over);
-  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), under);
-  return _mm256_blendv_ps(y, _mm256_set1_ps(NAN), nan_mask);
+  return _mm256_andnot_ps(under, y);
+}
+
+// exp for x <= 0 (the shifted scores of softmax, attention and cross-entropy): one range
+// reduction, no overflow path; -inf and anything below -87.3 give exactly 0; NaN stays NaN.
+// Within 2 ulp of expf on [-87.3, 0].
+inline __m256 exp256_nonpos(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3365402f);
+  __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(lo, x);  // operand order keeps NaN
+  __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 z = _mm256_mul_ps(x, x);
+  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+  y = _mm256_fmadd_ps(y, z, _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  // Scale by 2^fx by adding fx to the exponent bits (fx >= -126: the result stays normal).
+  __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(fx), 23);
+  y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), e));
+  return _mm256_andnot_ps(under, y);
 }
 
 inline __m256 log256(__m256 x) {
@@ -117,6 +140,21 @@ inline float hmax256(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
+// max(init, p[0..n)) with vector lanes (a scalar std::max loop over a spilled accumulator
+// is several times slower).
+inline float max_row(const float* p, int64_t n, float init) {
+  __m256 m0 = _mm256_set1_ps(init), m1 = m0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    m0 = _mm256_max_ps(m0, _mm256_loadu_ps(p + i));
+    m1 = _mm256_max_ps(m1, _mm256_loadu_ps(p + i + 8));
+  }
+  for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(m0, _mm256_loadu_ps(p + i));
+  float m = hmax256(_mm256_max_ps(m0, m1));
+  for (; i < n; ++i) m = p[i] > m ? p[i] : m;
+  return m;
+}
+
 // Loads/stores 8 elements of T as f32 (F16 through F16C, BF16 by shifting).
 template <class T>
 inline __m256 load8(const T* p);
@@ -146,9 +184,27 @@ inline void store8<bf16>(bf16* p, __m256 v) {
   for (int i = 0; i < 8; ++i) p[i] = from_f32<bf16>(tmp[i]);
 }
 
+// Outputs larger than this bypass the caches (non-temporal stores): a write-once stream that
+// will not be read back soon should not evict the working set or pay read-for-ownership.
+inline constexpr size_t kStreamingStoreBytes = size_t(16) << 20;
+
+// Stores 8 floats, streaming when `stream` (p must then be 32-byte aligned).
+inline void store8_f32(float* p, __m256 v, bool stream) {
+  if (stream)
+    _mm256_stream_ps(p, v);
+  else
+    _mm256_storeu_ps(p, v);
+}
+
 inline float exp_scalar(float x) {
   alignas(32) float t[8];
   _mm256_store_ps(t, exp256(_mm256_set1_ps(x)));
+  return t[0];
+}
+
+inline float exp_nonpos_scalar(float x) {
+  alignas(32) float t[8];
+  _mm256_store_ps(t, exp256_nonpos(_mm256_set1_ps(x)));
   return t[0];
 }
 

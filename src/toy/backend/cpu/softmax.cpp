@@ -13,6 +13,70 @@
 namespace toy::cpu {
 
 namespace {
+
+// One f32 row: y = softmax(z * scale) or log_softmax(z * scale), three passes over a row that
+// stays in L1 (max; exp and sum; normalize). `e` is scratch of D floats (may be y itself when
+// not streaming; may be z itself when z is scratch). Plain loops with local accumulators:
+// this is the hot path of the softmax benchmark.
+// `next` (may be null) is the next row's input: it is prefetched a line per 16 elements while
+// this row computes, so the next max pass reads from cache instead of waiting on memory.
+void softmax_row_f32(const float* z, float scale, bool log, float* y, float* e, int64_t D, bool stream,
+                     const float* next) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+  int64_t j = 0;
+  for (; j + 16 <= D; j += 16) {
+    m0 = _mm256_max_ps(m0, _mm256_mul_ps(_mm256_loadu_ps(z + j), vs));
+    m1 = _mm256_max_ps(m1, _mm256_mul_ps(_mm256_loadu_ps(z + j + 8), vs));
+  }
+  for (; j + 8 <= D; j += 8) m0 = _mm256_max_ps(m0, _mm256_mul_ps(_mm256_loadu_ps(z + j), vs));
+  float mx = hmax256(_mm256_max_ps(m0, m1));
+  for (; j < D; ++j) mx = std::max(mx, z[j] * scale);
+  if (mx == -INFINITY) {  // fully masked row
+    for (int64_t k = 0; k < D; ++k) y[k] = log ? -INFINITY : 0.0f;
+    return;
+  }
+  const __m256 vmx = _mm256_set1_ps(mx);
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+  j = 0;
+  for (; j + 16 <= D; j += 16) {
+    if (next) _mm_prefetch(reinterpret_cast<const char*>(next + j), _MM_HINT_T0);
+    __m256 a = exp256_nonpos(_mm256_fmsub_ps(_mm256_loadu_ps(z + j), vs, vmx));
+    __m256 b = exp256_nonpos(_mm256_fmsub_ps(_mm256_loadu_ps(z + j + 8), vs, vmx));
+    if (!log) {
+      _mm256_storeu_ps(e + j, a);
+      _mm256_storeu_ps(e + j + 8, b);
+    }
+    s0 = _mm256_add_ps(s0, a);
+    s1 = _mm256_add_ps(s1, b);
+  }
+  for (; j + 8 <= D; j += 8) {
+    __m256 a = exp256_nonpos(_mm256_fmsub_ps(_mm256_loadu_ps(z + j), vs, vmx));
+    if (!log) _mm256_storeu_ps(e + j, a);
+    s0 = _mm256_add_ps(s0, a);
+  }
+  float sum = hsum256(_mm256_add_ps(s0, s1));
+  for (; j < D; ++j) {
+    float ev = exp_nonpos_scalar(std::fma(z[j], scale, -mx));
+    if (!log) e[j] = ev;
+    sum += ev;
+  }
+  j = 0;
+  if (log) {
+    const float shift = mx + std::log(sum);
+    const __m256 vsh = _mm256_set1_ps(shift);
+    for (; j + 8 <= D; j += 8) store8_f32(y + j, _mm256_fmsub_ps(_mm256_loadu_ps(z + j), vs, vsh), stream);
+    for (; j < D; ++j) y[j] = std::fma(z[j], scale, -shift);
+  } else {
+    const float inv = 1.0f / sum;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (; j + 8 <= D; j += 8) store8_f32(y + j, _mm256_mul_ps(_mm256_loadu_ps(e + j), vinv), stream);
+    for (; j < D; ++j) y[j] = e[j] * inv;
+  }
+}
+
+// Rows of x (any float dtype) with an optional broadcast mask. f32 rows without a mask go
+// straight through softmax_row_f32; others stage z = x * scale + mask in f32 first.
 template <class T>
 void softmax_rows(const Tensor& x, const Tensor& mask, float scale, bool log, Tensor& y) {
   const int64_t D = x.size(-1), rows = x.numel() / std::max<int64_t>(D, 1);
@@ -22,64 +86,33 @@ void softmax_rows(const Tensor& x, const Tensor& mask, float scale, bool log, Te
   Shape mshape = x.shape();
   std::array<Strides, 1> mst{mask.defined() ? mask.strides() : Strides()};
   const int64_t m_inner = mask.defined() ? mask.stride(-1) : 0;
+  constexpr bool kF32 = std::is_same_v<T, float>;
+  const bool stream = kF32 && D % 8 == 0 && y.nbytes() >= kStreamingStoreBytes;
   parallel_for(0, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
-    std::vector<float> z(static_cast<size_t>(D));
+    std::vector<float> zbuf(static_cast<size_t>(D)), ebuf(static_cast<size_t>(D)), obuf;
+    if (!kF32) obuf.resize(static_cast<size_t>(D));
     for (int64_t r = b; r < e; ++r) {
       const T* xr = px + r * D;
-      float* zr = z.data();
-      const __m256 vs = _mm256_set1_ps(scale);
-      __m256 vmax = _mm256_set1_ps(-INFINITY);
-      int64_t j = 0;
-      if (pm) {
-        const float* mr = pm + row_offsets<1>(mshape, mst, r)[0];
-        for (j = 0; j < D; ++j) zr[j] = to_f32(xr[j]) * scale + mr[j * m_inner];
-        j = 0;
-        for (; j + 8 <= D; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(zr + j));
+      const float* z;
+      float sc = scale;
+      if constexpr (kF32) z = xr;
+      if (pm || !kF32) {
+        const float* mr = pm ? pm + row_offsets<1>(mshape, mst, r)[0] : nullptr;
+        for (int64_t j = 0; j < D; ++j) zbuf[size_t(j)] = to_f32(xr[j]) * scale + (mr ? mr[j * m_inner] : 0.0f);
+        z = zbuf.data();
+        sc = 1.0f;
+      }
+      if constexpr (kF32) {
+        float* yr = py + r * D;
+        const float* next = (!pm && r + 1 < e) ? xr + D : nullptr;
+        softmax_row_f32(z, sc, log, yr, stream || z != xr ? ebuf.data() : yr, D, stream, next);
       } else {
-        for (; j + 8 <= D; j += 8) {
-          __m256 v = _mm256_mul_ps(load8(xr + j), vs);
-          _mm256_storeu_ps(zr + j, v);
-          vmax = _mm256_max_ps(vmax, v);
-        }
-        for (int64_t k = j; k < D; ++k) zr[k] = to_f32(xr[k]) * scale;
-      }
-      float mx = hmax256(vmax);
-      for (; j < D; ++j) mx = std::max(mx, zr[j]);
-      T* yr = py + r * D;
-      if (mx == -INFINITY) {  // fully masked row
-        for (int64_t k = 0; k < D; ++k) yr[k] = from_f32<T>(log ? -INFINITY : 0.0f);
-        continue;
-      }
-      const __m256 vmx = _mm256_set1_ps(mx);
-      __m256 vsum = _mm256_setzero_ps();
-      j = 0;
-      if (log) {
-        for (; j + 8 <= D; j += 8) vsum = _mm256_add_ps(vsum, exp256(_mm256_sub_ps(_mm256_loadu_ps(zr + j), vmx)));
-      } else {
-        for (; j + 8 <= D; j += 8) {
-          __m256 ev = exp256(_mm256_sub_ps(_mm256_loadu_ps(zr + j), vmx));
-          _mm256_storeu_ps(zr + j, ev);
-          vsum = _mm256_add_ps(vsum, ev);
-        }
-      }
-      float sum = hsum256(vsum);
-      for (; j < D; ++j) {
-        float ev = exp_scalar(zr[j] - mx);
-        if (!log) zr[j] = ev;
-        sum += ev;
-      }
-      j = 0;
-      if (log) {
-        const float shift = mx + std::log(sum);
-        const __m256 vsh = _mm256_set1_ps(shift);
-        for (; j + 8 <= D; j += 8) store8(yr + j, _mm256_sub_ps(_mm256_loadu_ps(zr + j), vsh));
-        for (; j < D; ++j) yr[j] = from_f32<T>(zr[j] - shift);
-      } else {
-        const __m256 vinv = _mm256_set1_ps(1.0f / sum);
-        for (; j + 8 <= D; j += 8) store8(yr + j, _mm256_mul_ps(_mm256_loadu_ps(zr + j), vinv));
-        for (; j < D; ++j) yr[j] = from_f32<T>(zr[j] / sum);
+        softmax_row_f32(z, sc, log, obuf.data(), ebuf.data(), D, false, nullptr);
+        T* yr = py + r * D;
+        for (int64_t j = 0; j < D; ++j) yr[j] = from_f32<T>(obuf[size_t(j)]);
       }
     }
+    if (stream) _mm_sfence();
   });
 }
 }  // namespace
@@ -109,8 +142,8 @@ void softmax_backward(const Tensor& y, const Tensor& g, bool log, Tensor& dz) {
           const __m256 vs = _mm256_set1_ps(s);
           j = 0;
           for (; j + 8 <= D; j += 8)
-            store8(dr + j, _mm256_fnmadd_ps(exp256(load8(yr + j)), vs, load8(gr + j)));
-          for (; j < D; ++j) dr[j] = from_f32<T>(to_f32(gr[j]) - exp_scalar(to_f32(yr[j])) * s);
+            store8(dr + j, _mm256_fnmadd_ps(exp256_nonpos(load8(yr + j)), vs, load8(gr + j)));
+          for (; j < D; ++j) dr[j] = from_f32<T>(to_f32(gr[j]) - exp_nonpos_scalar(to_f32(yr[j])) * s);
         } else {
           for (; j + 8 <= D; j += 8) acc = _mm256_fmadd_ps(load8(gr + j), load8(yr + j), acc);
           float s = hsum256(acc);

@@ -1,0 +1,155 @@
+// `toy bench ops`: hot-path benchmarks, each a ratio against a baseline measured in the same
+// run — FMA peak for matmul, the engine's own composed ops for fused attention, a memcpy of
+// the same bytes for the memory-bound kernels.
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "toy/autograd/backward.h"
+#include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/cli/bench_util.h"
+#include "toy/cli/commands.h"
+#include "toy/core/rng.h"
+#include "toy/core/thread_pool.h"
+#include "toy/ops/ops.h"
+
+namespace toy::cli {
+
+void print_result(const BenchResult& r, bool json) {
+  if (json) {
+    nlohmann::json j = {{"case", r.name},   {"value", r.value},         {"unit", r.unit},
+                        {"baseline", r.baseline}, {"ratio", r.ratio}, {"baseline_is", r.baseline_what}};
+    if (r.target > 0) j["target"] = r.target;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%-22s %10.2f %-8s baseline %10.2f (%s)  ratio %.2f%s\n", r.name.c_str(), r.value, r.unit.c_str(),
+                r.baseline, r.baseline_what.c_str(), r.ratio,
+                r.target > 0 ? (r.ratio >= r.target ? "  [meets target]" : "  [BELOW target]") : "");
+  }
+  std::fflush(stdout);
+}
+
+namespace {
+
+struct OpsBenchOptions {
+  bool json = false;
+  int reps = 9;
+  int threads = 0;
+  std::string only;
+};
+
+BenchResult bench_matmul(const char* name, int64_t M, int64_t K, int64_t N, double peak, int reps, double target) {
+  Generator g(1);
+  Tensor a = randn(Shape{M, K}, g), b = randn(Shape{K, N}, g);
+  NoGradGuard ng;
+  double t = median_seconds([&] { Tensor c = matmul(a, b); }, reps, 2);
+  BenchResult r;
+  r.name = name;
+  r.value = 2.0 * double(M) * double(N) * double(K) / t / 1e9;
+  r.unit = "GFLOP/s";
+  r.baseline = peak;
+  r.baseline_what = "FMA peak of this machine";
+  r.ratio = r.value / peak;
+  r.target = target;
+  return r;
+}
+
+BenchResult bench_attention(int reps) {
+  const int64_t B = 4, H = 8, T = 256, D = 64;
+  Generator g(2);
+  Tensor q = randn(Shape{B, T, H, D}, g), k = randn(Shape{B, T, H, D}, g), v = randn(Shape{B, T, H, D}, g);
+  Tensor gout = randn(Shape{B, T, H, D}, g);
+  q.requires_grad_();
+  k.requires_grad_();
+  v.requires_grad_();
+  auto clear = [&] {
+    q.zero_grad();
+    k.zero_grad();
+    v.zero_grad();
+  };
+  auto fused = [&] {
+    clear();
+    backward(attention(q, k, v), gout);
+  };
+  auto composed = [&] {
+    clear();
+    Tensor qh = permute(q, {0, 2, 1, 3}), kh = permute(k, {0, 2, 1, 3}), vh = permute(v, {0, 2, 1, 3});
+    Tensor p = softmax(diag_mask_inf(matmul(qh, kh, false, true)), 1.0f / 8.0f);
+    backward(permute(matmul(p, vh), {0, 2, 1, 3}), gout);
+  };
+  auto [tf, tc] = paired_median_seconds(fused, composed, reps, 2);
+  BenchResult r;
+  r.name = "attention_fwd_bwd";
+  r.value = tf * 1e3;
+  r.unit = "ms";
+  r.baseline = tc * 1e3;
+  r.baseline_what = "composed matmul+mask+softmax+matmul, ms";
+  r.ratio = tc / tf;
+  r.target = 2.0;
+  return r;
+}
+
+// A row-wise kernel on [4096, 4096] f32 against a memcpy of the same bytes (read x, write
+// y) on the same threads. The two are timed alternately so that both see the same machine
+// (memory bandwidth on shared hosts drifts by 2x over minutes).
+BenchResult bench_rowwise(const char* name, int reps, bool norm) {
+  const int64_t R = 4096, D = 4096;
+  Generator g(3);
+  Tensor x = randn(Shape{R, D}, g), w = randn(Shape{D}, g);
+  const size_t bytes = size_t(R * D) * 4;
+  std::unique_ptr<char[]> dst(new char[bytes]);
+  std::memset(dst.get(), 0, bytes);
+  const char* src = static_cast<const char*>(x.raw_data());
+  NoGradGuard ng;
+  auto kernel = [&] { Tensor y = norm ? rms_norm(x, w) : softmax(x); };
+  auto copy = [&] {
+    parallel_for(0, int64_t(bytes), 1 << 20, [&](int64_t b, int64_t e) {
+      std::memcpy(dst.get() + b, src + b, size_t(e - b));
+    });
+  };
+  auto [t, mt] = paired_median_seconds(kernel, copy, reps, 1);
+  const double moved = 2.0 * double(bytes);  // read x, write y
+  BenchResult r;
+  r.name = name;
+  r.value = moved / t / 1e9;
+  r.unit = "GB/s";
+  r.baseline = moved / mt / 1e9;
+  r.baseline_what = "memcpy of the same bytes on the same threads, GB/s";
+  r.ratio = mt / t;
+  r.target = 0.70;
+  return r;
+}
+
+int run_ops_bench(const OpsBenchOptions& o) {
+  if (o.threads) set_num_threads(o.threads);
+  const int threads = num_threads();
+  auto want = [&](const char* n) { return o.only.empty() || o.only == n; };
+  const double peak = cpu::measure_fma_peak_gflops(threads, 0.25);
+  print_result({"fma_peak", peak, "GFLOP/s", peak, 1.0, "itself (" + std::to_string(threads) + " threads)", 0}, o.json);
+  if (want("matmul_f32_1024")) print_result(bench_matmul("matmul_f32_1024", 1024, 1024, 1024, peak, o.reps, 0.60), o.json);
+  if (want("matmul_f32_train"))
+    print_result(bench_matmul("matmul_f32_train", 768, 128, 512, peak, o.reps * 5, 0.40), o.json);
+  if (want("attention_fwd_bwd")) print_result(bench_attention(o.reps * 2), o.json);
+  if (want("rms_norm")) print_result(bench_rowwise("rms_norm", o.reps * 2, true), o.json);
+  if (want("softmax")) print_result(bench_rowwise("softmax", o.reps * 2, false), o.json);
+  return 0;
+}
+
+}  // namespace
+
+Run add_bench_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Benchmarks with ratios against baselines measured in the same run");
+  cmd->require_subcommand(1);
+  auto* ops = cmd->add_subcommand("ops", "Op kernels: matmul vs FMA peak, fused attention vs composed, norms vs memcpy");
+  auto o = std::make_shared<OpsBenchOptions>();
+  ops->add_flag("--json", o->json, "One JSON object per line");
+  ops->add_option("--reps", o->reps, "Timed repetitions per case (median reported)")->check(CLI::Range(1, 1000));
+  ops->add_option("--threads", o->threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
+  ops->add_option("--case", o->only, "Run one case only");
+  return [cmd, ops, o]() -> int {
+    if (ops->parsed()) return run_ops_bench(*o);
+    return 1;
+  };
+}
+
+}  // namespace toy::cli

@@ -1,0 +1,15 @@
+// The toy program's subcommands. Each registers its options on the CLI11 app and returns
+// the function to run when it is chosen.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace toy::cli {
+
+using Run = std::function<int()>;
+
+Run add_ops_command(CLI::App& app);
+Run add_bench_command(CLI::App& app);
+Run add_demo_command(CLI::App& app);
+
+}  // namespace toy::cli

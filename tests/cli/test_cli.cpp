@@ -1,0 +1,129 @@
+// The toy program: the stable interfaces other tools and the acceptance checks rely on.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct RunResult {
+  int status;
+  std::string out;
+};
+
+RunResult run(const std::string& args, const std::string& env = "") {
+  std::string cmd = env + " " + TOY_BINARY + " " + args + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  int st = pclose(p);
+  return {WEXITSTATUS(st), out};
+}
+
+const char* kCanonical[] = {
+    "add", "sub", "mul", "div", "scale", "neg", "exp", "log", "sqrt", "rsqrt", "square", "abs", "tanh",
+    "sigmoid", "relu", "silu", "gelu", "clamp", "swiglu", "dropout", "matmul", "linear", "out_prod", "sum",
+    "mean", "max", "argmax", "argsort", "top_k", "rms_norm", "layer_norm", "l2_norm", "softmax", "log_softmax",
+    "diag_mask_inf", "rope", "attention", "view", "reshape", "permute", "transpose", "contiguous", "concat",
+    "slice", "pad", "repeat", "cast", "get_rows", "set_rows", "cross_entropy", "im2col", "conv2d", "conv1d",
+    "mul_mat_id", "add_id", "ssm_conv", "ssm_scan", "sgd", "adamw"};
+
+}  // namespace
+
+TEST(Cli, OpsJsonListsEveryCanonicalOp) {
+  RunResult r = run("ops --json");
+  ASSERT_EQ(r.status, 0);
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.is_array());
+  std::set<std::string> names;
+  const std::set<std::string> no_backward = {"argmax", "argsort", "top_k", "sgd", "adamw"};
+  // Every grad_test must be a test ctest knows: the op test binary lists its tests.
+  RunResult listed = {0, ""};
+  {
+    FILE* p = popen((std::string(TOY_OP_TESTS_BINARY) + " --gtest_list_tests").c_str(), "r");
+    std::array<char, 4096> buf;
+    while (size_t n = fread(buf.data(), 1, buf.size(), p)) listed.out.append(buf.data(), n);
+    pclose(p);
+  }
+  for (const auto& op : j) {
+    const std::string name = op.at("name");
+    names.insert(name);
+    EXPECT_TRUE(op.at("primitive").is_boolean());
+    EXPECT_TRUE(op.at("cpu").get<bool>()) << name;
+    EXPECT_TRUE(op.at("cuda").is_boolean());
+    EXPECT_EQ(op.at("backward").get<bool>(), no_backward.count(name) == 0) << name;
+    const std::string test = op.at("grad_test");
+    ASSERT_EQ(test.rfind("OpGrad.", 0), 0u) << name;
+    EXPECT_NE(listed.out.find("  " + test.substr(7) + "\n"), std::string::npos) << test << " is not a test";
+  }
+  for (const char* c : kCanonical) EXPECT_TRUE(names.count(c)) << c;
+}
+
+TEST(Cli, OpsTableIsReadable) {
+  RunResult r = run("ops");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("rms_norm"), std::string::npos);
+  EXPECT_NE(r.out.find("composite"), std::string::npos);
+}
+
+TEST(Cli, BenchOpsJsonLines) {
+  RunResult r = run("bench ops --json --case rms_norm --reps 1");
+  ASSERT_EQ(r.status, 0);
+  std::istringstream lines(r.out);
+  std::string line;
+  std::set<std::string> cases;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    for (const char* k : {"case", "value", "unit", "baseline", "ratio"}) EXPECT_TRUE(j.contains(k)) << k;
+    EXPECT_GT(j.at("value").get<double>(), 0);
+    cases.insert(j.at("case"));
+  }
+  EXPECT_TRUE(cases.count("rms_norm"));
+}
+
+TEST(Cli, DemoLossFalls) {
+  RunResult r = run("demo --steps 75");
+  ASSERT_EQ(r.status, 0);
+  double first = 0, last = 0;
+  std::istringstream lines(r.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    double loss;
+    int step;
+    if (std::sscanf(line.c_str(), "step %d loss %lf", &step, &loss) == 2) {
+      if (step == 1) first = loss;
+      last = loss;
+    }
+  }
+  EXPECT_GT(first, 3.0);
+  EXPECT_LT(last, first - 0.8) << r.out;
+}
+
+TEST(Cli, TraceEnvironmentWritesValidChromeTrace) {
+  const std::string path = ::testing::TempDir() + "toy_cli_trace.json";
+  RunResult r = run("demo --steps 2", "TOY_TRACE=" + path);
+  ASSERT_EQ(r.status, 0);
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str());
+  ASSERT_TRUE(j.is_array());
+  std::set<std::string> cats;
+  for (const auto& e : j) cats.insert(e.at("cat").get<std::string>());
+  EXPECT_TRUE(cats.count("op"));
+  EXPECT_TRUE(cats.count("backward"));
+  std::remove(path.c_str());
+}
+
+TEST(Cli, BadUsageFailsWithAMessage) {
+  EXPECT_NE(run("no-such-command").status, 0);
+  EXPECT_NE(run("bench ops --reps 0").status, 0);
+  EXPECT_NE(run("").status, 0);
+}
