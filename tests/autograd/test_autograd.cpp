@@ -152,3 +152,33 @@ TEST(Gradcheck, CatchesAWrongGradient) {
   EXPECT_FALSE(gradcheck(f, {x}).ok);
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& in) { return square(in[0]); }, {x}).ok);
 }
+
+TEST(Autograd, GraphsDroppedWithoutBackwardFreeEverything) {
+  // A node that holds its own output would form a reference cycle and leak the whole graph
+  // when backward never runs (evaluation with grad mode on). Every op family once:
+  const int64_t before = allocator(Device::CPU).stats().bytes_in_use;
+  {
+    Tensor x = param(randn_t(Shape{2, 8, 2, 8}, 1));
+    Tensor m = param(randn_t(Shape{6, 8}, 2));
+    Tensor w = param(randn_t(Shape{8}, 3));
+    std::vector<Tensor> outs = {
+        exp(m), tanh(m), sigmoid(m), add(m, w), mul(m, w), div(m, add_scalar(abs(w), 1.0f)), swiglu(m, m),
+        dropout(m, 0.5f), matmul(m, transpose(m)), linear(m, m), out_prod(m, m), sum(m, 0), mean(m), max(m, 1),
+        rms_norm(m, w), layer_norm(m, w, w), l2_norm(m), softmax(m), log_softmax(m), diag_mask_inf(m),
+        rope(x, arange(8, DType::I32)), attention(x, x, x), reshape(m, Shape{-1}), permute(x, {3, 2, 1, 0}),
+        concat({m, m}, 0), slice(m, 1, 2, 6), pad(m, {{1, 1}}), repeat(m, {2, 1}), cast(m, DType::BF16),
+        get_rows(m, arange(3, DType::I32)), set_rows(m, arange(2, DType::I32), slice(m, 0, 0, 2)),
+        cross_entropy(m, arange(6, DType::I32)), linear_cross_entropy(m, m, arange(6, DType::I32), 4),
+        conv2d(reshape(m, Shape{1, 1, 6, 8}), reshape(slice(w, 0, 0, 4), Shape{1, 1, 2, 2})),
+        conv1d(reshape(m, Shape{1, 6, 8}), reshape(repeat(w, {2}), Shape{8, 2})),
+        mul_mat_id(reshape(m, Shape{2, 3, 8}), reshape(m, Shape{6, 1, 8}), zeros(Shape{6, 1}, DType::I32)),
+        add_id(reshape(m, Shape{6, 1, 8}), reshape(w, Shape{1, 8}), zeros(Shape{6, 1}, DType::I32)),
+        checkpoint([](const std::vector<Tensor>& in) { return gelu(in[0]); }, {m}),
+    };
+    auto [y, s] = ssm_scan(reshape(slice(m, 0, 0, 4), Shape{1, 2, 2, 8}), reshape(slice(w, 0, 0, 4), Shape{1, 2, 2}),
+                           neg(abs(slice(w, 0, 0, 2))), reshape(slice(m, 0, 0, 4), Shape{1, 2, 2, 8}),
+                           reshape(slice(m, 0, 2, 6), Shape{1, 2, 2, 8}));
+    for (const Tensor& o : outs) EXPECT_TRUE(o.requires_grad());
+  }
+  EXPECT_EQ(allocator(Device::CPU).stats().bytes_in_use, before);
+}

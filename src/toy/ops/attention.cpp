@@ -65,7 +65,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
     result = cast(out, q.dtype());
   }
   if (needs_grad({&q, &k, &v})) {
-    record("attention", result, {q, k, v}, [qf, kf, vf, seg, a, out, lse, dt = q.dtype()](const Tensor& g) -> Grads {
+    // out is saved detached: for f32 inputs it is the result itself, and a node holding its
+    // own output would be a reference cycle (a leak when backward never runs).
+    record("attention", result, {q, k, v}, [qf, kf, vf, seg, a, out = out.detach(), lse, dt = q.dtype()](const Tensor& g) -> Grads {
       Tensor gf = g.dtype() == DType::F32 ? g : cast(g, DType::F32);
       Tensor dq = empty(qf.shape(), DType::F32, qf.device());
       Tensor dk = empty(kf.shape(), DType::F32, kf.device());
