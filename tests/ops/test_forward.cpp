@@ -650,3 +650,22 @@ TEST(Forward, SizeOneDimensionsBroadcastEverywhere) {
   EXPECT_EQ(softmax(randn_t(Shape{4, 1}, 13)).to_f32_vector(), std::vector<float>(4, 1.0f));
   EXPECT_EQ(matmul(randn_t(Shape{1, 1}, 14), randn_t(Shape{1, 1}, 15)).numel(), 1);
 }
+
+TEST(Forward, AttentionAcrossSeveralKeyChunks) {
+  // More than 256 keys: the forward's online softmax spans several key chunks.
+  Tensor q = randn_t(Shape{1, 300, 2, 8}, 150), k = randn_t(Shape{1, 600, 1, 8}, 151), v = randn_t(Shape{1, 600, 1, 4}, 152);
+  const float sc = 1.0f / std::sqrt(8.0f);
+  EXPECT_TRUE(close(attention(q, k, v), attention_ref(q, k, v, true, {}, sc), 1e-5, 1e-4));
+  AttentionOptions nc;
+  nc.causal = false;
+  EXPECT_TRUE(close(attention(q, k, v, nc), attention_ref(q, k, v, false, {}, sc), 1e-5, 1e-4));
+  // Gradients across chunks against the composed ops (autograd through matmul/softmax).
+  Tensor qq = param(randn_t(Shape{1, 520, 1, 4}, 153)), kk = param(randn_t(Shape{1, 520, 1, 4}, 154)),
+         vv = param(randn_t(Shape{1, 520, 1, 4}, 155));
+  Tensor g = randn_t(Shape{1, 520, 1, 4}, 156);
+  auto fused = grad(mul(attention(qq, kk, vv), g), {qq, kk, vv}, ones(Shape{1, 520, 1, 4}));
+  Tensor qh = permute(qq, {0, 2, 1, 3}), kh = permute(kk, {0, 2, 1, 3}), vh = permute(vv, {0, 2, 1, 3});
+  Tensor o = permute(matmul(softmax(diag_mask_inf(matmul(qh, kh, false, true)), 0.5f), vh), {0, 2, 1, 3});
+  auto composed = grad(mul(o, g), {qq, kk, vv}, ones(Shape{1, 520, 1, 4}));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(close(fused[size_t(i)], composed[size_t(i)], 1e-5, 1e-4)) << i;
+}

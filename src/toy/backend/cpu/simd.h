@@ -140,6 +140,20 @@ inline float hmax256(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
+// sum a[i] * b[i] over n floats, two vector accumulators.
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  float s = hsum256(_mm256_add_ps(s0, s1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
 // max(init, p[0..n)) with vector lanes (a scalar std::max loop over a spilled accumulator
 // is several times slower).
 inline float max_row(const float* p, int64_t n, float init) {
