@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
       libopenblas-dev libopenblas0-pthread libfmt-dev nlohmann-json3-dev libcli11-dev
-      libgtest-dev)
+      libgtest-dev libpcre2-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

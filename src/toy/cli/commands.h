@@ -11,5 +11,7 @@ using Run = std::function<int()>;
 Run add_ops_command(CLI::App& app);
 Run add_bench_command(CLI::App& app);
 Run add_demo_command(CLI::App& app);
+Run add_train_command(CLI::App& app);
+Run add_generate_command(CLI::App& app);
 
 }  // namespace toy::cli

@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Show help for every command");
   std::map<CLI::App*, toy::cli::Run> runs;
   auto reg = [&](toy::cli::Run r) { runs[app.get_subcommands({}).back()] = std::move(r); };
+  reg(toy::cli::add_train_command(app));
+  reg(toy::cli::add_generate_command(app));
   reg(toy::cli::add_ops_command(app));
   reg(toy::cli::add_bench_command(app));
   reg(toy::cli::add_demo_command(app));

@@ -1,0 +1,84 @@
+// `toy generate`: stream text from a model file. Only the generated text goes to stdout
+// (diagnostics to stderr), so the output can be piped.
+#include <cstdio>
+#include <memory>
+
+#include "toy/cli/commands.h"
+#include "toy/infer/sampler.h"
+#include "toy/core/thread_pool.h"
+#include "toy/io/model_file.h"
+
+namespace toy::cli {
+
+namespace {
+struct GenerateFlags {
+  std::string model, prompt;
+  int64_t n = 200;
+  float temperature = 0.8f, top_p = 1.0f;
+  int top_k = 0;
+  uint64_t seed = 1;
+  int threads = 0;
+  bool echo = false;
+};
+
+int run_generate(const GenerateFlags& f) {
+  TOY_CHECK(f.n >= 0, "[generate] -n must be >= 0, got {}", f.n);
+  Sampler sampler({f.temperature, f.top_k, f.top_p}, f.seed);
+  LoadedModel lm = load_model(f.model);
+  DecoderLM& m = *lm.model;
+  const Tokenizer& tok = *lm.tokenizer;
+  const int64_t ctx = m.config().ctx;
+  std::vector<int32_t> ids = f.prompt.empty() ? std::vector<int32_t>{} : tok.encode(f.prompt);
+  if (ids.empty()) {
+    // No prompt: start from end-of-text if the vocabulary has it, else from token 0.
+    ids.push_back(tok.eos_id() >= 0 ? tok.eos_id() : 0);
+  }
+  if (f.echo) std::fputs(f.prompt.c_str(), stdout);
+  // Keep the last ctx - 1 prompt tokens (room for at least one generated token).
+  if (int64_t(ids.size()) > ctx - 1) ids.erase(ids.begin(), ids.end() - (ctx - 1));
+  std::vector<int32_t> history = ids;
+  Tensor logits = m.decode(ids);
+  Utf8StreamDecoder dec(tok);
+  for (int64_t i = 0; i < f.n; ++i) {
+    const int32_t id = sampler.sample(logits);
+    if (id == tok.eos_id()) break;
+    const std::string piece = dec.push(id);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    history.push_back(id);
+    if (i + 1 == f.n) break;
+    if (m.cache_len() >= ctx) {
+      // The window is full: re-read the last half of the context and go on.
+      m.reset_cache();
+      std::vector<int32_t> tail(history.end() - ctx / 2, history.end());
+      logits = m.decode(tail);
+    } else {
+      logits = m.decode({id});
+    }
+  }
+  const std::string rest = dec.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputc('\n', stdout);
+  return 0;
+}
+}  // namespace
+
+Run add_generate_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("generate", "Generate text from a model file");
+  auto f = std::make_shared<GenerateFlags>();
+  cmd->add_option("-m,--model", f->model, "Model file (model.gguf)")->required();
+  cmd->add_option("-p,--prompt", f->prompt, "Prompt text");
+  cmd->add_option("-n,--tokens", f->n, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--temp,--temperature", f->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--top-k", f->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", f->top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
+  cmd->add_option("--seed", f->seed, "Sampling seed (same seed, same text)")->capture_default_str();
+  cmd->add_option("--threads", f->threads, "Threads (default: all cores)");
+  cmd->add_flag("--echo", f->echo, "Print the prompt before the generated text");
+  return [f]() {
+    if (f->threads) set_num_threads(f->threads);
+    return run_generate(*f);
+  };
+}
+
+}  // namespace toy::cli

@@ -1,0 +1,62 @@
+#include "toy/data/labels.h"
+
+#include <vector>
+
+#include "toy/core/error.h"
+
+namespace toy::labels {
+
+Tensor next_token(std::span<const int32_t> seq, int64_t vocab) {
+  TOY_CHECK(!seq.empty(), "[labels] next_token: empty sequence");
+  TOY_CHECK(vocab > 0, "[labels] next_token: vocabulary size must be > 0, got {}", vocab);
+  std::vector<int32_t> t(seq.size());
+  for (size_t k = 0; k < seq.size(); ++k) {
+    const int32_t target = k + 1 < seq.size() ? seq[k + 1] : seq[k];
+    TOY_CHECK(target >= 0 && target < vocab, "[labels] next_token: id {} at position {} is out of the vocabulary "
+              "[0, {})", target, k + 1 < seq.size() ? k + 1 : k, vocab);
+    t[k] = target;
+  }
+  return from_vector(t, Shape{int64_t(t.size())});
+}
+
+Tensor next_token_guarded(std::span<const int32_t> seq, int64_t vocab) {
+  TOY_CHECK(!seq.empty(), "[labels] next_token_guarded: empty sequence");
+  TOY_CHECK(vocab > 0, "[labels] next_token_guarded: vocabulary size must be > 0, got {}", vocab);
+  std::vector<int32_t> t(seq.size());
+  for (size_t k = 0; k < seq.size(); ++k) {
+    const int32_t target = k + 1 < seq.size() ? seq[k + 1] : seq[k];
+    t[k] = (target >= 0 && target < vocab) ? target : kIgnore;
+  }
+  return from_vector(t, Shape{int64_t(t.size())});
+}
+
+Tensor fixed_target(int64_t vocab, int64_t context, int32_t target) {
+  TOY_CHECK(target >= 0 && target < vocab, "[labels] fixed_target: target id {} out of the vocabulary [0, {})", target,
+            vocab);
+  TOY_CHECK(context > 0, "[labels] fixed_target: context must be > 0, got {}", context);
+  return full(Shape{context}, target, DType::I32);
+}
+
+Tensor one_hot_class(int64_t classes, int32_t label) {
+  TOY_CHECK(classes > 0, "[labels] one_hot_class: class count must be > 0, got {}", classes);
+  TOY_CHECK(label >= 0 && label < classes, "[labels] one_hot_class: label {} out of range [0, {})", label, classes);
+  Tensor t = zeros(Shape{1, classes});
+  t.data<float>()[label] = 1.0f;
+  return t;
+}
+
+Tensor one_hot(const Tensor& ids, int64_t vocab) {
+  TOY_CHECK(ids.dtype() == DType::I32 && ids.ndim() == 1, "[labels] one_hot: ids must be i32 [N], got {}",
+            describe(ids));
+  std::vector<int32_t> v = ids.to_i32_vector();
+  Tensor t = zeros(Shape{int64_t(v.size()), vocab});
+  float* p = t.data<float>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == kIgnore) continue;
+    TOY_CHECK(v[i] >= 0 && v[i] < vocab, "[labels] one_hot: id {} at position {} out of range [0, {})", v[i], i, vocab);
+    p[int64_t(i) * vocab + v[i]] = 1.0f;
+  }
+  return t;
+}
+
+}  // namespace toy::labels

@@ -1,0 +1,27 @@
+// Label builders (the seed's Toy::Labels): targets for the training objectives, failing loudly
+// on out-of-range ids instead of writing outside a row.
+//   next_token         — target k = id k+1 (the last position targets itself); every id must
+//                        be in the vocabulary (from-scratch data is known-good)
+//   next_token_guarded — the same, but out-of-vocabulary targets are left out (ignore index)
+//                        instead of failing: for streamed, unchecked corpora
+//   fixed_target       — every position targets one id
+//   one_hot_class      — a single-row one-hot [1, classes] (image classification)
+// Targets are I32 ids ([T]) for cross_entropy; one_hot() turns ids into F32 one-hot rows.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "toy/core/tensor.h"
+
+namespace toy::labels {
+
+inline constexpr int32_t kIgnore = -100;
+
+Tensor next_token(std::span<const int32_t> seq, int64_t vocab);
+Tensor next_token_guarded(std::span<const int32_t> seq, int64_t vocab);
+Tensor fixed_target(int64_t vocab, int64_t context, int32_t target);
+Tensor one_hot_class(int64_t classes, int32_t label);
+// [N] ids -> [N, vocab] F32 one-hot; ignored ids give all-zero rows.
+Tensor one_hot(const Tensor& ids, int64_t vocab);
+
+}  // namespace toy::labels

@@ -1,0 +1,65 @@
+#include "toy/infer/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "toy/core/error.h"
+
+namespace toy {
+
+Sampler::Sampler(SamplerConfig cfg, uint64_t seed) : cfg_(cfg), gen_(seed, 0x5a3d1e) {
+  TOY_CHECK(cfg.temperature >= 0 && std::isfinite(cfg.temperature), "[sample] temperature must be >= 0, got {}",
+            cfg.temperature);
+  TOY_CHECK(cfg.top_k >= 0, "[sample] top-k must be >= 0, got {}", cfg.top_k);
+  TOY_CHECK(cfg.top_p > 0 && cfg.top_p <= 1, "[sample] top-p must be in (0, 1], got {}", cfg.top_p);
+}
+
+int32_t Sampler::sample(const Tensor& logits_t) {
+  std::vector<float> z = logits_t.to_f32_vector();
+  TOY_CHECK(!z.empty(), "[sample] empty logits");
+  const int32_t V = int32_t(z.size());
+  if (cfg_.temperature == 0.0f) return int32_t(std::max_element(z.begin(), z.end()) - z.begin());
+  // Candidates sorted by logit (descending, ties by id), cut by top-k.
+  std::vector<int32_t> idx(static_cast<size_t>(V));
+  std::iota(idx.begin(), idx.end(), 0);
+  int32_t k = cfg_.top_k > 0 ? std::min(cfg_.top_k, V) : V;
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+    return z[size_t(a)] > z[size_t(b)] || (z[size_t(a)] == z[size_t(b)] && a < b);
+  });
+  idx.resize(size_t(k));
+  // Softmax over candidates at the temperature (in double).
+  const double mx = z[size_t(idx[0])];
+  std::vector<double> p(idx.size());
+  double total = 0;
+  for (size_t i = 0; i < idx.size(); ++i) total += p[i] = std::exp((z[size_t(idx[i])] - mx) / cfg_.temperature);
+  for (double& v : p) v /= total;
+  // Top-p: the smallest prefix whose mass reaches top_p.
+  if (cfg_.top_p < 1.0f) {
+    double cum = 0;
+    size_t keep = p.size();
+    for (size_t i = 0; i < p.size(); ++i) {
+      cum += p[i];
+      if (cum >= cfg_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    p.resize(keep);
+    idx.resize(keep);
+    double s = 0;
+    for (double v : p) s += v;
+    for (double& v : p) v /= s;
+  }
+  auto u = gen_.block(gen_.reserve(1));
+  const double r = (double((uint64_t(u[0]) << 21) ^ u[1]) / 9007199254740992.0);  // ~uniform [0, 1)
+  double cum = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    cum += p[i];
+    if (r < cum) return idx[i];
+  }
+  return idx.back();
+}
+
+}  // namespace toy

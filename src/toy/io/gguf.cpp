@@ -1,0 +1,407 @@
+#include "toy/io/gguf.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "toy/core/error.h"
+#include "toy/ops/ops.h"
+
+namespace toy::gguf {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x46554747;  // "GGUF"
+constexpr size_t kAlignment = 32;
+constexpr uint64_t kMaxString = uint64_t(1) << 30;
+constexpr uint64_t kMaxArray = uint64_t(1) << 30;
+
+size_t scalar_size(Type t) {
+  switch (t) {
+    case Type::U8: case Type::I8: case Type::BOOL: return 1;
+    case Type::U16: case Type::I16: return 2;
+    case Type::U32: case Type::I32: case Type::F32: return 4;
+    case Type::U64: case Type::I64: case Type::F64: return 8;
+    default: return 0;
+  }
+}
+
+bool is_signed(Type t) { return t == Type::I8 || t == Type::I16 || t == Type::I32 || t == Type::I64; }
+bool is_float_type(Type t) { return t == Type::F32 || t == Type::F64; }
+
+// Bounds-checked cursor over the mapped file.
+struct Cursor {
+  const uint8_t* base;
+  size_t size;
+  size_t pos = 0;
+  const std::string& path;
+
+  void need(size_t n, const char* what) const {
+    TOY_CHECK(n <= size && pos <= size - n, "[gguf] {}: truncated file reading {} at byte {} (file has {} bytes)", path,
+              what, pos, size);
+  }
+  template <class T>
+  T read(const char* what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, base + pos, sizeof(T));
+    pos += sizeof(T);
+    return v;
+  }
+  std::string string(const char* what) {
+    uint64_t n = read<uint64_t>(what);
+    TOY_CHECK(n <= kMaxString, "[gguf] {}: {} string of {} bytes is implausible (corrupt file?)", path, what, n);
+    need(size_t(n), what);
+    std::string s(reinterpret_cast<const char*>(base + pos), size_t(n));
+    pos += size_t(n);
+    return s;
+  }
+};
+
+void read_scalar(Cursor& c, Type t, Value& v, const std::string& key) {
+  switch (t) {
+    case Type::U8: v.u = c.read<uint8_t>(key.c_str()); break;
+    case Type::I8: v.i = c.read<int8_t>(key.c_str()); break;
+    case Type::U16: v.u = c.read<uint16_t>(key.c_str()); break;
+    case Type::I16: v.i = c.read<int16_t>(key.c_str()); break;
+    case Type::U32: v.u = c.read<uint32_t>(key.c_str()); break;
+    case Type::I32: v.i = c.read<int32_t>(key.c_str()); break;
+    case Type::F32: v.f = c.read<float>(key.c_str()); break;
+    case Type::BOOL: v.u = c.read<uint8_t>(key.c_str()) != 0; break;
+    case Type::STRING: v.s = c.string(key.c_str()); break;
+    case Type::U64: v.u = c.read<uint64_t>(key.c_str()); break;
+    case Type::I64: v.i = c.read<int64_t>(key.c_str()); break;
+    case Type::F64: v.f = c.read<double>(key.c_str()); break;
+    default: fail("[gguf] {}: key '{}' has unknown value type {}", c.path, key, int(t));
+  }
+}
+
+// --- writing ---------------------------------------------------------------------------------
+
+struct Out {
+  std::FILE* f;
+  const std::string& path;
+  uint64_t written = 0;
+  void bytes(const void* p, size_t n) {
+    if (n && std::fwrite(p, 1, n, f) != n) fail("[gguf] cannot write '{}' (disk full?)", path);
+    written += n;
+  }
+  template <class T>
+  void pod(T v) {
+    bytes(&v, sizeof v);
+  }
+  void string(const std::string& s) {
+    pod<uint64_t>(s.size());
+    bytes(s.data(), s.size());
+  }
+  void pad_to(size_t align) {
+    static const char zeros[64] = {};
+    while (written % align) bytes(zeros, std::min<size_t>(sizeof zeros, align - written % align));
+  }
+};
+
+void write_scalar(Out& o, Type t, const Value& v, size_t idx, bool array) {
+  auto U = [&] { return array ? v.au[idx] : v.u; };
+  auto I = [&] { return array ? v.ai[idx] : v.i; };
+  auto F = [&] { return array ? v.af[idx] : v.f; };
+  switch (t) {
+    case Type::U8: o.pod<uint8_t>(uint8_t(U())); break;
+    case Type::I8: o.pod<int8_t>(int8_t(I())); break;
+    case Type::U16: o.pod<uint16_t>(uint16_t(U())); break;
+    case Type::I16: o.pod<int16_t>(int16_t(I())); break;
+    case Type::U32: o.pod<uint32_t>(uint32_t(U())); break;
+    case Type::I32: o.pod<int32_t>(int32_t(I())); break;
+    case Type::F32: o.pod<float>(float(F())); break;
+    case Type::BOOL: o.pod<uint8_t>(U() ? 1 : 0); break;
+    case Type::STRING: o.string(array ? v.as[idx] : v.s); break;
+    case Type::U64: o.pod<uint64_t>(U()); break;
+    case Type::I64: o.pod<int64_t>(I()); break;
+    case Type::F64: o.pod<double>(F()); break;
+    default: fail("[gguf] cannot write value type {}", int(t));
+  }
+}
+
+}  // namespace
+
+const char* type_name(Type t) {
+  static const char* names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"};
+  int i = int(t);
+  return i >= 0 && i <= 12 ? names[i] : "unknown";
+}
+
+Value Value::u32(uint32_t v) { Value x; x.type = Type::U32; x.u = v; return x; }
+Value Value::i32(int32_t v) { Value x; x.type = Type::I32; x.i = v; return x; }
+Value Value::f32(float v) { Value x; x.type = Type::F32; x.f = v; return x; }
+Value Value::u64(uint64_t v) { Value x; x.type = Type::U64; x.u = v; return x; }
+Value Value::boolean(bool v) { Value x; x.type = Type::BOOL; x.u = v; return x; }
+Value Value::str(std::string v) { Value x; x.type = Type::STRING; x.s = std::move(v); return x; }
+Value Value::str_array(std::vector<std::string> v) {
+  Value x;
+  x.type = Type::ARRAY;
+  x.elem = Type::STRING;
+  x.as = std::move(v);
+  return x;
+}
+Value Value::f32_array(std::vector<float> v) {
+  Value x;
+  x.type = Type::ARRAY;
+  x.elem = Type::F32;
+  x.af.assign(v.begin(), v.end());
+  return x;
+}
+Value Value::i32_array(std::vector<int32_t> v) {
+  Value x;
+  x.type = Type::ARRAY;
+  x.elem = Type::I32;
+  x.ai.assign(v.begin(), v.end());
+  return x;
+}
+Value Value::u32_array(std::vector<uint32_t> v) {
+  Value x;
+  x.type = Type::ARRAY;
+  x.elem = Type::U32;
+  x.au.assign(v.begin(), v.end());
+  return x;
+}
+
+// --- Reader ------------------------------------------------------------------------------------
+
+Reader::Reader(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  TOY_CHECK(fd >= 0, "[gguf] cannot open '{}': {}", path, std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    fail("[gguf] cannot stat '{}'", path);
+  }
+  size_ = size_t(st.st_size);
+  if (size_ < 24) {
+    ::close(fd);
+    fail("[gguf] '{}' is not a GGUF file ({} bytes; a header alone is 24)", path, size_);
+  }
+  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  TOY_CHECK(p != MAP_FAILED, "[gguf] cannot map '{}'", path);
+  const size_t sz = size_;
+  map_ = std::shared_ptr<void>(p, [sz](void* q) { ::munmap(q, sz); });
+
+  Cursor c{static_cast<const uint8_t*>(p), size_, 0, path_};
+  const uint32_t magic = c.read<uint32_t>("magic");
+  TOY_CHECK(magic == kMagic, "[gguf] '{}' is not a GGUF file (magic {:#010x}, expected 0x46554747 \"GGUF\")", path,
+            magic);
+  version_ = c.read<uint32_t>("version");
+  TOY_CHECK((version_ & 0xffff) != 0, "[gguf] '{}' looks big-endian (version {:#x}); only little-endian is supported",
+            path, version_);
+  TOY_CHECK(version_ == 2 || version_ == 3, "[gguf] '{}' has version {}; supported are 2 and 3", path, version_);
+  const int64_t n_tensors = c.read<int64_t>("tensor count");
+  const int64_t n_kv = c.read<int64_t>("metadata count");
+  TOY_CHECK(n_tensors >= 0 && n_kv >= 0 && uint64_t(n_tensors) < kMaxArray && uint64_t(n_kv) < kMaxArray,
+            "[gguf] '{}': implausible counts ({} tensors, {} keys)", path, n_tensors, n_kv);
+
+  for (int64_t k = 0; k < n_kv; ++k) {
+    std::string key = c.string("key");
+    TOY_CHECK(!key.empty(), "[gguf] '{}': empty key at entry {}", path, k);
+    TOY_CHECK(find(key) == nullptr, "[gguf] '{}': duplicate key '{}'", path, key);
+    Value v;
+    v.type = Type(c.read<int32_t>(key.c_str()));
+    if (v.type == Type::ARRAY) {
+      v.elem = Type(c.read<int32_t>(key.c_str()));
+      TOY_CHECK(v.elem != Type::ARRAY, "[gguf] '{}': key '{}' is an array of arrays (not allowed)", path, key);
+      TOY_CHECK(v.elem == Type::STRING || scalar_size(v.elem) > 0, "[gguf] '{}': key '{}' has unknown element type {}",
+                path, key, int(v.elem));
+      const uint64_t n = c.read<uint64_t>(key.c_str());
+      TOY_CHECK(n <= kMaxArray, "[gguf] '{}': key '{}' array of {} elements is implausible", path, key, n);
+      if (v.elem != Type::STRING) c.need(size_t(n) * scalar_size(v.elem), key.c_str());
+      for (uint64_t j = 0; j < n; ++j) {
+        Value e;
+        read_scalar(c, v.elem, e, key);
+        if (v.elem == Type::STRING)
+          v.as.push_back(std::move(e.s));
+        else if (is_float_type(v.elem))
+          v.af.push_back(e.f);
+        else if (is_signed(v.elem))
+          v.ai.push_back(e.i);
+        else
+          v.au.push_back(e.u);
+      }
+    } else {
+      read_scalar(c, v.type, v, key);
+    }
+    kv_.emplace_back(std::move(key), std::move(v));
+  }
+
+  size_t alignment = kAlignment;
+  if (const Value* a = find("general.alignment")) {
+    TOY_CHECK(a->type == Type::U32 && a->u > 0 && (a->u & (a->u - 1)) == 0,
+              "[gguf] '{}': general.alignment must be a power-of-two u32", path);
+    alignment = size_t(a->u);
+  }
+
+  for (int64_t t = 0; t < n_tensors; ++t) {
+    TensorInfo ti;
+    ti.name = c.string("tensor name");
+    TOY_CHECK(find_tensor(ti.name) == nullptr, "[gguf] '{}': duplicate tensor '{}'", path, ti.name);
+    const uint32_t nd = c.read<uint32_t>("tensor dims");
+    TOY_CHECK(nd >= 1 && nd <= 4, "[gguf] '{}': tensor '{}' has {} dims (1..4 allowed)", path, ti.name, nd);
+    int64_t ne[4] = {1, 1, 1, 1};
+    for (uint32_t d = 0; d < nd; ++d) {
+      ne[d] = c.read<int64_t>("tensor dim");
+      TOY_CHECK(ne[d] >= 0, "[gguf] '{}': tensor '{}' has a negative dimension", path, ti.name);
+    }
+    const int32_t code = c.read<int32_t>("tensor type");
+    try {
+      ti.dtype = dtype_from_ggml(code);
+    } catch (const Error&) {
+      fail("[gguf] '{}': tensor '{}' has type {} which toy does not support", path, ti.name, code);
+    }
+    ti.offset = c.read<uint64_t>("tensor offset");
+    TOY_CHECK(ne[0] % dtype_info(ti.dtype).block_size == 0, "[gguf] '{}': tensor '{}': ne[0] = {} is not a multiple of "
+              "the {} block size {}", path, ti.name, ne[0], name(ti.dtype), dtype_info(ti.dtype).block_size);
+    for (int d = int(nd) - 1; d >= 0; --d) ti.shape.push_back(ne[d]);
+    ti.bytes = row_bytes(ti.dtype, ne[0]) * size_t(ne[1] * ne[2] * ne[3]);
+    TOY_CHECK(ti.offset % alignment == 0, "[gguf] '{}': tensor '{}' offset {} is not aligned to {}", path, ti.name,
+              ti.offset, alignment);
+    tensors_.push_back(std::move(ti));
+  }
+  data_start_ = n_tensors > 0 ? (c.pos + alignment - 1) / alignment * alignment : c.pos;
+  for (const TensorInfo& ti : tensors_)
+    TOY_CHECK(data_start_ + ti.offset + ti.bytes <= size_, "[gguf] '{}': tensor '{}' ({} bytes at {}) runs past the "
+              "end of the file ({} bytes): truncated?", path, ti.name, ti.bytes, data_start_ + ti.offset, size_);
+}
+
+Reader::~Reader() = default;
+
+const Value* Reader::find(const std::string& key) const {
+  for (const auto& [k, v] : kv_)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+namespace {
+const Value& typed(const Reader& r, const std::string& key, Type t) {
+  const Value* v = r.find(key);
+  TOY_CHECK(v != nullptr, "[gguf] '{}': missing key '{}'", r.path(), key);
+  TOY_CHECK(v->type == t, "[gguf] '{}': key '{}' has type {}, expected {}", r.path(), key, type_name(v->type),
+            type_name(t));
+  return *v;
+}
+}  // namespace
+
+uint32_t Reader::get_u32(const std::string& key) const { return uint32_t(typed(*this, key, Type::U32).u); }
+float Reader::get_f32(const std::string& key) const { return float(typed(*this, key, Type::F32).f); }
+bool Reader::get_bool(const std::string& key) const { return typed(*this, key, Type::BOOL).u != 0; }
+const std::string& Reader::get_str(const std::string& key) const { return typed(*this, key, Type::STRING).s; }
+uint64_t Reader::get_u64(const std::string& key) const { return typed(*this, key, Type::U64).u; }
+std::optional<uint32_t> Reader::find_u32(const std::string& key) const {
+  if (!has(key)) return std::nullopt;
+  return get_u32(key);
+}
+std::optional<float> Reader::find_f32(const std::string& key) const {
+  if (!has(key)) return std::nullopt;
+  return get_f32(key);
+}
+
+const TensorInfo* Reader::find_tensor(const std::string& name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+Tensor Reader::tensor(const std::string& name) const {
+  const TensorInfo* ti = find_tensor(name);
+  TOY_CHECK(ti != nullptr, "[gguf] '{}': missing tensor '{}'", path_, name);
+  char* p = static_cast<char*>(map_.get()) + data_start_ + ti->offset;
+  auto keep = map_;
+  auto storage = std::make_shared<Storage>(p, ti->bytes, Device::CPU, [keep]() {});
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = ti->shape;
+  impl->strides = contiguous_strides(ti->shape);
+  impl->dtype = ti->dtype;
+  impl->storage = std::move(storage);
+  impl->name = name;
+  return Tensor(std::move(impl));
+}
+
+// --- Writer ------------------------------------------------------------------------------------
+
+void Writer::set(const std::string& key, Value v) {
+  TOY_CHECK(!key.empty(), "[gguf] empty metadata key");
+  for (auto& [k, old] : kv_)
+    if (k == key) {
+      old = std::move(v);
+      return;
+    }
+  kv_.emplace_back(key, std::move(v));
+}
+
+void Writer::add_tensor(const std::string& name, const Tensor& t) {
+  TOY_CHECK(t.defined(), "[gguf] tensor '{}' is undefined", name);
+  TOY_CHECK(!name.empty() && name.size() < 64, "[gguf] tensor name '{}' must have 1 to 63 bytes (llama.cpp limit)", name);
+  TOY_CHECK(t.ndim() >= 1 && t.ndim() <= 4, "[gguf] tensor '{}' has {} dims; GGUF allows 1 to 4", name, t.ndim());
+  TOY_CHECK(t.device() == Device::CPU, "[gguf] tensor '{}' must be on the CPU to be written", name);
+  for (const auto& [n, _] : tensors_) TOY_CHECK(n != name, "[gguf] tensor '{}' added twice", name);
+  tensors_.emplace_back(name, t);
+}
+
+void Writer::write(const std::string& path) const {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  TOY_CHECK(f != nullptr, "[gguf] cannot create '{}': {}", tmp, std::strerror(errno));
+  try {
+    Out o{f, tmp};
+    o.pod<uint32_t>(kMagic);
+    o.pod<uint32_t>(3);
+    o.pod<int64_t>(int64_t(tensors_.size()));
+    o.pod<int64_t>(int64_t(kv_.size()));
+    for (const auto& [key, v] : kv_) {
+      o.string(key);
+      o.pod<int32_t>(int32_t(v.type));
+      if (v.type == Type::ARRAY) {
+        o.pod<int32_t>(int32_t(v.elem));
+        size_t n = v.elem == Type::STRING ? v.as.size() : is_float_type(v.elem) ? v.af.size()
+                   : is_signed(v.elem)    ? v.ai.size() : v.au.size();
+        o.pod<uint64_t>(n);
+        for (size_t j = 0; j < n; ++j) write_scalar(o, v.elem, v, j, true);
+      } else {
+        write_scalar(o, v.type, v, 0, false);
+      }
+    }
+    // Tensor infos with packed, aligned offsets in the same order as the data.
+    std::vector<Tensor> data;
+    uint64_t offset = 0;
+    for (const auto& [name, t] : tensors_) {
+      Tensor c = t.is_contiguous() ? t : contiguous_copy(t);
+      o.string(name);
+      o.pod<uint32_t>(uint32_t(c.ndim()));
+      for (int d = c.ndim() - 1; d >= 0; --d) o.pod<int64_t>(c.size(d));
+      o.pod<int32_t>(dtype_info(c.dtype()).ggml_type);
+      o.pod<uint64_t>(offset);
+      offset += (c.nbytes() + kAlignment - 1) / kAlignment * kAlignment;
+      data.push_back(c);
+    }
+    if (!tensors_.empty()) o.pad_to(kAlignment);
+    for (const Tensor& c : data) {
+      o.bytes(c.raw_data(), c.nbytes());
+      o.pad_to(kAlignment);
+    }
+    TOY_CHECK(std::fflush(f) == 0 && ::fsync(fileno(f)) == 0, "[gguf] cannot flush '{}' (disk full?)", tmp);
+  } catch (...) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    throw;
+  }
+  std::fclose(f);
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    fail("[gguf] cannot rename '{}' to '{}': {}", tmp, path, ec.message());
+  }
+}
+
+}  // namespace toy::gguf

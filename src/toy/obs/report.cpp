@@ -1,0 +1,154 @@
+#include "toy/obs/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "toy/core/error.h"
+
+namespace toy {
+
+namespace {
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+struct Series {
+  std::string label, color;
+  std::vector<std::pair<double, double>> pts;
+  bool dots = false;
+};
+
+// A line chart of the series on shared axes.
+std::string svg_chart(const std::vector<Series>& series, const std::string& ylabel) {
+  const double W = 760, H = 360, L = 60, R = 20, T = 20, B = 45;
+  double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
+  for (const auto& s : series)
+    for (auto [x, y] : s.pts) {
+      if (!std::isfinite(y)) continue;
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+  if (x0 > x1) return "<p>(no data yet)</p>";
+  if (x1 == x0) x1 = x0 + 1;
+  if (y1 == y0) y1 = y0 + 1;
+  const double pad = (y1 - y0) * 0.05;
+  y0 -= pad, y1 += pad;
+  auto X = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
+  auto Y = [&](double y) { return T + (y1 - y) / (y1 - y0) * (H - T - B); };
+  std::string o = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+                              "font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#fff\" stroke=\"#ccc\"/>\n", L, T,
+                   W - L - R, H - T - B);
+  for (int i = 0; i <= 5; ++i) {
+    const double yv = y0 + (y1 - y0) * i / 5, xv = x0 + (x1 - x0) * i / 5;
+    o += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#eee\"/>", L, Y(yv), W - R, Y(yv));
+    o += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.3f}</text>\n", L - 5, Y(yv) + 4, yv);
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{:.0f}</text>\n", X(xv), H - B + 16, xv);
+  }
+  o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">step</text>", (L + W - R) / 2, H - 8);
+  o += fmt::format("<text x=\"14\" y=\"{}\" transform=\"rotate(-90 14 {})\" text-anchor=\"middle\">{}</text>\n",
+                   (T + H - B) / 2, (T + H - B) / 2, esc(ylabel));
+  int li = 0;
+  for (const auto& s : series) {
+    if (s.pts.empty()) continue;
+    std::string pts;
+    for (auto [x, y] : s.pts)
+      if (std::isfinite(y)) pts += fmt::format("{:.1f},{:.1f} ", X(x), Y(y));
+    o += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n", s.color, pts);
+    if (s.dots)
+      for (auto [x, y] : s.pts)
+        if (std::isfinite(y)) o += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>", X(x), Y(y), s.color);
+    o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"3\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}</text>\n",
+                     W - R - 150, T + 12 + 16 * li, s.color, W - R - 132, T + 16 + 16 * li, esc(s.label));
+    ++li;
+  }
+  return o + "</svg>\n";
+}
+
+void flatten(const nlohmann::json& j, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+  } else {
+    out.emplace_back(prefix, j.is_string() ? j.get<std::string>() : j.dump());
+  }
+}
+
+}  // namespace
+
+void write_report(const std::string& events_path, const std::string& html_path) {
+  std::ifstream in(events_path);
+  TOY_CHECK(in.good(), "[report] cannot read '{}'", events_path);
+  Series train{"train loss (per step)", "#9ab", {}, false}, est_train{"train estimate", "#1f77b4", {}, true},
+      est_val{"validation", "#d62728", {}, true};
+  nlohmann::json start, end;
+  std::vector<std::pair<int64_t, std::string>> samples;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    nlohmann::json e;
+    try {
+      e = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      continue;  // a torn last line after a crash
+    }
+    const std::string ev = e.value("event", "");
+    if (ev == "run_start" && start.is_null()) start = e;
+    if (ev == "step") train.pts.emplace_back(e.value("step", 0.0), e.value("loss", NAN));
+    if (ev == "eval") {
+      est_train.pts.emplace_back(e.value("step", 0.0), e.value("train_loss", NAN));
+      est_val.pts.emplace_back(e.value("step", 0.0), e.value("val_loss", NAN));
+    }
+    if (ev == "sample") samples.emplace_back(e.value("step", int64_t(0)), e.value("text", ""));
+    if (ev == "run_end") end = e;
+  }
+  std::string h = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>toy run report</title>\n<style>"
+                  "body{font-family:sans-serif;max-width:820px;margin:2em auto;color:#222}"
+                  "table{border-collapse:collapse}td{border:1px solid #ddd;padding:2px 8px;font-size:13px}"
+                  "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}</style></head><body>\n";
+  h += "<h1>toy run report</h1>\n";
+  if (!end.is_null())
+    h += fmt::format("<p>{} steps in {:.1f} s, {:.0f} tokens/s. Final train loss {:.4f}, validation loss {:.4f}{}.</p>\n",
+                     end.value("steps", 0), end.value("seconds", 0.0), end.value("tokens_per_s", 0.0),
+                     end.value("train_loss", NAN), end.value("val_loss", NAN),
+                     end.value("stopped", false) ? " (stopped early; resumable)" : "");
+  h += "<h2>Loss</h2>\n" + svg_chart({train, est_train, est_val}, "cross-entropy (nats/token)");
+  h += "<h2>Samples</h2>\n";
+  for (const auto& [step, text] : samples) h += fmt::format("<p>step {}</p><pre>{}</pre>\n", step, esc(text));
+  if (samples.empty()) h += "<p>(none)</p>\n";
+  h += "<h2>Configuration</h2>\n<table>\n";
+  std::vector<std::pair<std::string, std::string>> rows;
+  if (!start.is_null()) {
+    nlohmann::json c = start;
+    c.erase("event");
+    flatten(c, "", rows);
+  }
+  for (const auto& [k, v] : rows) h += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", esc(k), esc(v));
+  h += "</table>\n</body></html>\n";
+  const std::string tmp = html_path + ".tmp";
+  {
+    std::ofstream o(tmp);
+    o << h;
+    TOY_CHECK(o.good(), "[report] cannot write '{}'", tmp);
+  }
+  std::filesystem::rename(tmp, html_path);
+}
+
+}  // namespace toy

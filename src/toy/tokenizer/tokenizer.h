@@ -1,0 +1,61 @@
+// Tokenizers: text <-> token ids. Three kinds train from a corpus:
+//   byte   — 256 ids, one per byte (plus <|endoftext|>); any input encodes.
+//   char   — one id per distinct Unicode code point of the corpus (sorted), for char-level LMs.
+//   bpe    — byte-level BPE with GPT-2's pre-split regex, N merges learned from the corpus;
+//            stored the way llama.cpp reads GPT-2-style vocabularies (tokenizer.ggml.model =
+//            "gpt2", byte-to-unicode token text, merges in rank order).
+// A tokenizer saves itself into GGUF metadata (tokenizer.ggml.*) and loads back from it, so
+// model files carry their tokenizer. Bad input (unknown character for char, out-of-range id
+// to decode, malformed metadata) throws toy::Error naming what and where.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace toy::gguf {
+class Reader;
+class Writer;
+}  // namespace toy::gguf
+
+namespace toy {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string kind() const = 0;  // "byte", "char" or "bpe"
+  virtual int32_t vocab_size() const = 0;
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // Concatenated bytes of the tokens (may end inside a UTF-8 sequence for byte/bpe).
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  // The bytes one token stands for.
+  virtual std::string token_bytes(int32_t id) const = 0;
+  // End-of-text id (-1 if none).
+  virtual int32_t eos_id() const = 0;
+  // Writes tokenizer.ggml.* keys (model, pre, tokens, token_type, merges, special ids).
+  virtual void save(gguf::Writer& w) const = 0;
+
+  // Trains a tokenizer of the given spec ("byte", "char", "bpe:N") on `corpus`.
+  static std::unique_ptr<Tokenizer> train(const std::string& spec, std::string_view corpus);
+  // Reads the tokenizer a model file carries; throws if it has none or it is malformed.
+  static std::unique_ptr<Tokenizer> load(const gguf::Reader& r);
+};
+
+// Decodes a stream of token ids into complete UTF-8: bytes of a character split across
+// tokens are held back until the character is complete (for streaming generation).
+class Utf8StreamDecoder {
+ public:
+  explicit Utf8StreamDecoder(const Tokenizer& t) : tok_(t) {}
+  // Text that is complete after appending `id` (possibly empty).
+  std::string push(int32_t id);
+  // Whatever is left (an incomplete sequence is returned as is).
+  std::string flush();
+
+ private:
+  const Tokenizer& tok_;
+  std::string pending_;
+};
+
+}  // namespace toy

@@ -1,0 +1,57 @@
+#include "toy/train/optimizer.h"
+
+#include <cmath>
+
+#include "toy/autograd/grad_mode.h"
+#include "toy/ops/ops.h"
+
+namespace toy {
+
+AdamW::AdamW(ParamStore& params, AdamWConfig cfg) : params_(params), cfg_(cfg) {
+  for (const Tensor& p : params.all()) {
+    m_.emplace(p.name(), zeros(p.shape()));
+    v_.emplace(p.name(), zeros(p.shape()));
+  }
+  lr_ = scalar(0.0);
+  step_ = scalar(1.0);
+}
+
+void AdamW::step(float lr) {
+  NoGradGuard ng;
+  ++steps_;
+  fill_(lr_, lr);
+  fill_(step_, double(steps_));
+  for (Tensor& p : params_.all()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    AdamWOptions o{cfg_.beta1, cfg_.beta2, cfg_.eps, p.ndim() >= 2 ? cfg_.weight_decay : 0.0f};
+    adamw_step(p, g, m_.at(p.name()), v_.at(p.name()), lr_, step_, o);
+  }
+}
+
+double clip_grad_norm(ParamStore& params, double max_norm) {
+  NoGradGuard ng;
+  double total = 0;
+  for (Tensor& p : params.all()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    total += sum(square(g)).item();
+  }
+  const double norm = std::sqrt(total);
+  if (max_norm > 0 && norm > max_norm) {
+    const float s = float(max_norm / (norm + 1e-6));
+    for (Tensor& p : params.all())
+      if (p.grad().defined()) p.set_grad(scale(p.grad(), s));
+  }
+  return norm;
+}
+
+float cosine_lr(int64_t step, int64_t warmup, int64_t total, float lr, float min_lr) {
+  if (step < warmup) return lr * float(step + 1) / float(warmup + 1);
+  if (step >= total) return min_lr;
+  const double ratio = double(step - warmup) / double(std::max<int64_t>(1, total - warmup));
+  const double coeff = 0.5 * (1.0 + std::cos(M_PI * ratio));
+  return float(min_lr + coeff * (lr - min_lr));
+}
+
+}  // namespace toy

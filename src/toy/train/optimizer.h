@@ -1,0 +1,44 @@
+// AdamW over a ParamStore: one (m, v) pair per named parameter, decoupled weight decay on
+// matrices only (ndim >= 2: embeddings and projections; norms and biases are not decayed,
+// as in nanoGPT), bias correction from the step count. lr and step live in scalar tensors
+// that are filled in place each step (device scalars, no allocation per step).
+#pragma once
+#include <map>
+#include <string>
+
+#include "toy/nn/params.h"
+
+namespace toy {
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+};
+
+class AdamW {
+ public:
+  AdamW(ParamStore& params, AdamWConfig cfg);
+  // One update of every parameter that has a gradient, with learning rate lr.
+  void step(float lr);
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t s) { steps_ = s; }
+  Tensor& m(const std::string& name) { return m_.at(name); }
+  Tensor& v(const std::string& name) { return v_.at(name); }
+  const AdamWConfig& config() const { return cfg_; }
+
+ private:
+  ParamStore& params_;
+  AdamWConfig cfg_;
+  std::map<std::string, Tensor> m_, v_;
+  Tensor lr_, step_;
+  int64_t steps_ = 0;
+};
+
+// Scales all gradients so that their global L2 norm is at most max_norm (when max_norm > 0);
+// returns the norm before clipping.
+double clip_grad_norm(ParamStore& params, double max_norm);
+
+// Linear warmup over `warmup` steps (step + 1) / (warmup + 1) * lr, then cosine decay to
+// min_lr at `total` steps (nanoGPT's schedule); step counts from 0.
+float cosine_lr(int64_t step, int64_t warmup, int64_t total, float lr, float min_lr);
+
+}  // namespace toy
