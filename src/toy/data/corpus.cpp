@@ -54,7 +54,14 @@ Corpus read_corpus(const std::vector<std::string>& paths) {
   else
     for (const auto& p : paths) collect(p, files);
   Corpus c;
+  std::vector<fs::path> seen;  // canonical paths: a symlink to a file already read is skipped
   for (const auto& f : files) {
+    std::error_code ec;
+    fs::path canon = fs::canonical(f, ec);
+    if (!ec) {
+      if (std::find(seen.begin(), seen.end(), canon) != seen.end()) continue;
+      seen.push_back(canon);
+    }
     std::string t = read_file(f);
     if (t.empty()) continue;
     if (!c.text.empty() && c.text.back() != '\n') c.text += '\n';

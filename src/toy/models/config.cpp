@@ -2,9 +2,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/core.h>
+
+#include <string>
+
 #include "toy/core/error.h"
 
 namespace toy {
+
+double json_float(float f) { return std::stod(fmt::format("{}", f)); }
 
 std::string to_string(NormKind k) { return k == NormKind::RMS ? "rms" : "layer"; }
 std::string to_string(MlpKind k) { return k == MlpKind::SwiGLU ? "swiglu" : "gelu"; }
@@ -78,8 +84,8 @@ nlohmann::json ModelConfig::to_json() const {
           {"layers", layers},     {"heads", heads},       {"kv_heads", kv_heads},
           {"ffn", ffn},           {"ctx", ctx},           {"norm", to_string(norm)},
           {"mlp", to_string(mlp)}, {"pos", to_string(pos)}, {"bias", bias},
-          {"tied", tied},         {"depth_scale", depth_scale}, {"norm_eps", norm_eps},
-          {"rope_base", rope_base}, {"init_scale", init_scale}, {"dropout", dropout},
+          {"tied", tied},         {"depth_scale", depth_scale}, {"norm_eps", json_float(norm_eps)},
+          {"rope_base", json_float(rope_base)}, {"init_scale", json_float(init_scale)}, {"dropout", json_float(dropout)},
           {"layer_kinds", kinds}};
 }
 

@@ -55,6 +55,10 @@ struct ModelConfig {
   static ModelConfig from_json(const nlohmann::json& j);
 };
 
+// A float as the double with the same shortest decimal form (0.9f -> 0.9, not 0.8999999761...),
+// for readable JSON.
+double json_float(float f);
+
 std::string to_string(NormKind k);
 std::string to_string(MlpKind k);
 std::string to_string(PosKind k);

@@ -70,9 +70,9 @@ void TrainOptions::validate() const {
 
 nlohmann::json TrainOptions::to_json() const {
   return {{"data", data},           {"out", out},           {"tokenizer", tokenizer},   {"model", model.to_json()},
-          {"batch", batch},         {"accum", accum},       {"steps", steps},           {"lr", lr},
-          {"min_lr", min_lr},       {"warmup", warmup},     {"weight_decay", weight_decay}, {"beta1", beta1},
-          {"beta2", beta2},         {"clip", clip},         {"seed", seed},             {"eval_every", eval_every},
+          {"batch", batch},         {"accum", accum},       {"steps", steps},           {"lr", json_float(lr)},
+          {"min_lr", json_float(min_lr)},       {"warmup", warmup},     {"weight_decay", json_float(weight_decay)}, {"beta1", json_float(beta1)},
+          {"beta2", json_float(beta2)},         {"clip", json_float(clip)},         {"seed", seed},             {"eval_every", eval_every},
           {"eval_batches", eval_batches}, {"sample_every", sample_every}, {"sample_tokens", sample_tokens},
           {"log_every", log_every}, {"val_fraction", val_fraction}, {"threads", threads}, {"stop_after", stop_after}};
 }
@@ -314,7 +314,7 @@ TrainResult run_loop(Run& r, bool resumed) {
     r.train_seconds += dt;
     r.tokens_seen += tokens_per_step;
     const double tps = double(r.tokens_seen) / std::max(r.train_seconds, 1e-9);
-    events.emit("step", {{"step", r.step}, {"loss", last_loss}, {"lr", lr}, {"grad_norm", gnorm},
+    events.emit("step", {{"step", r.step}, {"loss", last_loss}, {"lr", json_float(lr)}, {"grad_norm", gnorm},
                          {"tokens_per_s", double(tokens_per_step) / std::max(dt, 1e-9)}});
     const double eta = double(end_step - r.step) * r.train_seconds / double(std::max<int64_t>(1, r.step));
     if (r.tty) {
@@ -386,6 +386,7 @@ TrainResult train(const TrainOptions& opts) {
 TrainResult resume(const std::string& dir, const std::function<void(TrainOptions&)>& override_fn) {
   Run r;
   load_checkpoint(r, dir);
+  r.o.stop_after = 0;  // a stop point belongs to the session that set it
   if (override_fn) override_fn(r.o);
   r.o.validate();
   if (r.o.threads) set_num_threads(r.o.threads);
