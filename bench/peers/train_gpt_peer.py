@@ -43,22 +43,30 @@ def parse_args():
     p.add_argument("--steps", type=int, default=20, help="timed steps per repetition")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps before the first repetition")
     p.add_argument("--reps", type=int, default=3, help="repetitions (the median is reported)")
-    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (and OpenBLAS threads)")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--blas-threads", type=int, default=0,
+                   help="OpenBLAS threads (default 0: OpenBLAS's own choice, all cores)")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--stream-tokens", type=int, default=1 << 16, help="length of the synthetic token stream")
     return p.parse_args()
 
 
 ARGS = parse_args()
-# OpenBLAS sizes its own thread pool when it is loaded, independently of torch's threads;
-# pin it to the same count so that --threads N means N cores in use (unless the caller set it).
-os.environ.setdefault("OPENBLAS_NUM_THREADS", str(ARGS.threads))
-os.environ.setdefault("OMP_NUM_THREADS", str(ARGS.threads))
+# OpenBLAS sizes its own thread pool when it is loaded, independently of torch's threads, so
+# it must be set before torch is imported. By default it is left alone: on this project's
+# 2-core machines torch at 1 thread with OpenBLAS on both cores for the GEMMs is the fastest
+# configuration of the peer (torch at 2 threads with OpenBLAS at 2 oversubscribes the cores).
+if ARGS.blas_threads > 0:
+    os.environ["OPENBLAS_NUM_THREADS"] = str(ARGS.blas_threads)
 
-import numpy as np  # noqa: E402  (python3-torch depends on python3-numpy)
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+try:
+    import numpy as np  # python3-torch depends on python3-numpy
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:
+    sys.exit(f"train_gpt_peer.py: cannot import torch/numpy ({e}); apt-get install python3-torch "
+             "libopenblas0-pthread")
 
 
 def token_stream(n, vocab, seed):
@@ -196,6 +204,7 @@ def main():
             step()
         rates.append(a.steps * a.batch * a.ctx / (time.perf_counter() - t0))
     print(json.dumps({"tokens_per_s": statistics.median(rates), "reps": rates, "threads": a.threads,
+                      "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
                       "torch": torch.__version__, "blas": loaded_blas(), "last_loss": losses[-1] if losses else None}))
     sys.stdout.flush()
 

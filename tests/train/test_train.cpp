@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "helpers.h"
+#include "toy/core/allocator.h"
 #include "toy/data/batches.h"
 #include "toy/data/corpus.h"
 #include "toy/data/labels.h"
@@ -293,4 +294,36 @@ TEST(Corpus, FoldersAreReadSortedWithoutHiddenFilesOrDuplicateLinks) {
   Corpus c = read_corpus({d.string()});
   EXPECT_EQ(c.text, "ay\nbee\nsea");
   EXPECT_EQ(c.files.size(), 3u);
+}
+
+TEST(Train, StepsAndTokensAllocateNothingOnceWarm) {
+  // A training step (forward, backward, clip, AdamW) and a generated token reuse cached
+  // blocks: after warm-up, the allocator gets nothing new from the system.
+  ModelConfig c = ModelConfig::from_preset("llama");
+  c.vocab = 50, c.dim = 32, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.ctx = 32;
+  DecoderLM m(c);
+  m.init(3);
+  AdamW opt(m.params(), {0.9f, 0.99f, 1e-8f, 0.1f});
+  Generator data(5);
+  std::vector<int32_t> toks(500);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t((i * 7 + i / 3) % 50);
+  BatchSampler s(&toks, 32, 4, "training");
+  auto step = [&] {
+    Tensor x, y;
+    s.sample(data, x, y);
+    m.loss(x, y, true).backward();
+    clip_grad_norm(m.params(), 1.0);
+    opt.step(1e-3f);
+    m.params().zero_grad();
+  };
+  for (int i = 0; i < 3; ++i) step();
+  auto before = allocator(Device::CPU).stats();
+  for (int i = 0; i < 5; ++i) step();
+  EXPECT_EQ(allocator(Device::CPU).stats().system_allocs, before.system_allocs) << "training steps";
+  m.reset_cache();
+  Tensor logits = m.decode({1, 2, 3});
+  for (int i = 0; i < 3; ++i) logits = m.decode({int32_t(i)});
+  before = allocator(Device::CPU).stats();
+  for (int i = 0; i < 10; ++i) logits = m.decode({int32_t(i)});
+  EXPECT_EQ(allocator(Device::CPU).stats().system_allocs, before.system_allocs) << "generated tokens";
 }

@@ -69,6 +69,11 @@ Tensor contiguous_nograd(const Tensor& x) {
   return contiguous_copy(x);
 }
 
+Tensor contiguous_f32_nograd(const Tensor& x) {
+  NoGradGuard ng;
+  return contiguous_nograd(x.dtype() == DType::F32 ? x : cast(x, DType::F32));
+}
+
 OpSpan::OpSpan(const char* op, std::initializer_list<const Tensor*> inputs) : span_(op) {
   if (!span_.active()) return;
   std::string args = "\"inputs\": \"";

@@ -26,6 +26,9 @@ void check_ids(const Tensor& ids, int64_t limit, const char* op, const char* wha
 Tensor expand_view(const Tensor& x, const Shape& s);
 // Contiguous tensor with x's values (x itself if already contiguous), no tape record.
 Tensor contiguous_nograd(const Tensor& x);
+// x as contiguous f32 (x itself when it already is), no tape record: the input form of
+// kernels that compute in f32 only.
+Tensor contiguous_f32_nograd(const Tensor& x);
 
 // Trace span that records the op's input shapes when tracing is on.
 class OpSpan {

@@ -10,11 +10,6 @@ const KernelRef<kern::MulMatId> k_mmid("mul_mat_id");
 const KernelRef<kern::MulMatIdBackward> k_mmid_bwd("mul_mat_id_backward");
 const KernelRef<kern::AddId> k_add_id("add_id");
 const KernelRef<kern::ScatterAddRows> k_scatter("get_rows_backward");
-
-Tensor f32c(const Tensor& t) {
-  NoGradGuard ng;
-  return contiguous_nograd(t.dtype() == DType::F32 ? t : cast(t, DType::F32));
-}
 }  // namespace
 
 Tensor mul_mat_id(const Tensor& w, const Tensor& x, const Tensor& ids) {
@@ -29,7 +24,7 @@ Tensor mul_mat_id(const Tensor& w, const Tensor& x, const Tensor& ids) {
   TOY_CHECK(x.ndim() == 3 && x.size(0) == T && (x.size(1) == 1 || x.size(1) == U) && x.size(2) == K,
             "[mul_mat_id] x must be [{}, 1 or {}, {}], got {}", T, U, K, x.shape().str());
   check_ids(ids, E, op, "ids");
-  Tensor wf = f32c(w), xf = f32c(x), idc = contiguous_nograd(ids);
+  Tensor wf = contiguous_f32_nograd(w), xf = contiguous_f32_nograd(x), idc = contiguous_nograd(ids);
   Tensor out = empty(Shape{T, U, N}, DType::F32, x.device());
   k_mmid(x.device())(wf, xf, idc, out);
   Tensor result = out;

@@ -10,11 +10,6 @@ using namespace detail;
 namespace {
 const KernelRef<kern::SsmScan> k_scan("ssm_scan");
 const KernelRef<kern::SsmScanBackward> k_scan_bwd("ssm_scan_backward");
-
-Tensor f32c(const Tensor& t) {
-  NoGradGuard ng;
-  return contiguous_nograd(t.dtype() == DType::F32 ? t : cast(t, DType::F32));
-}
 }  // namespace
 
 std::pair<Tensor, Tensor> ssm_scan(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& B,
@@ -31,8 +26,8 @@ std::pair<Tensor, Tensor> ssm_scan(const Tensor& x, const Tensor& dt, const Tens
   const int64_t G = B.size(2), N = B.size(3);
   check_shape(C, B.shape(), op, "C");
   if (s0.defined()) check_shape(s0, Shape{Bn, H, P, N}, op, "initial state");
-  Tensor xf = f32c(x), dtf = f32c(dt), Af = f32c(A), Bf = f32c(B), Cf = f32c(C);
-  Tensor s0f = s0.defined() ? f32c(s0) : Tensor();
+  Tensor xf = contiguous_f32_nograd(x), dtf = contiguous_f32_nograd(dt), Af = contiguous_f32_nograd(A), Bf = contiguous_f32_nograd(B), Cf = contiguous_f32_nograd(C);
+  Tensor s0f = s0.defined() ? contiguous_f32_nograd(s0) : Tensor();
   const int64_t ny = Bn * T * H * P, ns = Bn * H * P * N;
   Tensor packed = empty(Shape{ny + ns}, DType::F32, x.device());
   Tensor y = make_view(packed, Shape{Bn, T, H, P}, contiguous_strides(Shape{Bn, T, H, P}), 0);

@@ -237,7 +237,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       for (int64_t t = 0; t < g.T; ++t) {
         const float* o = po + ((b * g.T + t) * g.H + h) * g.Dv;
         const float* d_o = pdo + ((b * g.T + t) * g.H + h) * g.Dv;
-        delta[t] = dot_f32(o, d_o, g.Dv);
+        delta[t] = dot_row(o, d_o, g.Dv);
         std::fill_n(pdq + (b * g.T + t) * ldq + h * g.D, g.D, 0.0f);
       }
       const float* lrow = pl + (b * g.H + h) * g.T;

@@ -15,20 +15,6 @@ namespace toy::cpu {
 namespace {
 
 template <class T>
-inline float dot_row(const T* a, const T* b, int64_t D) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 16 <= D; j += 16) {
-    acc0 = _mm256_fmadd_ps(load8(a + j), load8(b + j), acc0);
-    acc1 = _mm256_fmadd_ps(load8(a + j + 8), load8(b + j + 8), acc1);
-  }
-  for (; j + 8 <= D; j += 8) acc0 = _mm256_fmadd_ps(load8(a + j), load8(b + j), acc0);
-  float s = hsum256(_mm256_add_ps(acc0, acc1));
-  for (; j < D; ++j) s += to_f32(a[j]) * to_f32(b[j]);
-  return s;
-}
-
-template <class T>
 inline float sum_row(const T* a, int64_t D) {
   __m256 acc = _mm256_setzero_ps();
   int64_t j = 0;

@@ -11,6 +11,18 @@
 
 namespace toy::cpu {
 
+// e^r for |r| <= ln(2)/2 (Cephes' minimax polynomial), the core of both exps below.
+inline __m256 exp_reduced(__m256 r) {
+  __m256 z = _mm256_mul_ps(r, r);
+  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507E-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073E-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894E-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459E-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201E-1f));
+  return _mm256_fmadd_ps(y, z, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+}
+
 inline __m256 exp256(__m256 x) {
   const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-103.972639f);
   const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
@@ -21,15 +33,7 @@ inline __m256 exp256(__m256 x) {
   __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   x = _mm256_fnmadd_ps(fx, c1, x);
   x = _mm256_fnmadd_ps(fx, c2, x);
-  __m256 z = _mm256_mul_ps(x, x);
-  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-  y = _mm256_fmadd_ps(y, z, x);
-  y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
+  __m256 y = exp_reduced(x);
   // 2^fx in two steps so that fx down to -150 (subnormal results) stays exact enough.
   __m256i n = _mm256_cvtps_epi32(fx);
   __m256i n1 = _mm256_srai_epi32(n, 1);
@@ -52,14 +56,7 @@ inline __m256 exp256_nonpos(__m256 x) {
                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
   x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 z = _mm256_mul_ps(x, x);
-  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-  y = _mm256_fmadd_ps(y, z, _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  __m256 y = exp_reduced(x);
   // Scale by 2^fx by adding fx to the exponent bits (fx >= -126: the result stays normal).
   __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(fx), 23);
   y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), e));
@@ -140,20 +137,6 @@ inline float hmax256(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-// sum a[i] * b[i] over n floats, two vector accumulators.
-inline float dot_f32(const float* a, const float* b, int64_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0;
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-  }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-  float s = hsum256(_mm256_add_ps(s0, s1));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 // max(init, p[0..n)) with vector lanes (a scalar std::max loop over a spilled accumulator
 // is several times slower).
 inline float max_row(const float* p, int64_t n, float init) {
@@ -208,6 +191,21 @@ inline void store8_f32(float* p, __m256 v, bool stream) {
     _mm256_stream_ps(p, v);
   else
     _mm256_storeu_ps(p, v);
+}
+
+// sum a[i] * b[i] over n elements (any float type), two vector accumulators.
+template <class T>
+inline float dot_row(const T* a, const T* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    acc0 = _mm256_fmadd_ps(load8(a + j), load8(b + j), acc0);
+    acc1 = _mm256_fmadd_ps(load8(a + j + 8), load8(b + j + 8), acc1);
+  }
+  for (; j + 8 <= n; j += 8) acc0 = _mm256_fmadd_ps(load8(a + j), load8(b + j), acc0);
+  float s = hsum256(_mm256_add_ps(acc0, acc1));
+  for (; j < n; ++j) s += to_f32(a[j]) * to_f32(b[j]);
+  return s;
 }
 
 inline float exp_scalar(float x) {
