@@ -127,3 +127,40 @@ TEST(Cli, BadUsageFailsWithAMessage) {
   EXPECT_NE(run("bench ops --reps 0").status, 0);
   EXPECT_NE(run("").status, 0);
 }
+
+// `toy bench train` prints one JSON line per preset. The PyTorch peer is optional (CI has no
+// torch): with it the peer fields are filled, without it they are null and toy's numbers are
+// still printed. The second run forces the no-peer path with an interpreter that does not exist.
+TEST(Cli, BenchTrainJsonLines) {
+  auto check = [](const RunResult& r, bool expect_null_peer) {
+    ASSERT_EQ(r.status, 0);
+    std::istringstream lines(r.out);
+    std::string line;
+    int n = 0;
+    while (std::getline(lines, line)) {
+      auto j = nlohmann::json::parse(line);
+      for (const char* k : {"preset", "tokens_per_s", "peer", "peer_tokens_per_s", "ratio"})
+        EXPECT_TRUE(j.contains(k)) << k;
+      EXPECT_EQ(j.at("preset"), "cpu-small");
+      const double tps = j.at("tokens_per_s").get<double>();
+      EXPECT_GT(tps, 0);
+      if (expect_null_peer) {
+        EXPECT_TRUE(j.at("peer").is_null()) << line;
+      }
+      if (j.at("peer").is_null()) {
+        EXPECT_TRUE(j.at("peer_tokens_per_s").is_null());
+        EXPECT_TRUE(j.at("ratio").is_null());
+      } else {
+        EXPECT_TRUE(j.at("peer").is_string());
+        const double peer = j.at("peer_tokens_per_s").get<double>();
+        EXPECT_GT(peer, 0);
+        EXPECT_NEAR(j.at("ratio").get<double>(), tps / peer, 1e-6 * tps / peer);
+      }
+      ++n;
+    }
+    EXPECT_EQ(n, 1) << r.out;
+  };
+  check(run("bench train --preset cpu-small --json --steps 3 --warmup 1 --reps 1"), false);
+  check(run("bench train --preset cpu-small --json --steps 2 --warmup 1 --reps 1 --python /nonexistent/python3"), true);
+  EXPECT_NE(run("bench train --preset no-such-preset").status, 0);
+}

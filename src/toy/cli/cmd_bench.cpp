@@ -137,6 +137,9 @@ int run_ops_bench(const OpsBenchOptions& o) {
 
 }  // namespace
 
+// `toy bench train` lives in bench_train.cpp.
+Run add_bench_train_command(CLI::App& bench);
+
 Run add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Benchmarks with ratios against baselines measured in the same run");
   cmd->require_subcommand(1);
@@ -146,8 +149,11 @@ Run add_bench_command(CLI::App& app) {
   ops->add_option("--reps", o->reps, "Timed repetitions per case (median reported)")->check(CLI::Range(1, 1000));
   ops->add_option("--threads", o->threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
   ops->add_option("--case", o->only, "Run one case only");
-  return [cmd, ops, o]() -> int {
+  Run train = add_bench_train_command(*cmd);
+  CLI::App* train_cmd = cmd->get_subcommand("train");
+  return [ops, o, train, train_cmd]() -> int {
     if (ops->parsed()) return run_ops_bench(*o);
+    if (train_cmd->parsed()) return train();
     return 1;
   };
 }
