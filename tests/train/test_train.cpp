@@ -245,7 +245,9 @@ TEST(Train, BatchesAreWindowsShiftedByOne) {
   for (int b = 0; b < 4; ++b)
     for (int t = 0; t < 8; ++t) {
       EXPECT_EQ(yv[size_t(b * 8 + t)], xv[size_t(b * 8 + t)] + 1);
-      if (t) EXPECT_EQ(xv[size_t(b * 8 + t)], xv[size_t(b * 8 + t - 1)] + 1);
+      if (t) {
+        EXPECT_EQ(xv[size_t(b * 8 + t)], xv[size_t(b * 8 + t - 1)] + 1);
+      }
     }
   EXPECT_THROW(BatchSampler(&toks, 100, 1, "validation"), Error);
   TokenSplit sp = split_tokens(toks, 0.1);

@@ -36,6 +36,10 @@ using Copy = void(const Tensor& src, Tensor& dst);
 // Every element of dst (any layout) = value.
 using Fill = void(Tensor& dst, double value);
 
+// Packed rows: x [rows, 2F] -> out [rows, F] = silu(x[:, :F]) * x[:, F:] (x contiguous).
+using SwigluPacked = void(const Tensor& x, Tensor& out);
+// dx [rows, 2F] from x and g [rows, F].
+using SwigluPackedBackward = void(const Tensor& x, const Tensor& g, Tensor& dx);
 // out = silu(a) * b (a, b, out same shape).
 using Swiglu = void(const Tensor& a, const Tensor& b, Tensor& out);
 // da = g * b * silu'(a), db = g * silu(a).
@@ -92,6 +96,7 @@ using DiagMask = void(const Tensor& x, int64_t n_past, float value, Tensor& y);
 // ---- rope ---------------------------------------------------------------------------------
 struct RopeArgs {
   int n_dims = 0;  // rotated leading dims of each head (<= head dim)
+  int64_t heads_begin = 0, heads_end = -1;  // heads [begin, end) rotate, others are copied (-1 = all)
   bool neox = false;  // halves layout (x[i], x[i + n/2]) instead of adjacent pairs
   float freq_base = 10000.0f, freq_scale = 1.0f;
   float ext_factor = 0.0f, attn_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f;
@@ -111,6 +116,8 @@ struct AttentionArgs {
 // out [B, T, H, Dv]; lse F32 [B, H, T] (log-sum-exp of scaled scores, for the backward).
 using Attention = void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& segments,
                        const AttentionArgs& a, Tensor& out, Tensor& lse);
+// dq/dk/dv: [B, T, H, D] etc. with unit last stride, head stride D and batch stride T rows
+// (contiguous tensors, or views into one packed [B, T, H + 2Hkv, D] gradient); "=".
 using AttentionBackward = void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& segments,
                                const Tensor& out, const Tensor& lse, const Tensor& dout, const AttentionArgs& a,
                                Tensor& dq, Tensor& dk, Tensor& dv);

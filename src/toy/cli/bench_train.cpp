@@ -52,7 +52,7 @@ struct TrainRecipe {
 // Step counts keep a full `toy bench train` (both presets, toy and two peer configurations,
 // three repetitions) around a minute on a 2-core machine.
 constexpr TrainRecipe kRecipes[] = {
-    {"cpu-small", 4, 4, 128, 64, 12, 65, 20, 3, 2.0},
+    {"cpu-small", 4, 4, 128, 64, 12, 65, 50, 5, 2.0},
     {"cpu-medium", 6, 6, 384, 256, 8, 65, 2, 1, 1.2},
 };
 constexpr float kLr = 1e-3f, kBeta1 = 0.9f, kBeta2 = 0.99f, kWeightDecay = 0.1f;

@@ -116,23 +116,33 @@ Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, boo
                   params_.get(blk(l, "attn_v.bias"))}, 0);
   }
   Tensor qkv = reshape(linear(h, w, b), Shape{B, T, H + 2 * Hkv, d});
-  Tensor q = slice(qkv, 2, 0, H), k = slice(qkv, 2, H, H + Hkv), v = slice(qkv, 2, H + Hkv, H + 2 * Hkv);
-  if (cfg_.pos == PosKind::RoPE) {
-    RopeOptions ro;
-    ro.freq_base = cfg_.rope_base;
-    q = rope(q, positions, ro);
-    k = rope(k, positions, ro);
-  }
-  if (!k_cache_.empty()) {  // incremental decoding: append to the cache, attend to all of it
+  RopeOptions ro;
+  ro.freq_base = cfg_.rope_base;
+  Tensor o;
+  if (k_cache_.empty()) {
+    // Training and full-sequence passes stay packed: RoPE rotates the q and k heads of qkv in
+    // place of slicing it, and attention takes the packed tensor, so the backward returns one
+    // packed gradient instead of three scattered slices.
+    if (cfg_.pos == PosKind::RoPE) {
+      ro.heads_begin = 0;
+      ro.heads_end = H + Hkv;
+      qkv = rope(qkv, positions, ro);
+    }
+    o = attention_qkv(qkv, H, Hkv);  // [B, T, H, d]
+  } else {
+    // Incremental decoding: append k and v to the cache, attend to all of it.
+    Tensor q = slice(qkv, 2, 0, H), k = slice(qkv, 2, H, H + Hkv), v = slice(qkv, 2, H + Hkv, H + 2 * Hkv);
+    if (cfg_.pos == PosKind::RoPE) {
+      q = rope(q, positions, ro);
+      k = rope(k, positions, ro);
+    }
     Tensor& kc = k_cache_[size_t(l)];
     Tensor& vc = v_cache_[size_t(l)];
     Tensor kr = slice(kc, 1, start, start + T), vr = slice(vc, 1, start, start + T);
     copy_(kr, k);
     copy_(vr, v);
-    k = slice(kc, 1, 0, start + T);
-    v = slice(vc, 1, 0, start + T);
+    o = attention(q, slice(kc, 1, 0, start + T), slice(vc, 1, 0, start + T));
   }
-  Tensor o = attention(q, k, v);  // [B, T, H, d]
   Tensor a = linear(reshape(o, Shape{B, T, H * d}), L.out_w, L.out_b);
   if (training && cfg_.dropout > 0) a = dropout(a, cfg_.dropout, true, g);
   Tensor xa = add(x, a);

@@ -80,6 +80,53 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   return result;
 }
 
+Tensor attention_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads, const AttentionOptions& o) {
+  OpSpan span("attention", {&qkv});
+  check_float(qkv, "attention", "qkv");
+  TOY_CHECK(qkv.ndim() == 4, "[attention] packed qkv must be [B, T, H + 2*Hkv, D], got {}", qkv.shape().str());
+  TOY_CHECK(heads > 0 && kv_heads > 0 && qkv.size(2) == heads + 2 * kv_heads,
+            "[attention] packed qkv has {} heads, expected H + 2*Hkv = {} + 2*{}", qkv.size(2), heads, kv_heads);
+  // Views of the three parts, without tape records: the node below takes qkv itself.
+  auto part = [&](const Tensor& t, int64_t h0, int64_t n) {
+    Shape s = t.shape();
+    s[2] = n;
+    return make_view(t, s, t.strides(), t.offset() + h0 * t.stride(2));
+  };
+  Tensor base = kernel_ready(qkv);
+  const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(3), H = heads, Hkv = kv_heads;
+  Tensor q = part(base, 0, H), k = part(base, H, Hkv), v = part(base, H + Hkv, Hkv);
+  Tensor seg;
+  if (o.segments.defined()) {
+    check_dtype(o.segments, DType::I32, "attention", "segments");
+    TOY_CHECK(o.segments.ndim() == 2 && o.segments.size(0) == B && o.segments.size(1) == T,
+              "[attention] segments must be [B, T] = [{}, {}], got {}", B, T, o.segments.shape().str());
+    seg = contiguous_nograd(o.segments);
+  }
+  kern::AttentionArgs a;
+  a.scale = o.scale != 0.0f ? o.scale : 1.0f / std::sqrt(float(D));
+  a.causal = o.causal;
+  Tensor outf = empty(Shape{B, T, H, D}, DType::F32, qkv.device());
+  Tensor lse = empty(Shape{B, H, T}, DType::F32, qkv.device());
+  k_attn(qkv.device())(q, k, v, seg, a, outf, lse);
+  Tensor result = outf;
+  if (qkv.dtype() != DType::F32) {
+    NoGradGuard ng;
+    result = cast(outf, qkv.dtype());
+  }
+  if (needs_grad({&qkv})) {
+    // outf is saved detached (it may be the result itself: a node must not hold its output).
+    record("attention", result, {qkv},
+           [base, q, k, v, seg, a, outf = outf.detach(), lse, H, Hkv, part, dt = qkv.dtype()](const Tensor& g) -> Grads {
+             Tensor gf = g.dtype() == DType::F32 ? g : cast(g, DType::F32);
+             Tensor dqkv = empty(base.shape(), DType::F32, base.device());
+             Tensor dq = part(dqkv, 0, H), dk = part(dqkv, H, Hkv), dv = part(dqkv, H + Hkv, Hkv);
+             k_attn_bwd(base.device())(q, k, v, seg, outf, lse, gf, a, dq, dk, dv);
+             return {dt == DType::F32 ? dqkv : cast(dqkv, dt)};
+           });
+  }
+  return result;
+}
+
 namespace detail {
 void define_attention_ops(Registry& r) {
   r.define_op(primitive_op("attention", {"attention", "attention_backward"},

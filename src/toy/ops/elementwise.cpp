@@ -20,6 +20,8 @@ const KernelRef<kern::Binary> k_binary("binary");
 const KernelRef<kern::Swiglu> k_swiglu("swiglu");
 const KernelRef<kern::SwigluBackward> k_swiglu_bwd("swiglu_backward");
 const KernelRef<kern::Dropout> k_dropout("dropout");
+const KernelRef<kern::SwigluPacked> k_swiglu_packed("swiglu_packed");
+const KernelRef<kern::SwigluPackedBackward> k_swiglu_packed_bwd("swiglu_packed_backward");
 
 Tensor unary_op(UnaryOp op, const char* name, const Tensor& x, UnaryArgs a = {}) {
   OpSpan span(name, {&x});
@@ -129,12 +131,26 @@ Tensor swiglu(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor swiglu(const Tensor& x) {
-  check_float(x, "swiglu");
-  TOY_CHECK(x.ndim() >= 1 && x.size(-1) % 2 == 0, "[swiglu] split form needs an even last dim, got shape {}",
-            x.shape().str());
-  const int64_t F = x.size(-1) / 2;
-  return swiglu(slice(x, -1, 0, F), slice(x, -1, F, 2 * F));
+Tensor swiglu(const Tensor& x_in) {
+  // The split form reads both halves of each row in place and writes the gradient of both
+  // halves in one buffer: no slices, so no zero-filled scatter of each half's gradient.
+  OpSpan span("swiglu", {&x_in});
+  check_float(x_in, "swiglu");
+  TOY_CHECK(x_in.ndim() >= 1 && x_in.size(-1) % 2 == 0, "[swiglu] split form needs an even last dim, got shape {}",
+            x_in.shape().str());
+  Tensor x = contiguous_nograd(x_in);
+  Shape os = x.shape();
+  os[os.ndim() - 1] /= 2;
+  Tensor out = empty(os, x.dtype(), x.device());
+  k_swiglu_packed(x.device())(x, out);
+  if (needs_grad({&x_in})) {
+    record("swiglu", out, {x_in}, [x](const Tensor& g) -> Grads {
+      Tensor dx = empty(x.shape(), x.dtype(), x.device());
+      k_swiglu_packed_bwd(x.device())(x, g, dx);
+      return {dx};
+    });
+  }
+  return out;
 }
 
 Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
@@ -179,7 +195,8 @@ void define_elementwise_ops(Registry& r) {
   r.define_op(primitive_op("silu", un, "x * sigmoid(x)"));
   r.define_op(primitive_op("gelu", un, "GELU, tanh approximation or exact (erf)"));
   r.define_op(primitive_op("clamp", un, "min(max(x, lo), hi)"));
-  r.define_op(primitive_op("swiglu", {"swiglu", "swiglu_backward"}, "silu(a) * b; split form on one tensor"));
+  r.define_op(primitive_op("swiglu", {"swiglu", "swiglu_backward", "swiglu_packed", "swiglu_packed_backward"},
+                           "silu(a) * b; split form on one tensor"));
   r.define_op(primitive_op("dropout", {"dropout"}, "inverted dropout from a counter-based RNG (mask recomputed)"));
 }
 }  // namespace detail

@@ -87,6 +87,9 @@ struct RopeOptions {
   float ext_factor = 0.0f, attn_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f;
   int n_ctx_orig = 0;
   Tensor freq_factors;  // F32 [n_dims / 2]: each frequency is divided by its factor (Llama 3)
+  // Only heads [heads_begin, heads_end) rotate (-1 = to the last); the others are copied.
+  // Lets RoPE run on a packed qkv tensor, rotating q and k and passing v through.
+  int64_t heads_begin = 0, heads_end = -1;
 };
 // x [B, T, H, D]; positions I32 [T] or [B, T].
 Tensor rope(const Tensor& x, const Tensor& positions, const RopeOptions& o = {});
@@ -100,6 +103,9 @@ struct AttentionOptions {
 // Fused scaled-dot-product attention: q [B, T, H, D], k [B, S, Hkv, D], v [B, S, Hkv, Dv]
 // (H a multiple of Hkv; heads share K/V by index) -> [B, T, H, Dv]. Never stores T x S.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o = {});
+// The same on a packed projection qkv [B, T, H + 2*Hkv, D] (q heads, then k, then v, as a fused
+// qkv Linear produces them): the gradient comes back packed in one tensor, with no slices.
+Tensor attention_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads, const AttentionOptions& o = {});
 
 // ---- shape and rows (ops/shape.cpp, ops/rows.cpp) ------------------------------------------
 // View with a new shape (one dim may be -1); throws if the strides cannot express it.

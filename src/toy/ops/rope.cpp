@@ -32,6 +32,11 @@ Tensor rope(const Tensor& x, const Tensor& positions, const RopeOptions& o) {
     TOY_CHECK(o.freq_factors.numel() == a.n_dims / 2, "[rope] freq_factors must have n_dims/2 = {} values, got {}",
               a.n_dims / 2, o.freq_factors.numel());
   }
+  const int64_t H = x.size(2);
+  a.heads_begin = o.heads_begin;
+  a.heads_end = o.heads_end < 0 ? H : o.heads_end;
+  TOY_CHECK(a.heads_begin >= 0 && a.heads_begin <= a.heads_end && a.heads_end <= H,
+            "[rope] head range [{}, {}) is outside the {} heads", o.heads_begin, o.heads_end, H);
   a.neox = o.neox;
   a.freq_base = o.freq_base;
   a.freq_scale = o.freq_scale;

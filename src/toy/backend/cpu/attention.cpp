@@ -213,11 +213,13 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   const float* po = out.data<float>();
   const float* pl = lse.data<float>();
   const float* pdo = dout.data<float>();  // contiguous [B, T, H, Dv]
-  float* pdq = dq.data<float>();          // contiguous [B, T, H, D]
-  float* pdk = dk.data<float>();          // contiguous [B, S, Hkv, D]
-  float* pdv = dv.data<float>();          // contiguous [B, S, Hkv, Dv]
+  float* pdq = dq.data<float>();          // [B, T, H, D]    (row stride ldq)
+  float* pdk = dk.data<float>();          // [B, S, Hkv, D]  (row stride ldk)
+  float* pdv = dv.data<float>();          // [B, S, Hkv, Dv] (row stride ldv)
   const auto mono = monotone_segments(g);
-  const int64_t ldq = g.H * g.D, ldo = g.H * g.Dv, ldk = g.Hkv * g.D, ldv = g.Hkv * g.Dv;
+  // dq/dk/dv may be views into one packed [B, T, H + 2Hkv, D] gradient (attention_qkv):
+  // rows have their own strides, heads are D apart, batches T rows apart.
+  const int64_t ldq = dq.stride(1), ldk = dk.stride(1), ldv = dv.stride(1), ldo = g.H * g.Dv;
 
   parallel_tasks(g.B * g.Hkv, [&](int64_t task) {
     const int64_t b = task / g.Hkv, hk = task % g.Hkv;

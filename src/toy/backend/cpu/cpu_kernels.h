@@ -13,6 +13,8 @@ kern::Copy copy;
 kern::Fill fill;
 kern::Swiglu swiglu;
 kern::SwigluBackward swiglu_backward;
+kern::SwigluPacked swiglu_packed;
+kern::SwigluPackedBackward swiglu_packed_backward;
 kern::Dropout dropout;
 kern::Matmul matmul;
 kern::Reduce reduce;

@@ -25,12 +25,13 @@ namespace {
 constexpr int64_t kGrain = 1 << 14;  // elements per task: enough to amortize a wake-up
 
 // ---- vector forms of the unary functions --------------------------------------------------
-inline __m256 gelu_tanh8(__m256 x) {
-  const __m256 c = _mm256_set1_ps(0.7978845608028654f), k = _mm256_set1_ps(0.044715f);
-  __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-  __m256 t = tanh256(_mm256_mul_ps(c, _mm256_fmadd_ps(k, x3, x)));
-  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), t));
+// GELU, tanh approximation: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = c (x + k x^3); the
+// sigmoid form needs one exp and one division and no cancellation near 0.
+inline __m256 gelu_u2(__m256 x) {  // 2u
+  const __m256 c2 = _mm256_set1_ps(2.0f * 0.7978845608028654f), k = _mm256_set1_ps(0.044715f);
+  return _mm256_mul_ps(c2, _mm256_fmadd_ps(_mm256_mul_ps(k, x), _mm256_mul_ps(x, x), x));
 }
+inline __m256 gelu_tanh8(__m256 x) { return _mm256_mul_ps(x, sigmoid256(gelu_u2(x))); }
 
 template <class F>
 inline __m256 scalar8(__m256 x, F f) {
@@ -87,13 +88,12 @@ inline __m256 unary_grad8(UnaryOp op, __m256 x, __m256 y, __m256 g, const UnaryA
       return _mm256_mul_ps(g, _mm256_fmadd_ps(_mm256_mul_ps(x, s), _mm256_sub_ps(one, s), s));
     }
     case UnaryOp::GeluTanh: {
-      const __m256 c = _mm256_set1_ps(0.7978845608028654f), k = _mm256_set1_ps(0.044715f);
-      __m256 x2 = _mm256_mul_ps(x, x);
-      __m256 t = tanh256(_mm256_mul_ps(c, _mm256_fmadd_ps(_mm256_mul_ps(k, x2), x, x)));
-      __m256 du = _mm256_mul_ps(c, _mm256_fmadd_ps(_mm256_set1_ps(3.0f * 0.044715f), x2, one));
-      __m256 left = _mm256_mul_ps(half, _mm256_add_ps(one, t));
-      __m256 right = _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_mul_ps(_mm256_fnmadd_ps(t, t, one), du));
-      return _mm256_mul_ps(g, _mm256_add_ps(left, right));
+      // d/dx [x s(2u)] = s + x s (1 - s) 2u',  2u' = 2c (1 + 3k x^2)
+      const __m256 s = sigmoid256(gelu_u2(x));
+      const __m256 du2 = _mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608028654f),
+                                       _mm256_fmadd_ps(_mm256_set1_ps(3.0f * 0.044715f), _mm256_mul_ps(x, x), one));
+      const __m256 xs1s = _mm256_mul_ps(_mm256_mul_ps(x, s), _mm256_sub_ps(one, s));
+      return _mm256_mul_ps(g, _mm256_fmadd_ps(xs1s, du2, s));
     }
     case UnaryOp::GeluErf: {
       __m256 d = scalar8(x, [](float v) {
@@ -262,6 +262,79 @@ void swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& g, Tensor& 
     });
     map_elements<T, 2>({&a, &g}, db, [](const Lanes<2>& v) {
       return _mm256_mul_ps(v[1], _mm256_mul_ps(v[0], sigmoid256(v[0])));
+    });
+  });
+}
+
+namespace {
+// silu(a) * b and its two partial derivatives, 8 lanes.
+inline __m256 swiglu8(__m256 a, __m256 b) { return _mm256_mul_ps(_mm256_mul_ps(a, sigmoid256(a)), b); }
+inline void swiglu_grad8(__m256 a, __m256 b, __m256 g, __m256* da, __m256* db) {
+  const __m256 s = sigmoid256(a), one = _mm256_set1_ps(1.0f);
+  const __m256 dsilu = _mm256_fmadd_ps(_mm256_mul_ps(a, s), _mm256_sub_ps(one, s), s);
+  *da = _mm256_mul_ps(_mm256_mul_ps(g, b), dsilu);
+  *db = _mm256_mul_ps(g, _mm256_mul_ps(a, s));
+}
+// Loads n <= 8 elements (zero padded) so row tails go through the same vector math.
+template <class T>
+inline __m256 load_tail(const T* p, int64_t n) {
+  alignas(32) float t[8] = {};
+  for (int64_t i = 0; i < n; ++i) t[i] = to_f32(p[i]);
+  return _mm256_load_ps(t);
+}
+template <class T>
+inline void store_tail(T* p, __m256 v, int64_t n) {
+  alignas(32) float t[8];
+  _mm256_store_ps(t, v);
+  for (int64_t i = 0; i < n; ++i) p[i] = from_f32<T>(t[i]);
+}
+}  // namespace
+
+void swiglu_packed(const Tensor& x, Tensor& out) {
+  const int64_t F = out.size(-1), rows = out.numel() / std::max<int64_t>(F, 1);
+  dispatch_float(x.dtype(), "swiglu", [&]<class T>(std::type_identity<T>) {
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(F, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const T* a = px + r * 2 * F;
+        const T* g = a + F;
+        T* o = po + r * F;
+        int64_t j = 0;
+        for (; j + 8 <= F; j += 8) store8(o + j, swiglu8(load8(a + j), load8(g + j)));
+        if (j < F) store_tail(o + j, swiglu8(load_tail(a + j, F - j), load_tail(g + j, F - j)), F - j);
+      }
+    });
+  });
+}
+
+void swiglu_packed_backward(const Tensor& x, const Tensor& grad, Tensor& dx) {
+  const int64_t F = grad.size(-1), rows = grad.numel() / std::max<int64_t>(F, 1);
+  dispatch_float(x.dtype(), "swiglu_backward", [&]<class T>(std::type_identity<T>) {
+    const T* px = x.data<T>();
+    const T* pg = grad.data<T>();
+    T* pd = dx.data<T>();
+    parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(F, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const T* a = px + r * 2 * F;
+        const T* u = a + F;
+        const T* g = pg + r * F;
+        T* da = pd + r * 2 * F;
+        T* du = da + F;
+        __m256 va, vu;
+        int64_t j = 0;
+        for (; j + 8 <= F; j += 8) {
+          swiglu_grad8(load8(a + j), load8(u + j), load8(g + j), &va, &vu);
+          store8(da + j, va);
+          store8(du + j, vu);
+        }
+        if (j < F) {
+          const int64_t n = F - j;
+          swiglu_grad8(load_tail(a + j, n), load_tail(u + j, n), load_tail(g + j, n), &va, &vu);
+          store_tail(da + j, va, n);
+          store_tail(du + j, vu, n);
+        }
+      }
     });
   });
 }

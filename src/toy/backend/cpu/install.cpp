@@ -20,6 +20,8 @@ void install_cpu_backend(Registry& r) {
   r.add<kern::Fill>("fill", d, &cpu::fill);
   r.add<kern::Swiglu>("swiglu", d, &cpu::swiglu);
   r.add<kern::SwigluBackward>("swiglu_backward", d, &cpu::swiglu_backward);
+  r.add<kern::SwigluPacked>("swiglu_packed", d, &cpu::swiglu_packed);
+  r.add<kern::SwigluPackedBackward>("swiglu_packed_backward", d, &cpu::swiglu_packed_backward);
   r.add<kern::Dropout>("dropout", d, &cpu::dropout);
   r.add<kern::Matmul>("matmul", d, &cpu::matmul);
   r.add<kern::Reduce>("reduce", d, &cpu::reduce);

@@ -7,6 +7,7 @@
 
 #include "toy/backend/cpu/cpu_kernels.h"
 #include "toy/backend/cpu/dispatch.h"
+#include "toy/backend/cpu/scratch.h"
 #include "toy/backend/cpu/simd.h"
 #include "toy/core/thread_pool.h"
 
@@ -88,26 +89,39 @@ void rms_norm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, con
     const bool want_dw = dw.defined();
     std::vector<float> partial;
     if (want_dw) partial.assign(size_t(num_threads() * D), 0.0f);
-    std::vector<float> gw_buf;
     int64_t chunks = chunked_rows(rows, D, [&](int64_t c, int64_t b, int64_t e) {
-      std::vector<float> gw(static_cast<size_t>(D));
+      float* gw = scratch_floats(size_t(D), 0);
       float* acc = want_dw ? partial.data() + c * D : nullptr;
       for (int64_t r = b; r < e; ++r) {
         const T* xr = px + r * D;
         const T* gr = pg + r * D;
         const float rs = pr[r];
-        // gw = g * w; s = sum(gw * x)
-        float s = 0;
-        for (int64_t j = 0; j < D; ++j) {
-          float gwj = to_f32(gr[j]) * (pw ? to_f32(pw[j]) : 1.0f);
-          gw[size_t(j)] = gwj;
-          s += gwj * to_f32(xr[j]);
+        // gw = g * w; s = sum(gw * x); dw += g * x * rstd
+        __m256 vs = _mm256_setzero_ps();
+        const __m256 vr = _mm256_set1_ps(rs);
+        int64_t j = 0;
+        for (; j + 8 <= D; j += 8) {
+          const __m256 gv = load8(gr + j), xv = load8(xr + j);
+          const __m256 gwv = pw ? _mm256_mul_ps(gv, load8(pw + j)) : gv;
+          _mm256_storeu_ps(gw + j, gwv);
+          vs = _mm256_fmadd_ps(gwv, xv, vs);
+          if (acc) _mm256_storeu_ps(acc + j, _mm256_fmadd_ps(_mm256_mul_ps(gv, xv), vr, _mm256_loadu_ps(acc + j)));
         }
+        float s = hsum256(vs);
+        for (; j < D; ++j) {
+          const float gv = to_f32(gr[j]), xv = to_f32(xr[j]);
+          gw[j] = gv * (pw ? to_f32(pw[j]) : 1.0f);
+          s += gw[j] * xv;
+          if (acc) acc[j] += gv * xv * rs;
+        }
+        // dx = rstd * gw - x * s * rstd^3 / D
         const float k = s * rs * rs * rs / float(D);
+        const __m256 vk = _mm256_set1_ps(k);
         T* dr = pdx + r * D;
-        for (int64_t j = 0; j < D; ++j) dr[j] = from_f32<T>(rs * gw[size_t(j)] - k * to_f32(xr[j]));
-        if (acc)
-          for (int64_t j = 0; j < D; ++j) acc[j] += to_f32(gr[j]) * to_f32(xr[j]) * rs;
+        j = 0;
+        for (; j + 8 <= D; j += 8)
+          store8(dr + j, _mm256_fnmadd_ps(vk, load8(xr + j), _mm256_mul_ps(vr, _mm256_loadu_ps(gw + j))));
+        for (; j < D; ++j) dr[j] = from_f32<T>(rs * gw[j] - k * to_f32(xr[j]));
       }
     });
     if (want_dw) fold_into<T>(partial, chunks, D, dw);
@@ -174,28 +188,50 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
     if (want_dw) pdw.assign(size_t(num_threads() * D), 0.0f);
     if (want_db) pdb.assign(size_t(num_threads() * D), 0.0f);
     int64_t chunks = chunked_rows(rows, D, [&](int64_t c, int64_t b, int64_t e) {
-      std::vector<float> xhat(static_cast<size_t>(D)), gw(static_cast<size_t>(D));
+      float* xhat = scratch_floats(size_t(D), 0);
+      float* gw = scratch_floats(size_t(D), 1);
+      float* aw = want_dw ? pdw.data() + c * D : nullptr;
+      float* ab = want_db ? pdb.data() + c * D : nullptr;
       for (int64_t r = b; r < e; ++r) {
         const T* xr = px + r * D;
         const T* gr = pg + r * D;
         const float mu = pm[r], rs = pr[r];
-        float mean_gw = 0, mean_gwx = 0;
-        for (int64_t j = 0; j < D; ++j) {
-          float xh = (to_f32(xr[j]) - mu) * rs;
-          float gj = to_f32(gr[j]);
-          float gwj = gj * (pw ? to_f32(pw[j]) : 1.0f);
-          xhat[size_t(j)] = xh;
-          gw[size_t(j)] = gwj;
+        const __m256 vmu = _mm256_set1_ps(mu), vr = _mm256_set1_ps(rs);
+        __m256 sgw = _mm256_setzero_ps(), sgwx = _mm256_setzero_ps();
+        int64_t j = 0;
+        for (; j + 8 <= D; j += 8) {
+          const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(load8(xr + j), vmu), vr);
+          const __m256 gv = load8(gr + j);
+          const __m256 gwv = pw ? _mm256_mul_ps(gv, load8(pw + j)) : gv;
+          _mm256_storeu_ps(xhat + j, xh);
+          _mm256_storeu_ps(gw + j, gwv);
+          sgw = _mm256_add_ps(sgw, gwv);
+          sgwx = _mm256_fmadd_ps(gwv, xh, sgwx);
+          if (aw) _mm256_storeu_ps(aw + j, _mm256_fmadd_ps(gv, xh, _mm256_loadu_ps(aw + j)));
+          if (ab) _mm256_storeu_ps(ab + j, _mm256_add_ps(gv, _mm256_loadu_ps(ab + j)));
+        }
+        float mean_gw = hsum256(sgw), mean_gwx = hsum256(sgwx);
+        for (; j < D; ++j) {
+          const float xh = (to_f32(xr[j]) - mu) * rs, gj = to_f32(gr[j]);
+          const float gwj = gj * (pw ? to_f32(pw[j]) : 1.0f);
+          xhat[j] = xh;
+          gw[j] = gwj;
           mean_gw += gwj;
           mean_gwx += gwj * xh;
-          if (want_dw) pdw[size_t(c * D + j)] += gj * xh;
-          if (want_db) pdb[size_t(c * D + j)] += gj;
+          if (aw) aw[j] += gj * xh;
+          if (ab) ab[j] += gj;
         }
         mean_gw /= float(D);
         mean_gwx /= float(D);
+        // dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
+        const __m256 vmg = _mm256_set1_ps(mean_gw), vmgx = _mm256_set1_ps(mean_gwx);
         T* dr = pdx + r * D;
-        for (int64_t j = 0; j < D; ++j)
-          dr[j] = from_f32<T>(rs * (gw[size_t(j)] - mean_gw - xhat[size_t(j)] * mean_gwx));
+        j = 0;
+        for (; j + 8 <= D; j += 8) {
+          const __m256 t = _mm256_fnmadd_ps(_mm256_loadu_ps(xhat + j), vmgx, _mm256_sub_ps(_mm256_loadu_ps(gw + j), vmg));
+          store8(dr + j, _mm256_mul_ps(vr, t));
+        }
+        for (; j < D; ++j) dr[j] = from_f32<T>(rs * (gw[j] - mean_gw - xhat[j] * mean_gwx));
       }
     });
     if (want_dw) fold_into<T>(pdw, chunks, D, dw);

@@ -46,6 +46,7 @@ void rope(const Tensor& x, const Tensor& pos, const Tensor& freq_factors, const 
   const float sign = a.inverse ? -1.0f : 1.0f;
 
   const int64_t xs0 = x.stride(0), xs1 = x.stride(1), xs2 = x.stride(2), xs3 = x.stride(3);
+  const int64_t heads_end = a.heads_end < 0 ? H : a.heads_end;
   dispatch_float(x.dtype(), "rope", [&]<class T_>(std::type_identity<T_>) {
     const T_* px = static_cast<const T_*>(x.raw_data());
     T_* py = y.data<T_>();
@@ -67,6 +68,10 @@ void rope(const Tensor& x, const Tensor& pos, const Tensor& freq_factors, const 
         for (int64_t h = 0; h < H; ++h) {
           const T_* xr = px + b * xs0 + t * xs1 + h * xs2;
           T_* yr = py + ((b * T + t) * H + h) * D;
+          if (h < a.heads_begin || h >= heads_end) {  // not rotated: copied
+            for (int64_t d = 0; d < D; ++d) yr[d] = xr[d * xs3];
+            continue;
+          }
           for (int i = 0; i < half; ++i) {
             const int64_t i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
             const float x0 = to_f32(xr[i0 * xs3]), x1 = to_f32(xr[i1 * xs3]);

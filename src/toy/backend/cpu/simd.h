@@ -104,9 +104,12 @@ inline __m256 log256(__m256 x) {
 }
 
 inline __m256 sigmoid256(__m256 x) {
-  // 1 / (1 + exp(-x)), exact at the extremes (exp overflow gives 0).
-  __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));
-  return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+  // With t = exp(-|x|) in (0, 1]: sigmoid = 1/(1+t) for x >= 0, t/(1+t) below. Only the cheap
+  // exp of a non-positive argument is needed, and neither branch can overflow.
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 t = exp256_nonpos(_mm256_or_ps(x, sign));  // -|x|
+  const __m256 r = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), t));
+  return _mm256_blendv_ps(r, _mm256_mul_ps(t, r), x);  // sign bit of x selects t/(1+t)
 }
 
 inline __m256 tanh256(__m256 x) {
