@@ -80,19 +80,24 @@ inline __m256 unary_grad8(UnaryOp op, __m256 x, __m256 y, __m256 g, const UnaryA
       return _mm256_mul_ps(g, _mm256_sub_ps(pos, neg));
     }
     case UnaryOp::Tanh: return _mm256_mul_ps(g, _mm256_fnmadd_ps(y, y, one));
-    case UnaryOp::Sigmoid: return _mm256_mul_ps(g, _mm256_mul_ps(y, _mm256_sub_ps(one, y)));
+    case UnaryOp::Sigmoid: {
+      __m256 sv, cv;
+      sigmoid_pair256(x, &sv, &cv);
+      return _mm256_mul_ps(g, _mm256_mul_ps(sv, cv));
+    }
     case UnaryOp::Relu: return _mm256_and_ps(g, _mm256_cmp_ps(x, zero, _CMP_GT_OQ));
     case UnaryOp::Silu: {
-      __m256 s = sigmoid256(x);
-      // s + x s (1 - s)
-      return _mm256_mul_ps(g, _mm256_fmadd_ps(_mm256_mul_ps(x, s), _mm256_sub_ps(one, s), s));
+      __m256 sv, cv;  // s and 1 - s
+      sigmoid_pair256(x, &sv, &cv);
+      return _mm256_mul_ps(g, _mm256_fmadd_ps(_mm256_mul_ps(x, sv), cv, sv));  // s + x s (1 - s)
     }
     case UnaryOp::GeluTanh: {
       // d/dx [x s(2u)] = s + x s (1 - s) 2u',  2u' = 2c (1 + 3k x^2)
-      const __m256 s = sigmoid256(gelu_u2(x));
+      __m256 s, c;  // s and 1 - s, each exact in its own tail
+      sigmoid_pair256(gelu_u2(x), &s, &c);
       const __m256 du2 = _mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608028654f),
                                        _mm256_fmadd_ps(_mm256_set1_ps(3.0f * 0.044715f), _mm256_mul_ps(x, x), one));
-      const __m256 xs1s = _mm256_mul_ps(_mm256_mul_ps(x, s), _mm256_sub_ps(one, s));
+      const __m256 xs1s = _mm256_mul_ps(_mm256_mul_ps(x, s), c);
       return _mm256_mul_ps(g, _mm256_fmadd_ps(xs1s, du2, s));
     }
     case UnaryOp::GeluErf: {
@@ -244,34 +249,13 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   });
 }
 
-void swiglu(const Tensor& a, const Tensor& b, Tensor& out) {
-  dispatch_float(a.dtype(), "swiglu", [&]<class T>(std::type_identity<T>) {
-    map_elements<T, 2>({&a, &b}, out, [](const Lanes<2>& v) {
-      return _mm256_mul_ps(_mm256_mul_ps(v[0], sigmoid256(v[0])), v[1]);
-    });
-  });
-}
-
-void swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& g, Tensor& da, Tensor& db) {
-  dispatch_float(a.dtype(), "swiglu_backward", [&]<class T>(std::type_identity<T>) {
-    const __m256 one = _mm256_set1_ps(1.0f);
-    map_elements<T, 3>({&a, &b, &g}, da, [&](const Lanes<3>& v) {
-      __m256 s = sigmoid256(v[0]);
-      __m256 dsilu = _mm256_fmadd_ps(_mm256_mul_ps(v[0], s), _mm256_sub_ps(one, s), s);
-      return _mm256_mul_ps(_mm256_mul_ps(v[2], v[1]), dsilu);
-    });
-    map_elements<T, 2>({&a, &g}, db, [](const Lanes<2>& v) {
-      return _mm256_mul_ps(v[1], _mm256_mul_ps(v[0], sigmoid256(v[0])));
-    });
-  });
-}
-
 namespace {
 // silu(a) * b and its two partial derivatives, 8 lanes.
 inline __m256 swiglu8(__m256 a, __m256 b) { return _mm256_mul_ps(_mm256_mul_ps(a, sigmoid256(a)), b); }
 inline void swiglu_grad8(__m256 a, __m256 b, __m256 g, __m256* da, __m256* db) {
-  const __m256 s = sigmoid256(a), one = _mm256_set1_ps(1.0f);
-  const __m256 dsilu = _mm256_fmadd_ps(_mm256_mul_ps(a, s), _mm256_sub_ps(one, s), s);
+  __m256 s, c;
+  sigmoid_pair256(a, &s, &c);
+  const __m256 dsilu = _mm256_fmadd_ps(_mm256_mul_ps(a, s), c, s);
   *da = _mm256_mul_ps(_mm256_mul_ps(g, b), dsilu);
   *db = _mm256_mul_ps(g, _mm256_mul_ps(a, s));
 }
@@ -289,6 +273,27 @@ inline void store_tail(T* p, __m256 v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) p[i] = from_f32<T>(t[i]);
 }
 }  // namespace
+
+void swiglu(const Tensor& a, const Tensor& b, Tensor& out) {
+  dispatch_float(a.dtype(), "swiglu", [&]<class T>(std::type_identity<T>) {
+    map_elements<T, 2>({&a, &b}, out, [](const Lanes<2>& v) {
+      return _mm256_mul_ps(_mm256_mul_ps(v[0], sigmoid256(v[0])), v[1]);
+    });
+  });
+}
+
+void swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& g, Tensor& da, Tensor& db) {
+  dispatch_float(a.dtype(), "swiglu_backward", [&]<class T>(std::type_identity<T>) {
+    map_elements<T, 3>({&a, &b, &g}, da, [&](const Lanes<3>& v) {
+      __m256 da8, db8;
+      swiglu_grad8(v[0], v[1], v[2], &da8, &db8);
+      return da8;
+    });
+    map_elements<T, 2>({&a, &g}, db, [](const Lanes<2>& v) {
+      return _mm256_mul_ps(v[1], _mm256_mul_ps(v[0], sigmoid256(v[0])));
+    });
+  });
+}
 
 void swiglu_packed(const Tensor& x, Tensor& out) {
   const int64_t F = out.size(-1), rows = out.numel() / std::max<int64_t>(F, 1);
