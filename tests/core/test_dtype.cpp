@@ -95,7 +95,8 @@ TEST_P(BlockCodec, RoundTripErrorIsWithinTheFormatsResolution) {
   EXPECT_LT(err, bound) << name(t);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, BlockCodec, ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K));
+INSTANTIATE_TEST_SUITE_P(All, BlockCodec, ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(name(i.param)); });
 
 TEST(BlockCodec, Q8_0LayoutIsScaleThenInt8) {
   // One block: d = 2 (half), q[j] = j - 16 -> value 2 * (j - 16).

@@ -183,9 +183,10 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
             sr[c] = exp_nonpos_scalar(sr[c] - mx);
             sum += sr[c];
           }
-          l[size_t(r)] = l[size_t(r)] * alpha + sum;
+          const float l_prev = l[size_t(r)];
+          l[size_t(r)] = l_prev * alpha + sum;
           m[size_t(r)] = mx;
-          if (alpha != 1.0f) {
+          if (alpha != 1.0f && l_prev > 0.0f) {  // nothing accumulated yet: nothing to rescale
             float* ar = acc + r * g.Dv;
             for (int64_t d = 0; d < g.Dv; ++d) ar[d] *= alpha;
           }
@@ -223,10 +224,28 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 
   parallel_tasks(g.B * g.Hkv, [&](int64_t task) {
     const int64_t b = task / g.Hkv, hk = task % g.Hkv;
-    for (int64_t s = 0; s < g.S; ++s) {
-      std::fill_n(pdk + (b * g.S + s) * ldk + hk * g.D, g.D, 0.0f);
-      std::fill_n(pdv + (b * g.S + s) * ldv + hk * g.Dv, g.Dv, 0.0f);
-    }
+    // dK/dV rows are initialized by their first GEMM (beta = 0) instead of zero-filled first:
+    // `written` is the prefix of key rows that hold values. Query blocks run last to first, so
+    // with causal masking the first block already covers every key it will ever see.
+    int64_t written = 0;
+    auto zero_rows = [&](int64_t r0, int64_t r1) {
+      for (int64_t s = r0; s < r1; ++s) {
+        std::fill_n(pdk + (b * g.S + s) * ldk + hk * g.D, g.D, 0.0f);
+        std::fill_n(pdv + (b * g.S + s) * ldv + hk * g.Dv, g.Dv, 0.0f);
+      }
+    };
+    // Beta for a GEMM that adds into key rows [j0, j1).
+    auto kv_beta = [&](int64_t j0, int64_t j1) {
+      if (j1 <= written) return 1.0f;
+      if (written < j0) zero_rows(written, j0);
+      if (written <= j0) {
+        written = j1;
+        return 0.0f;
+      }
+      zero_rows(written, j1);
+      written = j1;
+      return 1.0f;
+    };
     float* p = scratch_floats(size_t(kBlock * kChunk), 0);
     float* dp = scratch_floats(size_t(kBlock * kChunk), 1);
     float* delta = scratch_floats(size_t(g.T), 2);
@@ -235,21 +254,23 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     transpose_head(g.krow(b, 0, hk), g.ks1, g.S, g.D, kt);
     transpose_head(g.vrow(b, 0, hk), g.vs1, g.S, g.Dv, vt);
     for (int64_t h = hk * g.group; h < (hk + 1) * g.group; ++h) {
-      // delta_i = sum_d dO_i * O_i (the softmax backward's row term); dQ rows zeroed.
+      // delta_i = sum_d dO_i * O_i (the softmax backward's row term). dQ rows are not zeroed:
+      // the first key chunk of each query block writes them (beta = 0), later ones add.
       for (int64_t t = 0; t < g.T; ++t) {
         const float* o = po + ((b * g.T + t) * g.H + h) * g.Dv;
         const float* d_o = pdo + ((b * g.T + t) * g.H + h) * g.Dv;
         delta[t] = dot_row(o, d_o, g.Dv);
-        std::fill_n(pdq + (b * g.T + t) * ldq + h * g.D, g.D, 0.0f);
       }
       const float* lrow = pl + (b * g.H + h) * g.T;
-      for (int64_t i0 = 0; i0 < g.T; i0 += kBlock) {
+      for (int64_t i0 = (g.T - 1) / kBlock * kBlock; i0 >= 0; i0 -= kBlock) {
         const int64_t rows = std::min(kBlock, g.T - i0);
         const int64_t jend = g.key_end(i0 + rows);
         const float* dO_i = pdo + ((b * g.T + i0) * g.H + h) * g.Dv;
+        int64_t first_chunk = -1;  // the first key chunk that contributes to this query block
         for (int64_t j0 = 0; j0 < jend; j0 += kChunk) {
           const int64_t cols = std::min(kChunk, jend - j0);
           if (block_invisible(g, b, i0, j0, cols, mono[size_t(b)])) continue;
+          if (first_chunk < 0) first_chunk = j0;
           // P = exp(scale * Q_i K_j^T - lse_i)
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(g.D), g.scale,
                       g.qrow(b, i0, h), int(g.qs1), kt + j0, int(g.S), 0.0f, p, int(kChunk));
@@ -266,9 +287,10 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
             for (; c + 8 <= cols; c += 8) _mm256_storeu_ps(pr + c, exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(pr + c), vl)));
             for (; c < cols; ++c) pr[c] = exp_nonpos_scalar(pr[c] - li);
           }
-          // dV_j += P^T dO_i
+          // dV_j += P^T dO_i (and dK_j below, with the same beta)
+          const float kvb = kv_beta(j0, j0 + cols);
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(cols), int(g.Dv), int(rows), 1.0f, p,
-                      int(kChunk), dO_i, int(ldo), 1.0f, pdv + (b * g.S + j0) * ldv + hk * g.Dv, int(ldv));
+                      int(kChunk), dO_i, int(ldo), kvb, pdv + (b * g.S + j0) * ldv + hk * g.Dv, int(ldv));
           // dP = dO_i V_j^T
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(g.Dv), 1.0f, dO_i, int(ldo),
                       vt + j0, int(g.S), 0.0f, dp, int(kChunk));
@@ -284,12 +306,16 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
           }
           // dQ_i += scale * dS K_j ; dK_j += scale * dS^T Q_i
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(g.D), int(cols), g.scale, dp,
-                      int(kChunk), g.krow(b, j0, hk), int(g.ks1), 1.0f, pdq + (b * g.T + i0) * ldq + h * g.D, int(ldq));
+                      int(kChunk), g.krow(b, j0, hk), int(g.ks1), j0 == first_chunk ? 0.0f : 1.0f,
+                      pdq + (b * g.T + i0) * ldq + h * g.D, int(ldq));
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(cols), int(g.D), int(rows), g.scale, dp,
-                      int(kChunk), g.qrow(b, i0, h), int(g.qs1), 1.0f, pdk + (b * g.S + j0) * ldk + hk * g.D, int(ldk));
+                      int(kChunk), g.qrow(b, i0, h), int(g.qs1), kvb, pdk + (b * g.S + j0) * ldk + hk * g.D, int(ldk));
         }
+        if (first_chunk < 0)  // nothing visible (e.g. every key in another segment): dq = 0
+          for (int64_t r = 0; r < rows; ++r) std::fill_n(pdq + (b * g.T + i0 + r) * ldq + h * g.D, g.D, 0.0f);
       }
     }
+    zero_rows(written, g.S);  // keys no query can see
   });
 }
 
