@@ -93,6 +93,18 @@ TEST(CliTrain, GenerateIsSeededAndPrintsOnlyText) {
   EXPECT_NE(sh(m + "--temp -1").status, 0);
 }
 
+TEST(CliTrain, AContextOfOneTokenTrainsSamplesAndGenerates) {
+  // Regression: ctx = 1 left no prompt token and re-primed the cache with none.
+  if (!fs::exists(kGpl3)) GTEST_SKIP();
+  const std::string dir = run_dir("ctx1");
+  Out t = sh("train --data " + std::string(kGpl3) + " --out " + dir +
+             " --steps 3 --layers 1 --heads 2 --dim 32 --ctx 1 --batch 4 --eval-batches 2 --sample-tokens 10 --json");
+  ASSERT_EQ(t.status, 0) << t.stdout_text;
+  Out g = sh("generate -m " + dir + "/model.gguf -p \"The \" -n 10");
+  EXPECT_EQ(g.status, 0) << g.stdout_text;
+  EXPECT_GE(g.stdout_text.size(), 5u);
+}
+
 TEST(CliTrain, CtrlCWritesACheckpointAndResumes) {
   if (!fs::exists(kGpl3)) GTEST_SKIP();
   const std::string dir = run_dir("sigint");

@@ -2,6 +2,8 @@
 // dtypes, broadcasting, strided views and odd sizes that exercise vector tails.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -62,6 +64,37 @@ TEST(Forward, ExpAndLogHandleSpecialValues) {
   EXPECT_TRUE(std::isinf(l[2]) && l[2] > 0);
   EXPECT_NEAR(l[3], std::log(1e-40), 1e-4);
   EXPECT_EQ(l[4], 0.0f);
+}
+
+TEST(Forward, ExpIsWithinOneUlpAcrossTheFloatRange) {
+  // 2^20 floats spread over every exponent (negative and positive), against libm in double.
+  std::vector<float> xs;
+  for (uint32_t i = 0; i < (1u << 20); ++i) {
+    const uint32_t bits = i * 4096u + (i % 4093u);
+    float v;
+    std::memcpy(&v, &bits, 4);
+    if (std::isfinite(v) && v > -104.0f && v < 88.72f) xs.push_back(v);
+  }
+  xs.push_back(88.5f);  // regression: exp saturated to inf from 88.38 on
+  xs.push_back(88.7228f);
+  std::vector<float> e = exp(from_vector(xs, Shape{int64_t(xs.size())})).to_f32_vector();
+  int64_t worst = 0;
+  float worst_x = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float want = float(std::exp(double(xs[i])));
+    int32_t a, b;
+    std::memcpy(&a, &e[i], 4);
+    std::memcpy(&b, &want, 4);
+    if (std::llabs(int64_t(a) - int64_t(b)) > worst) worst = std::llabs(int64_t(a) - int64_t(b)), worst_x = xs[i];
+  }
+  EXPECT_LE(worst, 1) << "at x = " << worst_x;
+  // A NaN keeps being a NaN whatever its payload (the scaled paths must not turn it finite).
+  const uint32_t payload_nan = 0x7FC001FFu;
+  float pn;
+  std::memcpy(&pn, &payload_nan, 4);
+  Tensor n = from_vector(std::vector<float>(9, pn), Shape{9});
+  for (float v : exp(n).to_f32_vector()) EXPECT_TRUE(std::isnan(v));
+  for (float v : sigmoid(n).to_f32_vector()) EXPECT_TRUE(std::isnan(v));
 }
 
 TEST(Forward, UnaryOnHalfTypesAndStridedViews) {
@@ -414,6 +447,16 @@ TEST(Forward, AttentionCausalGqaSegmentsAndKvOffset) {
   Tensor ob = attention(qb, kb, vb);
   EXPECT_EQ(ob.dtype(), DType::BF16);
   EXPECT_TRUE(close(ob, attention_ref(qb, kb, vb, true, {}, sc), 2e-2, 2e-2));
+}
+
+TEST(Forward, AttentionAcceptsRowStridesBlasCannotTake) {
+  // The same query broadcast over time (row stride 0): BLAS needs lda >= D, so the op
+  // must copy rather than hand the view over (regression: silently wrong output).
+  Tensor q0 = randn_t(Shape{2, 1, 4, 8}, 73);
+  Tensor qe = make_view(q0, Shape{2, 5, 4, 8}, Strides{32, 0, 8, 1}, 0);
+  Tensor k = randn_t(Shape{2, 5, 2, 8}, 74), v = randn_t(Shape{2, 5, 2, 8}, 75);
+  const float sc = 1.0f / std::sqrt(8.0f);
+  EXPECT_TRUE(close(attention(qe, k, v), attention_ref(contiguous(qe), k, v, true, {}, sc), 1e-5, 1e-4));
 }
 
 TEST(Forward, AttentionMatchesComposedOps) {

@@ -328,6 +328,16 @@ TEST(OpGrad, set_rows) {
                       {R(Shape{4, 3}, 172), R(Shape{2, 3}, 173)}));
 }
 
+TEST(OpGrad, set_rows_with_repeated_ids) {
+  // Row 1 is written twice; the second write wins, so the first src row gets no gradient.
+  Tensor ids = from_vector(std::vector<int32_t>{1, 2, 1}, Shape{3});
+  EXPECT_TRUE(grad_ok([ids](const std::vector<Tensor>& in) { return set_rows(in[0], ids, in[1]); },
+                      {R(Shape{4, 3}, 174), R(Shape{3, 3}, 175)}));
+  Tensor src = param(ones(Shape{3, 2}));
+  sum(set_rows(zeros(Shape{4, 2}), ids, src)).backward();
+  EXPECT_EQ(src.grad().to_f32_vector(), (std::vector<float>{0, 0, 1, 1, 1, 1}));
+}
+
 TEST(OpGrad, cross_entropy) {
   Tensor t = from_vector(std::vector<int32_t>{1, 4, -100, 0, 2, 3}, Shape{2, 3});
   EXPECT_TRUE(grad_ok([t](const std::vector<Tensor>& in) { return cross_entropy(in[0], t); },

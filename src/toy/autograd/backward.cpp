@@ -47,15 +47,66 @@ void accumulate(Tensor& slot, const Tensor& g) {
 }
 
 // A leaf's .grad is contiguous, in the leaf's dtype, and owns its storage alone, so that
-// optimizers and gradient clipping may update it in place.
-Tensor as_leaf_grad(DType leaf_dtype, const Tensor& g) {
+// optimizers and gradient clipping may update it in place. `caller` is the storage of the
+// gradient the caller passed in (rules may hand it through unchanged), which the caller
+// still holds.
+Tensor as_leaf_grad(DType leaf_dtype, const Tensor& g, const Storage* caller) {
   if (g.dtype() != leaf_dtype) return cast(g, leaf_dtype);
-  if (!g.is_contiguous() || g.storage().use_count() > 1) return contiguous_copy(g);
+  if (!g.is_contiguous() || g.storage().use_count() > 1 || g.storage().get() == caller) return contiguous_copy(g);
   return g.detach();  // a handle of its own; a second leaf given g now sees a shared storage
 }
 
+// One backward pass in progress. A checkpoint region runs a nested pass inside its
+// rule; gradients reaching leaves it does not capture itself are handed to the pass
+// around it, so backward() fills .grad and grad() stays free of side effects.
+struct Pass {
+  std::unordered_map<TensorImpl*, Tensor>* capture;  // null: none
+  bool fill_leaf_grads;                               // true for backward(), false for grad()
+  const Storage* caller_grad;                         // storage of the caller's grad_output
+  const Pass* outer;
+};
+thread_local const Pass* active_pass = nullptr;
+
+class ActivePass {
+ public:
+  explicit ActivePass(const Pass* p) : prev_(active_pass) { active_pass = p; }
+  ~ActivePass() { active_pass = prev_; }
+  ActivePass(const ActivePass&) = delete;
+  ActivePass& operator=(const ActivePass&) = delete;
+
+ private:
+  const Pass* prev_;
+};
+
+// Delivers a finished gradient for t: to the innermost pass capturing t, else to t->grad
+// when the outermost pass is a backward().
+void deliver(const Pass* pass, TensorImpl* t, const Tensor& g) {
+  for (const Pass* p = pass; p; p = p->outer) {
+    if (p->capture) {
+      auto it = p->capture->find(t);
+      if (it != p->capture->end()) {
+        accumulate(it->second, g);
+        return;
+      }
+    }
+    if (!p->outer && !p->fill_leaf_grads) return;
+  }
+  if (t->grad_fn && !t->retains_grad) return;
+  Tensor cur(t->grad);
+  const Pass* outermost = pass;
+  while (outermost->outer) outermost = outermost->outer;
+  accumulate(cur, as_leaf_grad(t->dtype, g, outermost->caller_grad));
+  t->grad = cur.impl_ptr();
+}
+
+bool captured(const Pass* pass, TensorImpl* t) {
+  for (const Pass* p = pass; p; p = p->outer)
+    if (p->capture && p->capture->count(t)) return true;
+  return false;
+}
+
 void run(const Tensor& root, const Tensor& grad_output, BackwardOptions opts,
-         std::unordered_map<TensorImpl*, Tensor>* capture) {
+         std::unordered_map<TensorImpl*, Tensor>* capture, bool fill_leaf_grads) {
   TOY_CHECK(root.defined(), "[backward] undefined tensor");
   TOY_CHECK(root.requires_grad(), "[backward] the tensor does not require grad (no recorded op leads to it)");
   Tensor g0 = grad_output;
@@ -68,21 +119,12 @@ void run(const Tensor& root, const Tensor& grad_output, BackwardOptions opts,
             g0.shape().str(), root.shape().str());
 
   NoGradGuard no_grad;
+  const Pass pass{capture, fill_leaf_grads, grad_output.defined() ? grad_output.storage().get() : nullptr,
+                  active_pass};
+  ActivePass scope(&pass);
   std::unordered_map<TensorImpl*, Tensor> grads;
   grads[root.impl()] = g0;
-  auto leaf_done = [&](TensorImpl* t, const Tensor& g) {
-    if (capture) {
-      auto it = capture->find(t);
-      if (it != capture->end()) {
-        accumulate(it->second, g);
-        return;
-      }
-    }
-    if (t->grad_fn && !t->retains_grad) return;
-    Tensor cur(t->grad);
-    accumulate(cur, as_leaf_grad(t->dtype, g));
-    t->grad = cur.impl_ptr();
-  };
+  auto leaf_done = [&](TensorImpl* t, const Tensor& g) { deliver(&pass, t, g); };
 
   std::vector<std::shared_ptr<TensorImpl>> order = topo_order(root.impl_ptr());
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
@@ -93,8 +135,8 @@ void run(const Tensor& root, const Tensor& grad_output, BackwardOptions opts,
     if (git == grads.end()) continue;
     Tensor g = std::move(git->second);
     grads.erase(git);
-    if (t->retains_grad || (capture && capture->count(t))) leaf_done(t, g);
     Node* node = t->grad_fn.get();
+    if (node && (t->retains_grad || captured(&pass, t))) leaf_done(t, g);
     if (!node) {  // the root itself is a leaf
       leaf_done(t, g);
       continue;
@@ -131,7 +173,7 @@ void run(const Tensor& root, const Tensor& grad_output, BackwardOptions opts,
 }  // namespace
 
 void backward(const Tensor& root, const Tensor& grad_output, BackwardOptions opts) {
-  run(root, grad_output, opts, nullptr);
+  run(root, grad_output, opts, nullptr, true);
 }
 
 void Tensor::backward(const Tensor& grad_output) const { toy::backward(*this, grad_output); }
@@ -143,7 +185,7 @@ std::vector<Tensor> grad(const Tensor& root, const std::vector<Tensor>& inputs, 
     TOY_CHECK(t.defined() && t.requires_grad(), "[grad] every input must require grad");
     capture[t.impl()];
   }
-  run(root, grad_output, opts, &capture);
+  run(root, grad_output, opts, &capture, false);
   std::vector<Tensor> out;
   for (const Tensor& t : inputs) {
     Tensor g = capture[t.impl()];
@@ -152,21 +194,37 @@ std::vector<Tensor> grad(const Tensor& root, const std::vector<Tensor>& inputs, 
   return out;
 }
 
+namespace {
+
+// Puts the default generator at `offset` for the replay and back where it was afterwards,
+// also when the replay throws.
+class GeneratorReplay {
+ public:
+  explicit GeneratorReplay(uint64_t offset) : saved_(default_generator().offset()) {
+    default_generator().set_offset(offset);
+  }
+  ~GeneratorReplay() { default_generator().set_offset(saved_); }
+  GeneratorReplay(const GeneratorReplay&) = delete;
+  GeneratorReplay& operator=(const GeneratorReplay&) = delete;
+
+ private:
+  uint64_t saved_;
+};
+
+}  // namespace
+
 Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs) {
   if (!needs_grad(inputs) && !grad_enabled()) return fn(inputs);
-  Generator& gen = default_generator();
-  const uint64_t rng_offset = gen.offset();
+  const uint64_t rng_offset = default_generator().offset();
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = fn(inputs);
+    // detach: fn may return one of its inputs, whose own history must stay as it is.
+    out = fn(inputs).detach();
   }
   // Parameters captured by fn (not in inputs) also need the recomputation, so record
   // whenever grad mode is on.
   record("checkpoint", out, inputs, [fn, inputs, rng_offset](const Tensor& g) {
-    Generator& gen = default_generator();
-    const uint64_t saved = gen.offset();
-    gen.set_offset(rng_offset);
     std::vector<Tensor> detached;
     for (const Tensor& t : inputs) {
       Tensor d = t.detach();
@@ -175,16 +233,16 @@ Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn, c
     }
     Tensor re;
     {
+      GeneratorReplay replay(rng_offset);
       GradModeGuard on(true);
       re = fn(detached);
     }
-    gen.set_offset(saved);
     Grads gin(inputs.size());
     if (!re.requires_grad()) return gin;
     std::unordered_map<TensorImpl*, Tensor> capture;
     for (const Tensor& d : detached)
       if (d.requires_grad()) capture[d.impl()];
-    run(re, g, {}, &capture);
+    run(re, g, {}, &capture, true);
     for (size_t i = 0; i < inputs.size(); ++i)
       if (detached[i].requires_grad()) gin[i] = capture[detached[i].impl()];
     return gin;

@@ -24,20 +24,24 @@ double median_seconds(F&& f, int reps, int warmup = 1) {
   return t[t.size() / 2];
 }
 
-// Medians of a and b timed alternately (a, b, a, b, ...), so that drift in the machine's
-// speed affects both alike; returns {median_a, median_b} in seconds.
+// Medians of a and b timed alternately, so that drift in the machine's speed affects both
+// alike; returns {median_a, median_b} in seconds. With block > 1 each turn runs its case
+// `block` times and times all but the first run, so each case is measured in its steady
+// state rather than right after the other has evicted its data from the caches.
 template <class A, class B>
-std::pair<double, double> paired_median_seconds(A&& a, B&& b, int reps, int warmup = 1) {
+std::pair<double, double> paired_median_seconds(A&& a, B&& b, int reps, int warmup = 1, int block = 1) {
   for (int i = 0; i < warmup; ++i) a(), b();
   std::vector<double> ta, tb;
+  auto turn = [&](auto& f, std::vector<double>& t) {
+    for (int k = 0; k < block; ++k) {
+      auto t0 = std::chrono::steady_clock::now();
+      f();
+      if (block == 1 || k > 0) t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  };
   for (int i = 0; i < reps; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    a();
-    auto t1 = std::chrono::steady_clock::now();
-    b();
-    auto t2 = std::chrono::steady_clock::now();
-    ta.push_back(std::chrono::duration<double>(t1 - t0).count());
-    tb.push_back(std::chrono::duration<double>(t2 - t1).count());
+    turn(a, ta);
+    turn(b, tb);
   }
   std::sort(ta.begin(), ta.end());
   std::sort(tb.begin(), tb.end());

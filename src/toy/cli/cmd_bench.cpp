@@ -77,7 +77,7 @@ BenchResult bench_attention(int reps) {
     Tensor p = softmax(diag_mask_inf(matmul(qh, kh, false, true)), 1.0f / 8.0f);
     backward(permute(matmul(p, vh), {0, 2, 1, 3}), gout);
   };
-  auto [tf, tc] = paired_median_seconds(fused, composed, reps, 2);
+  auto [tf, tc] = paired_median_seconds(fused, composed, reps, 2, 3);
   BenchResult r;
   r.name = "attention_fwd_bwd";
   r.value = tf * 1e3;

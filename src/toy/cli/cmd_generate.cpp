@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "toy/cli/commands.h"
+#include "toy/infer/decode_step.h"
 #include "toy/infer/sampler.h"
 #include "toy/core/thread_pool.h"
 #include "toy/io/model_file.h"
@@ -34,8 +35,7 @@ int run_generate(const GenerateFlags& f) {
     ids.push_back(tok.eos_id() >= 0 ? tok.eos_id() : 0);
   }
   if (f.echo) std::fputs(f.prompt.c_str(), stdout);
-  // Keep the last ctx - 1 prompt tokens (room for at least one generated token).
-  if (int64_t(ids.size()) > ctx - 1) ids.erase(ids.begin(), ids.end() - (ctx - 1));
+  ids = fit_prompt(std::move(ids), ctx);
   std::vector<int32_t> history = ids;
   Tensor logits = m.decode(ids);
   Utf8StreamDecoder dec(tok);
@@ -47,14 +47,7 @@ int run_generate(const GenerateFlags& f) {
     std::fflush(stdout);
     history.push_back(id);
     if (i + 1 == f.n) break;
-    if (m.cache_len() >= ctx) {
-      // The window is full: re-read the last half of the context and go on.
-      m.reset_cache();
-      std::vector<int32_t> tail(history.end() - ctx / 2, history.end());
-      logits = m.decode(tail);
-    } else {
-      logits = m.decode({id});
-    }
+    logits = decode_next(m, history);
   }
   const std::string rest = dec.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);

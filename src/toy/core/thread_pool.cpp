@@ -26,6 +26,7 @@ class ThreadPool {
   int size() const { return n_threads_; }
 
   void resize(int n) {
+    std::lock_guard<std::mutex> lock(run_mu_);  // never while a job runs
     stop();
     n_threads_ = std::max(1, n);
     quit_ = false;
@@ -49,7 +50,10 @@ class ThreadPool {
     job_begin_ = begin;
     job_end_ = end;
     job_chunks_ = chunks;
-    pending_.store(int(chunks - 1), std::memory_order_relaxed);
+    // Every worker acknowledges every job, including those without a chunk: the caller returns
+    // only when no worker can still be reading this job's fields, so a slow worker can never
+    // mistake the next job for this one.
+    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
     generation_.notify_all();
     t_in_parallel = true;
@@ -109,8 +113,8 @@ class ThreadPool {
         } catch (...) {
           record_error();
         }
-        pending_.fetch_sub(1, std::memory_order_acq_rel);
       }
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <unordered_set>
 
 #include "toy/core/error.h"
 #include "toy/ops/ops.h"
@@ -184,7 +185,9 @@ Reader::Reader(const std::string& path) : path_(path) {
     ::close(fd);
     fail("[gguf] '{}' is not a GGUF file ({} bytes; a header alone is 24)", path, size_);
   }
-  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  // Private and writable: tensors viewing the file behave like any other (an in-place op
+  // copies the touched pages; the file never changes).
+  void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   ::close(fd);
   TOY_CHECK(p != MAP_FAILED, "[gguf] cannot map '{}'", path);
   const size_t sz = size_;
@@ -203,10 +206,11 @@ Reader::Reader(const std::string& path) : path_(path) {
   TOY_CHECK(n_tensors >= 0 && n_kv >= 0 && uint64_t(n_tensors) < kMaxArray && uint64_t(n_kv) < kMaxArray,
             "[gguf] '{}': implausible counts ({} tensors, {} keys)", path, n_tensors, n_kv);
 
+  std::unordered_set<std::string> keys_seen, names_seen;
   for (int64_t k = 0; k < n_kv; ++k) {
     std::string key = c.string("key");
     TOY_CHECK(!key.empty(), "[gguf] '{}': empty key at entry {}", path, k);
-    TOY_CHECK(find(key) == nullptr, "[gguf] '{}': duplicate key '{}'", path, key);
+    TOY_CHECK(keys_seen.insert(key).second, "[gguf] '{}': duplicate key '{}'", path, key);
     Value v;
     v.type = Type(c.read<int32_t>(key.c_str()));
     if (v.type == Type::ARRAY) {
@@ -245,7 +249,7 @@ Reader::Reader(const std::string& path) : path_(path) {
   for (int64_t t = 0; t < n_tensors; ++t) {
     TensorInfo ti;
     ti.name = c.string("tensor name");
-    TOY_CHECK(find_tensor(ti.name) == nullptr, "[gguf] '{}': duplicate tensor '{}'", path, ti.name);
+    TOY_CHECK(names_seen.insert(ti.name).second, "[gguf] '{}': duplicate tensor '{}'", path, ti.name);
     const uint32_t nd = c.read<uint32_t>("tensor dims");
     TOY_CHECK(nd >= 1 && nd <= 4, "[gguf] '{}': tensor '{}' has {} dims (1..4 allowed)", path, ti.name, nd);
     int64_t ne[4] = {1, 1, 1, 1};
@@ -263,15 +267,27 @@ Reader::Reader(const std::string& path) : path_(path) {
     TOY_CHECK(ne[0] % dtype_info(ti.dtype).block_size == 0, "[gguf] '{}': tensor '{}': ne[0] = {} is not a multiple of "
               "the {} block size {}", path, ti.name, ne[0], name(ti.dtype), dtype_info(ti.dtype).block_size);
     for (int d = int(nd) - 1; d >= 0; --d) ti.shape.push_back(ne[d]);
-    ti.bytes = row_bytes(ti.dtype, ne[0]) * size_t(ne[1] * ne[2] * ne[3]);
+    // Sizes come from the file: the element count is overflow-checked and bounded (2^56
+    // elements is far past any file) before bytes are computed from it.
+    uint64_t rows = 1, elements = 0;
+    const bool overflow = __builtin_mul_overflow(uint64_t(ne[1]), uint64_t(ne[2]), &rows) ||
+                          __builtin_mul_overflow(rows, uint64_t(ne[3]), &rows) ||
+                          __builtin_mul_overflow(uint64_t(ne[0]), rows, &elements) || elements > (uint64_t(1) << 56);
+    TOY_CHECK(!overflow, "[gguf] '{}': tensor '{}' has an impossible size (dimensions overflow)", path, ti.name);
+    const uint64_t bytes = uint64_t(row_bytes(ti.dtype, ne[0])) * rows;
+    ti.bytes = size_t(bytes);
     TOY_CHECK(ti.offset % alignment == 0, "[gguf] '{}': tensor '{}' offset {} is not aligned to {}", path, ti.name,
               ti.offset, alignment);
     tensors_.push_back(std::move(ti));
   }
   data_start_ = n_tensors > 0 ? (c.pos + alignment - 1) / alignment * alignment : c.pos;
-  for (const TensorInfo& ti : tensors_)
-    TOY_CHECK(data_start_ + ti.offset + ti.bytes <= size_, "[gguf] '{}': tensor '{}' ({} bytes at {}) runs past the "
-              "end of the file ({} bytes): truncated?", path, ti.name, ti.bytes, data_start_ + ti.offset, size_);
+  for (const TensorInfo& ti : tensors_) {
+    // In this order so that nothing wraps: offset and size come from the file.
+    const bool inside = data_start_ <= size_ && ti.offset <= size_ - data_start_ &&
+                        ti.bytes <= size_ - data_start_ - ti.offset;
+    TOY_CHECK(inside, "[gguf] '{}': tensor '{}' ({} bytes at offset {}) runs past the end of the file ({} bytes): "
+              "truncated or corrupt?", path, ti.name, ti.bytes, ti.offset, size_);
+  }
 }
 
 Reader::~Reader() = default;

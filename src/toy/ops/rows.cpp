@@ -1,5 +1,7 @@
 // Row ops: get_rows (embedding gather; backward scatter-adds into the table's gradient) and
 // set_rows (functional with gradient, or in place for KV caches).
+#include <unordered_set>
+
 #include "toy/ops/common.h"
 
 namespace toy {
@@ -51,6 +53,16 @@ void check_set_rows(const Tensor& dst, const Tensor& ids, const Tensor& src, con
             "[{}] src must be [{}, {}], got {}", op, ids.size(0), dst.size(1), src.shape().str());
   check_same_device(dst, src, op);
 }
+
+// Positions in ids whose row a later position writes again (ids is contiguous i32, CPU).
+std::vector<int32_t> overwritten_positions(const Tensor& ids) {
+  const int32_t* p = ids.data<int32_t>();
+  std::unordered_set<int32_t> later;
+  std::vector<int32_t> dead;
+  for (int64_t i = ids.numel() - 1; i >= 0; --i)
+    if (!later.insert(p[i]).second) dead.push_back(int32_t(i));
+  return dead;
+}
 }  // namespace
 
 Tensor set_rows(const Tensor& dst, const Tensor& ids, const Tensor& src) {
@@ -73,7 +85,14 @@ Tensor set_rows(const Tensor& dst, const Tensor& ids, const Tensor& src) {
         r[0] = d;
       }
       if (wants_grad(src)) {
+        // With repeated ids only the last write survives in y, so only that src row
+        // receives a gradient.
         Tensor s = get_rows(g, idc);
+        const std::vector<int32_t> dead = overwritten_positions(idc);
+        if (!dead.empty()) {
+          s = contiguous_copy(s);
+          set_rows_(s, from_vector(dead, Shape{int64_t(dead.size())}), zeros(Shape{int64_t(dead.size()), s.size(1)}, s.dtype(), s.device()));
+        }
         r[1] = s.dtype() == src.dtype() ? s : cast(s, src.dtype());
       }
       return r;

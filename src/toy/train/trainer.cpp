@@ -15,6 +15,7 @@
 #include "toy/core/thread_pool.h"
 #include "toy/data/batches.h"
 #include "toy/data/corpus.h"
+#include "toy/infer/decode_step.h"
 #include "toy/infer/sampler.h"
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
@@ -178,24 +179,18 @@ std::string generate_sample(Run& r, int64_t n_tokens) {
   NoGradGuard ng;
   Sampler sampler({0.8f, 200, 1.0f}, r.o.seed ^ (kSampleStream << 40) ^ uint64_t(r.step));
   // Prompt: the first token of the validation split (a newline for most text).
-  std::vector<int32_t> ctx = {r.split.val.empty() ? 0 : r.split.val[0]};
+  std::vector<int32_t> history = {r.split.val.empty() ? 0 : r.split.val[0]};
   Utf8StreamDecoder dec(*r.tok);
-  std::string text = dec.push(ctx[0]);
+  std::string text = dec.push(history[0]);
   r.model->reset_cache();
-  Tensor logits = r.model->decode(ctx);
+  Tensor logits = r.model->decode(history);
   for (int64_t i = 0; i < n_tokens; ++i) {
     const int32_t id = sampler.sample(logits);
     if (id == r.tok->eos_id()) break;
     text += dec.push(id);
-    if (r.model->cache_len() >= r.model->config().ctx) {
-      // Context full: restart from the last half of the tokens generated so far.
-      r.model->reset_cache();
-      std::vector<int32_t> all = r.tok->encode(text);
-      std::vector<int32_t> tail(all.end() - std::min<std::ptrdiff_t>(all.size(), r.model->config().ctx / 2), all.end());
-      logits = r.model->decode(tail);
-    } else {
-      logits = r.model->decode({id});
-    }
+    history.push_back(id);
+    if (i + 1 == n_tokens) break;
+    logits = decode_next(*r.model, history);
   }
   r.model->reset_cache();
   return text + dec.flush();
@@ -284,9 +279,17 @@ TrainResult run_loop(Run& r, bool resumed) {
     events.emit("eval", {{"step", r.step}, {"train_loss", tl}, {"val_loss", vl}, {"batches", o.eval_batches}});
     log_line(r, fmt::format("step {:>6}  eval: train loss {:.4f}  val loss {:.4f}", r.step, tl, vl));
   };
+  // A failed sample (it is only a preview) is logged, and training goes on.
   auto sample = [&] {
     if (o.sample_tokens == 0) return;
-    const std::string text = generate_sample(r, o.sample_tokens);
+    std::string text;
+    try {
+      text = generate_sample(r, o.sample_tokens);
+    } catch (const std::exception& e) {
+      r.model->reset_cache();
+      log_line(r, fmt::format("sample at step {} failed: {}", r.step, e.what()));
+      return;
+    }
     events.emit("sample", {{"step", r.step}, {"text", text}});
     if (!o.quiet) log_line(r, fmt::format("--- sample at step {} ---\n{}\n---", r.step, text));
   };
@@ -333,12 +336,13 @@ TrainResult run_loop(Run& r, bool resumed) {
       break;
     }
   }
+  // Weights first: nothing after the last step may lose them.
+  save_checkpoint(r);
+  save_model((fs::path(o.out) / "model.gguf").string(), *r.model, *r.tok, "toy");
   if (!res.stopped) {
     evaluate();
     sample();
   }
-  save_checkpoint(r);
-  save_model((fs::path(o.out) / "model.gguf").string(), *r.model, *r.tok, "toy");
   res.steps = r.step;
   res.last_step_loss = last_loss;
   res.seconds = r.train_seconds;

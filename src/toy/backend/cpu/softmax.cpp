@@ -23,22 +23,21 @@ namespace {
 void softmax_row_f32(const float* z, float scale, bool log, float* y, float* e, int64_t D, bool stream,
                      const float* next) {
   const __m256 vs = _mm256_set1_ps(scale);
-  __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
-  int64_t j = 0;
-  for (; j + 16 <= D; j += 16) {
-    m0 = _mm256_max_ps(m0, _mm256_mul_ps(_mm256_loadu_ps(z + j), vs));
-    m1 = _mm256_max_ps(m1, _mm256_mul_ps(_mm256_loadu_ps(z + j + 8), vs));
+  // max(z * scale) = max(z) * scale for scale > 0 (rounding is monotone): the scale costs
+  // one multiply per row. Other scales (rare) take a scalar loop.
+  float mx = -INFINITY;
+  if (scale > 0.0f) {
+    mx = max_row(z, D, -INFINITY) * scale;
+  } else {
+    for (int64_t k = 0; k < D; ++k) mx = std::max(mx, z[k] * scale);
   }
-  for (; j + 8 <= D; j += 8) m0 = _mm256_max_ps(m0, _mm256_mul_ps(_mm256_loadu_ps(z + j), vs));
-  float mx = hmax256(_mm256_max_ps(m0, m1));
-  for (; j < D; ++j) mx = std::max(mx, z[j] * scale);
   if (mx == -INFINITY) {  // fully masked row
     for (int64_t k = 0; k < D; ++k) y[k] = log ? -INFINITY : 0.0f;
     return;
   }
   const __m256 vmx = _mm256_set1_ps(mx);
   __m256 s0 = _mm256_setzero_ps(), s1 = s0;
-  j = 0;
+  int64_t j = 0;
   for (; j + 16 <= D; j += 16) {
     if (next) _mm_prefetch(reinterpret_cast<const char*>(next + j), _MM_HINT_T0);
     __m256 a = exp256_nonpos(_mm256_fmsub_ps(_mm256_loadu_ps(z + j), vs, vmx));
