@@ -3,6 +3,8 @@
 // against llama.cpp's test vectors, the streaming UTF-8 decoder, and the error paths.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -24,7 +26,11 @@ namespace {
 using toy::Tokenizer;
 namespace gguf = toy::gguf;
 
-std::string shared_path(const std::string& rel) { return std::string(TOY_SHARED_DATA_DIR) + "/" + rel; }
+// ../shared/data beside the source tree, or $TOY_SHARED_DATA when the checkout lives elsewhere.
+std::string shared_path(const std::string& rel) {
+  const char* env = std::getenv("TOY_SHARED_DATA");
+  return std::string(env && *env ? env : TOY_SHARED_DATA_DIR) + "/" + rel;
+}
 
 bool exists(const std::string& path) { return std::filesystem::exists(path); }
 

@@ -22,6 +22,22 @@ Tensor kernel_ready(const Tensor& t) {
   const bool blas_rows = f.stride(-1) == 1 && f.stride(1) >= f.size(3);
   return blas_rows ? f : contiguous_copy(f);
 }
+
+// The segment ids of o, checked against [B, T] and made contiguous (undefined if none).
+Tensor checked_segments(const AttentionOptions& o, int64_t B, int64_t T) {
+  if (!o.segments.defined()) return Tensor();
+  check_dtype(o.segments, DType::I32, "attention", "segments");
+  TOY_CHECK(o.segments.ndim() == 2 && o.segments.size(0) == B && o.segments.size(1) == T,
+            "[attention] segments must be [B, T] = [{}, {}], got {}", B, T, o.segments.shape().str());
+  return contiguous_nograd(o.segments);
+}
+
+kern::AttentionArgs kernel_args(const AttentionOptions& o, int64_t head_dim) {
+  kern::AttentionArgs a;
+  a.scale = o.scale != 0.0f ? o.scale : 1.0f / std::sqrt(float(head_dim));
+  a.causal = o.causal;
+  return a;
+}
 }  // namespace
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
@@ -47,17 +63,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   TOY_CHECK(Hkv > 0 && H % Hkv == 0, "[attention] query heads {} must be a multiple of kv heads {}", H, Hkv);
   TOY_CHECK(!o.causal || S >= T, "[attention] causal attention needs at least as many keys ({}) as queries ({})", S,
             T);
-  Tensor seg;
-  if (o.segments.defined()) {
-    check_dtype(o.segments, DType::I32, op, "segments");
-    TOY_CHECK(T == S, "[attention] segment ids need T == S, got T {} and S {}", T, S);
-    TOY_CHECK(o.segments.ndim() == 2 && o.segments.size(0) == B && o.segments.size(1) == T,
-              "[attention] segments must be [B, T] = [{}, {}], got {}", B, T, o.segments.shape().str());
-    seg = contiguous_nograd(o.segments);
-  }
-  kern::AttentionArgs a;
-  a.scale = o.scale != 0.0f ? o.scale : 1.0f / std::sqrt(float(D));
-  a.causal = o.causal;
+  TOY_CHECK(!o.segments.defined() || T == S, "[attention] segment ids need T == S, got T {} and S {}", T, S);
+  const Tensor seg = checked_segments(o, B, T);
+  const kern::AttentionArgs a = kernel_args(o, D);
   Tensor qf = kernel_ready(q), kf = kernel_ready(k), vf = kernel_ready(v);
   Tensor out = empty(Shape{B, T, H, Dv}, DType::F32, q.device());
   Tensor lse = empty(Shape{B, H, T}, DType::F32, q.device());
@@ -98,16 +106,8 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads, const A
   Tensor base = kernel_ready(qkv);
   const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(3), H = heads, Hkv = kv_heads;
   Tensor q = part(base, 0, H), k = part(base, H, Hkv), v = part(base, H + Hkv, Hkv);
-  Tensor seg;
-  if (o.segments.defined()) {
-    check_dtype(o.segments, DType::I32, "attention", "segments");
-    TOY_CHECK(o.segments.ndim() == 2 && o.segments.size(0) == B && o.segments.size(1) == T,
-              "[attention] segments must be [B, T] = [{}, {}], got {}", B, T, o.segments.shape().str());
-    seg = contiguous_nograd(o.segments);
-  }
-  kern::AttentionArgs a;
-  a.scale = o.scale != 0.0f ? o.scale : 1.0f / std::sqrt(float(D));
-  a.causal = o.causal;
+  const Tensor seg = checked_segments(o, B, T);
+  const kern::AttentionArgs a = kernel_args(o, D);
   Tensor outf = empty(Shape{B, T, H, D}, DType::F32, qkv.device());
   Tensor lse = empty(Shape{B, H, T}, DType::F32, qkv.device());
   k_attn(qkv.device())(q, k, v, seg, a, outf, lse);
