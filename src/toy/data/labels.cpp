@@ -6,28 +6,31 @@
 
 namespace toy::labels {
 
-Tensor next_token(std::span<const int32_t> seq, int64_t vocab) {
-  TOY_CHECK(!seq.empty(), "[labels] next_token: empty sequence");
-  TOY_CHECK(vocab > 0, "[labels] next_token: vocabulary size must be > 0, got {}", vocab);
+namespace {
+// Target k is the token after position k (the last position repeats its own token). An
+// id outside the vocabulary is an error, or with `guarded` a position the loss ignores.
+Tensor shifted_targets(std::span<const int32_t> seq, int64_t vocab, bool guarded, const char* name) {
+  TOY_CHECK(!seq.empty(), "[labels] {}: empty sequence", name);
+  TOY_CHECK(vocab > 0, "[labels] {}: vocabulary size must be > 0, got {}", name, vocab);
   std::vector<int32_t> t(seq.size());
   for (size_t k = 0; k < seq.size(); ++k) {
-    const int32_t target = k + 1 < seq.size() ? seq[k + 1] : seq[k];
-    TOY_CHECK(target >= 0 && target < vocab, "[labels] next_token: id {} at position {} is out of the vocabulary "
-              "[0, {})", target, k + 1 < seq.size() ? k + 1 : k, vocab);
-    t[k] = target;
+    const size_t at = k + 1 < seq.size() ? k + 1 : k;
+    const int32_t target = seq[at];
+    const bool known = target >= 0 && target < vocab;
+    TOY_CHECK(known || guarded, "[labels] {}: id {} at position {} is out of the vocabulary [0, {})", name, target, at,
+              vocab);
+    t[k] = known ? target : kIgnore;
   }
   return from_vector(t, Shape{int64_t(t.size())});
 }
+}  // namespace
+
+Tensor next_token(std::span<const int32_t> seq, int64_t vocab) {
+  return shifted_targets(seq, vocab, false, "next_token");
+}
 
 Tensor next_token_guarded(std::span<const int32_t> seq, int64_t vocab) {
-  TOY_CHECK(!seq.empty(), "[labels] next_token_guarded: empty sequence");
-  TOY_CHECK(vocab > 0, "[labels] next_token_guarded: vocabulary size must be > 0, got {}", vocab);
-  std::vector<int32_t> t(seq.size());
-  for (size_t k = 0; k < seq.size(); ++k) {
-    const int32_t target = k + 1 < seq.size() ? seq[k + 1] : seq[k];
-    t[k] = (target >= 0 && target < vocab) ? target : kIgnore;
-  }
-  return from_vector(t, Shape{int64_t(t.size())});
+  return shifted_targets(seq, vocab, true, "next_token_guarded");
 }
 
 Tensor fixed_target(int64_t vocab, int64_t context, int32_t target) {

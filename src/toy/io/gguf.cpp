@@ -135,40 +135,25 @@ const char* type_name(Type t) {
   return i >= 0 && i <= 12 ? names[i] : "unknown";
 }
 
-Value Value::u32(uint32_t v) { Value x; x.type = Type::U32; x.u = v; return x; }
-Value Value::i32(int32_t v) { Value x; x.type = Type::I32; x.i = v; return x; }
-Value Value::f32(float v) { Value x; x.type = Type::F32; x.f = v; return x; }
-Value Value::u64(uint64_t v) { Value x; x.type = Type::U64; x.u = v; return x; }
-Value Value::boolean(bool v) { Value x; x.type = Type::BOOL; x.u = v; return x; }
-Value Value::str(std::string v) { Value x; x.type = Type::STRING; x.s = std::move(v); return x; }
-Value Value::str_array(std::vector<std::string> v) {
+namespace {
+Value typed(Type t, Type elem = Type::U32) {
   Value x;
-  x.type = Type::ARRAY;
-  x.elem = Type::STRING;
-  x.as = std::move(v);
+  x.type = t;
+  x.elem = elem;
   return x;
 }
-Value Value::f32_array(std::vector<float> v) {
-  Value x;
-  x.type = Type::ARRAY;
-  x.elem = Type::F32;
-  x.af.assign(v.begin(), v.end());
-  return x;
-}
-Value Value::i32_array(std::vector<int32_t> v) {
-  Value x;
-  x.type = Type::ARRAY;
-  x.elem = Type::I32;
-  x.ai.assign(v.begin(), v.end());
-  return x;
-}
-Value Value::u32_array(std::vector<uint32_t> v) {
-  Value x;
-  x.type = Type::ARRAY;
-  x.elem = Type::U32;
-  x.au.assign(v.begin(), v.end());
-  return x;
-}
+}  // namespace
+
+Value Value::u32(uint32_t v) { Value x = typed(Type::U32); x.u = v; return x; }
+Value Value::i32(int32_t v) { Value x = typed(Type::I32); x.i = v; return x; }
+Value Value::f32(float v) { Value x = typed(Type::F32); x.f = v; return x; }
+Value Value::u64(uint64_t v) { Value x = typed(Type::U64); x.u = v; return x; }
+Value Value::boolean(bool v) { Value x = typed(Type::BOOL); x.u = v; return x; }
+Value Value::str(std::string v) { Value x = typed(Type::STRING); x.s = std::move(v); return x; }
+Value Value::str_array(std::vector<std::string> v) { Value x = typed(Type::ARRAY, Type::STRING); x.as = std::move(v); return x; }
+Value Value::f32_array(std::vector<float> v) { Value x = typed(Type::ARRAY, Type::F32); x.af.assign(v.begin(), v.end()); return x; }
+Value Value::i32_array(std::vector<int32_t> v) { Value x = typed(Type::ARRAY, Type::I32); x.ai.assign(v.begin(), v.end()); return x; }
+Value Value::u32_array(std::vector<uint32_t> v) { Value x = typed(Type::ARRAY, Type::U32); x.au.assign(v.begin(), v.end()); return x; }
 
 // --- Reader ------------------------------------------------------------------------------------
 

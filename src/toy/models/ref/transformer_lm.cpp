@@ -65,46 +65,44 @@ Mat::Mat(int64_t r, int64_t c) : nrows(r), ncols(c) {
   flat.assign(size_t(r * c), 0.0);
 }
 
-// a [m, n] · b [n, p] -> [m, p]. One accumulator per output, k innermost (the seed's order).
-Mat Mat::matmul(const Mat& b) const {
-  TOY_CHECK(ncols == b.nrows, "[ref::Mat::matmul] inner dims differ: a {} vs b {}", shape(), b.shape());
-  const int64_t m = nrows, n = ncols, p = b.ncols;
+namespace {
+// out[i, j] = sum_k a(i, k) * b(k, j) over k < n, one accumulator per output, k innermost
+// (the seed's order). a and b read the operands in whatever layout the caller has.
+template <class A, class B>
+Mat product(int64_t m, int64_t n, int64_t p, A a, B b) {
   Mat out(m, p);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < p; ++j) {
       double s = 0.0;
-      for (int64_t k = 0; k < n; ++k) s += flat[size_t(i * n + k)] * b.flat[size_t(k * p + j)];
+      for (int64_t k = 0; k < n; ++k) s += a(i, k) * b(k, j);
       out.flat[size_t(i * p + j)] = s;
     }
   return out;
+}
+}  // namespace
+
+// a [m, n] · b [n, p] -> [m, p].
+Mat Mat::matmul(const Mat& b) const {
+  TOY_CHECK(ncols == b.nrows, "[ref::Mat::matmul] inner dims differ: a {} vs b {}", shape(), b.shape());
+  const int64_t n = ncols, p = b.ncols;
+  return product(nrows, n, p, [&](int64_t i, int64_t k) { return flat[size_t(i * n + k)]; },
+                 [&](int64_t k, int64_t j) { return b.flat[size_t(k * p + j)]; });
 }
 
 // a [m, n] · (b [p, n])ᵀ -> [m, p]: dot products of rows with rows.
 Mat Mat::matmul_t(const Mat& b) const {
   TOY_CHECK(ncols == b.ncols, "[ref::Mat::matmul_t] column counts differ: a {} vs b {}", shape(), b.shape());
-  const int64_t m = nrows, n = ncols, p = b.nrows;
-  Mat out(m, p);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < p; ++j) {
-      double s = 0.0;
-      for (int64_t k = 0; k < n; ++k) s += flat[size_t(i * n + k)] * b.flat[size_t(j * n + k)];
-      out.flat[size_t(i * p + j)] = s;
-    }
-  return out;
+  const int64_t n = ncols;
+  return product(nrows, n, b.nrows, [&](int64_t i, int64_t k) { return flat[size_t(i * n + k)]; },
+                 [&](int64_t k, int64_t j) { return b.flat[size_t(j * n + k)]; });
 }
 
 // (a [n, m])ᵀ · b [n, p] -> [m, p]: the weight-gradient shape (inputsᵀ · output grads).
 Mat Mat::t_matmul(const Mat& b) const {
   TOY_CHECK(nrows == b.nrows, "[ref::Mat::t_matmul] row counts differ: a {} vs b {}", shape(), b.shape());
-  const int64_t n = nrows, m = ncols, p = b.ncols;
-  Mat out(m, p);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < p; ++j) {
-      double s = 0.0;
-      for (int64_t k = 0; k < n; ++k) s += flat[size_t(k * m + i)] * b.flat[size_t(k * p + j)];
-      out.flat[size_t(i * p + j)] = s;
-    }
-  return out;
+  const int64_t m = ncols, p = b.ncols;
+  return product(m, nrows, p, [&](int64_t i, int64_t k) { return flat[size_t(k * m + i)]; },
+                 [&](int64_t k, int64_t j) { return b.flat[size_t(k * p + j)]; });
 }
 
 // [m, n] -> [n, m]
