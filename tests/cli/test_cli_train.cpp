@@ -118,17 +118,28 @@ TEST(CliTrain, CtrlCWritesACheckpointAndResumes) {
   ASSERT_EQ(posix_spawn(&pid, TOY_BINARY, nullptr, nullptr, argv.data(), environ), 0);
   // Wait until it has taken a few steps, then interrupt it.
   const fs::path events = fs::path(dir) / "events.jsonl";
-  for (int i = 0; i < 300; ++i) {
+  size_t steps = 0;
+  for (int i = 0; i < 600 && steps <= 5; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::ifstream in(events);
     std::string s((std::istreambuf_iterator<char>(in)), {});
-    size_t steps = 0;
-    for (size_t p = s.find("\"step\""); p != std::string::npos; p = s.find("\"event\":\"step\"", p + 1)) ++steps;
-    if (steps > 5) break;
+    steps = 0;
+    for (size_t p = s.find("\"event\":\"step\""); p != std::string::npos; p = s.find("\"event\":\"step\"", p + 1)) ++steps;
   }
   kill(pid, SIGINT);
+  // The run must stop within a minute; never wait on it forever.
   int status = 0;
-  waitpid(pid, &status, 0);
+  bool exited = false;
+  for (int i = 0; i < 1200 && !exited; ++i) {
+    exited = waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "toy train did not stop after SIGINT";
+  }
+  ASSERT_GT(steps, 5u) << "the run took no steps before it was interrupted";
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_TRUE(fs::exists(fs::path(dir) / "checkpoint.gguf"));

@@ -66,6 +66,10 @@ TEST(OpErrors, Attention) {
   expect_error([] { attention(f32({1, 4, 2, 8}), f32({1, 4, 2, 4}), f32({1, 4, 2, 8})); }, {"[attention]", "head dims"});
   expect_error([] { attention(f32({1, 5, 2, 8}), f32({1, 4, 2, 8}), f32({1, 4, 2, 8})); }, {"[attention]", "causal"});
   expect_error([] { attention(f32({4, 2, 8}), f32({4, 2, 8}), f32({4, 2, 8})); }, {"[attention]", "[B, T, H, D]"});
+  // Packed form: 3 query heads cannot share 2 kv heads, nor 1 query head 2 (used to divide by zero).
+  expect_error([] { attention_qkv(f32({1, 4, 7, 8}), 3, 2); }, {"[attention]", "multiple"});
+  expect_error([] { attention_qkv(f32({1, 4, 5, 8}), 1, 2); }, {"[attention]", "multiple"});
+  expect_error([] { attention_qkv(f32({1, 4, 5, 8}), 2, 2); }, {"[attention]", "H + 2*Hkv"});
   AttentionOptions o;
   o.segments = i32({1, 3});
   expect_error([o] { attention(f32({1, 4, 2, 8}), f32({1, 4, 2, 8}), f32({1, 4, 2, 8}), o); }, {"[attention]", "segments"});

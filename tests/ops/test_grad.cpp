@@ -245,6 +245,35 @@ TEST(OpGrad, rope) {
                       {R(Shape{1, 3, 2, 8}, 132)}));
 }
 
+TEST(OpGrad, rope_head_range) {
+  // Only heads [1, 3) of 4 rotate: equal to rope on that slice with the others copied.
+  Tensor pos = from_vector(std::vector<int32_t>{0, 2, 5}, Shape{3});
+  RopeOptions o;
+  o.heads_begin = 1, o.heads_end = 3;
+  Tensor x = R(Shape{2, 3, 4, 6}, 132);
+  Tensor want = concat({slice(x, 2, 0, 1), rope(slice(x, 2, 1, 3), pos), slice(x, 2, 3, 4)}, 2);
+  EXPECT_TRUE(close(rope(x, pos, o), want, 1e-6, 1e-6));
+  EXPECT_TRUE(grad_ok([pos, o](const std::vector<Tensor>& in) { return rope(in[0], pos, o); }, {x}));
+}
+
+TEST(OpGrad, attention_qkv) {
+  // The packed form (GQA, two 16-row query blocks and a tail) against attention on slices,
+  // forward and the one packed gradient; then a gradcheck of the packed op itself.
+  const int64_t H = 4, Hkv = 2;
+  Tensor qkv = R(Shape{2, 37, H + 2 * Hkv, 4}, 150);
+  Tensor g = randn_t(Shape{2, 37, H, 4}, 151);
+  Tensor packed = attention_qkv(qkv, H, Hkv);
+  backward(packed, g);
+  Tensor packed_grad = qkv.grad();
+  qkv.zero_grad();
+  Tensor split = attention(slice(qkv, 2, 0, H), slice(qkv, 2, H, H + Hkv), slice(qkv, 2, H + Hkv, H + 2 * Hkv));
+  backward(split, g);
+  EXPECT_TRUE(close(packed, split, 1e-6, 1e-6));
+  EXPECT_TRUE(close(packed_grad, qkv.grad(), 1e-6, 1e-6));
+  EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return attention_qkv(in[0], 2, 1); },
+                      {R(Shape{1, 5, 4, 4}, 152)}));
+}
+
 TEST(OpGrad, attention) {
   Fn causal = [](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2]); };
   EXPECT_TRUE(grad_ok(causal, {R(Shape{2, 5, 2, 4}, 140), R(Shape{2, 5, 2, 4}, 141), R(Shape{2, 5, 2, 4}, 142)}));

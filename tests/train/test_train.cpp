@@ -213,6 +213,18 @@ TEST(Train, BadInputFailsClearlyAndWritesNothing) {
   EXPECT_THROW(resume(temp_dir("no_such_run")), Error);
 }
 
+TEST(Train, AStopBeforeAnyEstimateReportsNoLoss) {
+  // Regression: a run stopped before its first evaluation reported losses of 0.
+  if (!fs::exists(kGpl3)) GTEST_SKIP() << kGpl3 << " is missing";
+  TrainOptions o = tiny(temp_dir("early_stop"));
+  o.stop_after = 3;
+  TrainResult r = train(o);
+  EXPECT_TRUE(r.stopped);
+  EXPECT_TRUE(std::isnan(r.train_loss) && std::isnan(r.val_loss));
+  const std::string report = slurp((fs::path(o.out) / "report.html").string());
+  EXPECT_NE(report.find("stopped early"), std::string::npos);
+}
+
 TEST(Train, ScheduleWarmsUpThenDecays) {
   EXPECT_FLOAT_EQ(cosine_lr(0, 100, 2000, 1e-3f, 1e-4f), 1e-3f * 1 / 101);
   EXPECT_FLOAT_EQ(cosine_lr(99, 100, 2000, 1e-3f, 1e-4f), 1e-3f * 100 / 101);
@@ -282,6 +294,17 @@ TEST(Sampler, GreedyTopKTopPAndSeeds) {
   EXPECT_EQ(sa, sb);
   EXPECT_THROW(Sampler({-1.0f, 0, 1.0f}, 1), Error);
   EXPECT_THROW(Sampler({1.0f, 0, 0.0f}, 1), Error);
+  // Without a cut, draws follow the softmax: p = (0.10, 0.67, 0.25, 0.03) here.
+  std::vector<int> counts(4, 0);
+  Sampler plain({1.0f, 0, 1.0f}, 11);
+  for (int i = 0; i < 4000; ++i) ++counts[size_t(plain.sample(logits))];
+  const double z[] = {0.1, 2.0, 1.0, -1.0};
+  double tot = 0;
+  for (double v : z) tot += std::exp(v);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(counts[size_t(i)] / 4000.0, std::exp(z[i]) / tot, 0.025) << "token " << i;
+  // NaN logits (a diverged model) are an error, not undefined behaviour in the sort.
+  Tensor bad = from_vector(std::vector<float>{0.1f, NAN, 1.0f, -1.0f}, Shape{4});
+  EXPECT_THROW(Sampler({1.0f, 2, 1.0f}, 1).sample(bad), Error);
 }
 
 TEST(Corpus, FoldersAreReadSortedWithoutHiddenFilesOrDuplicateLinks) {

@@ -39,12 +39,17 @@ class ThreadPool {
   void run(int64_t begin, int64_t end, int64_t grain, detail::RangeFn fn, void* ctx) {
     const int64_t n = end - begin;
     grain = std::max<int64_t>(grain, 1);
-    int64_t chunks = std::min<int64_t>(n_threads_, (n + grain - 1) / grain);
-    if (chunks <= 1 || t_in_parallel) {
+    if (n <= grain || t_in_parallel) {
       fn(ctx, begin, end);
       return;
     }
-    std::lock_guard<std::mutex> lock(run_mu_);  // one job at a time
+    std::unique_lock<std::mutex> lock(run_mu_);  // one job at a time; the size cannot change
+    const int64_t chunks = std::min<int64_t>(n_threads_, (n + grain - 1) / grain);
+    if (chunks <= 1) {
+      lock.unlock();
+      fn(ctx, begin, end);
+      return;
+    }
     job_fn_ = fn;
     job_ctx_ = ctx;
     job_begin_ = begin;

@@ -20,17 +20,22 @@ int32_t Sampler::sample(const Tensor& logits_t) {
   std::vector<float> z = logits_t.to_f32_vector();
   TOY_CHECK(!z.empty(), "[sample] empty logits");
   const int32_t V = int32_t(z.size());
+  for (int32_t i = 0; i < V; ++i)
+    TOY_CHECK(!std::isnan(z[size_t(i)]), "[sample] logit {} is NaN (did the model diverge?)", i);
   if (cfg_.temperature == 0.0f) return int32_t(std::max_element(z.begin(), z.end()) - z.begin());
-  // Candidates sorted by logit (descending, ties by id), cut by top-k.
+  // Candidates: every id, or when top-k / top-p cut them, sorted by logit (descending, ties
+  // by id) and cut by top-k.
   std::vector<int32_t> idx(static_cast<size_t>(V));
   std::iota(idx.begin(), idx.end(), 0);
-  int32_t k = cfg_.top_k > 0 ? std::min(cfg_.top_k, V) : V;
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-    return z[size_t(a)] > z[size_t(b)] || (z[size_t(a)] == z[size_t(b)] && a < b);
-  });
-  idx.resize(size_t(k));
+  const int32_t k = cfg_.top_k > 0 ? std::min(cfg_.top_k, V) : V;
+  if (k < V || cfg_.top_p < 1.0f) {
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return z[size_t(a)] > z[size_t(b)] || (z[size_t(a)] == z[size_t(b)] && a < b);
+    });
+    idx.resize(size_t(k));
+  }
   // Softmax over candidates at the temperature (in double).
-  const double mx = z[size_t(idx[0])];
+  const double mx = *std::max_element(z.begin(), z.end());
   std::vector<double> p(idx.size());
   double total = 0;
   for (size_t i = 0; i < idx.size(); ++i) total += p[i] = std::exp((z[size_t(idx[i])] - mx) / cfg_.temperature);

@@ -100,9 +100,15 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
     c.kv_heads = j.at("kv_heads");
     c.ffn = j.at("ffn");
     c.ctx = j.at("ctx");
-    c.norm = j.at("norm") == "rms" ? NormKind::RMS : NormKind::Layer;
-    c.mlp = j.at("mlp") == "swiglu" ? MlpKind::SwiGLU : MlpKind::GELU;
-    c.pos = j.at("pos") == "rope" ? PosKind::RoPE : PosKind::Learned;
+    // Exactly the names to_string writes: a misspelt kind must not load another model.
+    auto pick = [&](const char* key, const char* a, const char* b) {
+      const std::string v = j.at(key);
+      TOY_CHECK(v == a || v == b, "[model] config {} must be '{}' or '{}', got '{}'", key, a, b, v);
+      return v == a;
+    };
+    c.norm = pick("norm", "rms", "layer") ? NormKind::RMS : NormKind::Layer;
+    c.mlp = pick("mlp", "swiglu", "gelu") ? MlpKind::SwiGLU : MlpKind::GELU;
+    c.pos = pick("pos", "rope", "learned") ? PosKind::RoPE : PosKind::Learned;
     c.bias = j.at("bias");
     c.tied = j.at("tied");
     c.depth_scale = j.at("depth_scale");

@@ -37,18 +37,20 @@ DecoderLM::DecoderLM(ModelConfig cfg) : cfg_(std::move(cfg)) {
       L.k_w = add(blk(l, "attn_k.weight"), {Hkv * d, D});
       L.v_w = add(blk(l, "attn_v.weight"), {Hkv * d, D});
       if (cfg_.bias) {
-        // Biases of the three projections live in one fused tensor only for gpt layouts;
-        // here they follow the split weights (Qwen2-style attn_q/k/v biases).
-        Tensor qb = add(blk(l, "attn_q.bias"), {H * d}), kb = add(blk(l, "attn_k.bias"), {Hkv * d}),
-               vb = add(blk(l, "attn_v.bias"), {Hkv * d});
-        (void)qb, (void)kb, (void)vb;
+        // Split weights have split biases (Qwen2-style attn_q/k/v biases).
+        L.q_b = add(blk(l, "attn_q.bias"), {H * d});
+        L.k_b = add(blk(l, "attn_k.bias"), {Hkv * d});
+        L.v_b = add(blk(l, "attn_v.bias"), {Hkv * d});
       }
     }
     L.out_w = add(blk(l, "attn_output.weight"), {D, H * d});
     if (cfg_.bias) L.out_b = add(blk(l, "attn_output.bias"), {D});
     L.ffn_norm_w = add(blk(l, "ffn_norm.weight"), {D});
     if (norm_bias) L.ffn_norm_b = add(blk(l, "ffn_norm.bias"), {D});
-    if (cfg_.mlp == MlpKind::SwiGLU) L.gate_w = add(blk(l, "ffn_gate.weight"), {F, D});
+    if (cfg_.mlp == MlpKind::SwiGLU) {
+      L.gate_w = add(blk(l, "ffn_gate.weight"), {F, D});
+      if (cfg_.bias) L.gate_b = add(blk(l, "ffn_gate.bias"), {F});
+    }
     L.up_w = add(blk(l, "ffn_up.weight"), {F, D});
     if (cfg_.bias) L.up_b = add(blk(l, "ffn_up.bias"), {F});
     L.down_w = add(blk(l, "ffn_down.weight"), {D, F});
@@ -95,47 +97,49 @@ Tensor DecoderLM::embed(const Tensor& ids, int64_t start, bool training, Generat
   return x;
 }
 
+DecoderLM::Projections DecoderLM::projections(const Layer& L) const {
+  Projections p;
+  if (L.qkv_w.defined()) {
+    p.qkv_w = L.qkv_w;
+    p.qkv_b = L.qkv_b;
+  } else {
+    p.qkv_w = concat({L.q_w, L.k_w, L.v_w}, 0);
+    if (L.q_b.defined()) p.qkv_b = concat({L.q_b, L.k_b, L.v_b}, 0);
+  }
+  if (cfg_.mlp == MlpKind::SwiGLU) {
+    p.gate_up_w = concat({L.gate_w, L.up_w}, 0);
+    if (L.gate_b.defined()) p.gate_up_b = concat({L.gate_b, L.up_b}, 0);
+  }
+  return p;
+}
+
 Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, bool training, Generator* gen,
                         int64_t start) {
   const Layer& L = layers_[size_t(l)];
-  const int64_t B = x.size(0), T = x.size(1), D = cfg_.dim, d = cfg_.head_dim();
+  const int64_t B = x.size(0), T = x.size(1), d = cfg_.head_dim();
   const int64_t H = cfg_.heads, Hkv = cfg_.kv_heads;
   const float depth = cfg_.depth_scale ? 1.0f / std::sqrt(float(l + 1)) : 1.0f;
   Generator& g = gen ? *gen : default_generator();
 
   Tensor h = norm(x, L.attn_norm_w, L.attn_norm_b);
   if (depth != 1.0f) h = scale(h, depth);
-  Tensor w, b;
-  if (L.qkv_w.defined()) {
-    w = L.qkv_w;
-    b = L.qkv_b;
-  } else {
-    w = concat({L.q_w, L.k_w, L.v_w}, 0);
-    if (cfg_.bias)
-      b = concat({params_.get(blk(l, "attn_q.bias")), params_.get(blk(l, "attn_k.bias")),
-                  params_.get(blk(l, "attn_v.bias"))}, 0);
+  const Projections P = decode_projections_.empty() ? projections(L) : decode_projections_[size_t(l)];
+  Tensor qkv = reshape(linear(h, P.qkv_w, P.qkv_b), Shape{B, T, H + 2 * Hkv, d});
+  if (cfg_.pos == PosKind::RoPE) {
+    // RoPE rotates the q and k heads of the packed tensor: no slices, and the backward
+    // returns one packed gradient instead of three scattered ones.
+    RopeOptions ro;
+    ro.freq_base = cfg_.rope_base;
+    ro.heads_begin = 0;
+    ro.heads_end = H + Hkv;
+    qkv = rope(qkv, positions, ro);
   }
-  Tensor qkv = reshape(linear(h, w, b), Shape{B, T, H + 2 * Hkv, d});
-  RopeOptions ro;
-  ro.freq_base = cfg_.rope_base;
   Tensor o;
   if (k_cache_.empty()) {
-    // Training and full-sequence passes stay packed: RoPE rotates the q and k heads of qkv in
-    // place of slicing it, and attention takes the packed tensor, so the backward returns one
-    // packed gradient instead of three scattered slices.
-    if (cfg_.pos == PosKind::RoPE) {
-      ro.heads_begin = 0;
-      ro.heads_end = H + Hkv;
-      qkv = rope(qkv, positions, ro);
-    }
     o = attention_qkv(qkv, H, Hkv);  // [B, T, H, d]
   } else {
     // Incremental decoding: append k and v to the cache, attend to all of it.
     Tensor q = slice(qkv, 2, 0, H), k = slice(qkv, 2, H, H + Hkv), v = slice(qkv, 2, H + Hkv, H + 2 * Hkv);
-    if (cfg_.pos == PosKind::RoPE) {
-      q = rope(q, positions, ro);
-      k = rope(k, positions, ro);
-    }
     Tensor& kc = k_cache_[size_t(l)];
     Tensor& vc = v_cache_[size_t(l)];
     Tensor kr = slice(kc, 1, start, start + T), vr = slice(vc, 1, start, start + T);
@@ -154,10 +158,9 @@ Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, boo
     m = linear(gelu(linear(h2, L.up_w, L.up_b)), L.down_w, L.down_b);
   } else {
     // One matmul for gate and up, then the split form of swiglu.
-    m = linear(swiglu(linear(h2, concat({L.gate_w, L.up_w}, 0))), L.down_w, L.down_b);
+    m = linear(swiglu(linear(h2, P.gate_up_w, P.gate_up_b)), L.down_w, L.down_b);
   }
   if (training && cfg_.dropout > 0) m = dropout(m, cfg_.dropout, true, g);
-  (void)D;
   return add(xa, m);
 }
 
@@ -191,6 +194,7 @@ Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, 
 void DecoderLM::reset_cache() {
   k_cache_.clear();
   v_cache_.clear();
+  decode_projections_.clear();
   cache_len_ = 0;
 }
 
@@ -206,6 +210,7 @@ Tensor DecoderLM::decode(const std::vector<int32_t>& ids) {
     for (int64_t l = 0; l < cfg_.layers; ++l) {
       k_cache_.push_back(zeros(Shape{1, cfg_.ctx, cfg_.kv_heads, cfg_.head_dim()}));
       v_cache_.push_back(zeros(Shape{1, cfg_.ctx, cfg_.kv_heads, cfg_.head_dim()}));
+      decode_projections_.push_back(projections(layers_[size_t(l)]));
     }
   }
   const int64_t start = cache_len_;

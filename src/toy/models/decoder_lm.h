@@ -8,6 +8,7 @@
 //           layout for arch llama, so rows need no permutation when saved)
 //   blk.N.attn_output.weight [D, H*d]
 //   GELU: blk.N.ffn_up.weight [F, D], ffn_down [D, F]; SwiGLU adds ffn_gate [F, D]
+//   (concatenated with ffn_up in the forward, as q/k/v are)
 //   output_norm.weight/.bias [D]        output.weight [V, D] (untied only)
 // Shapes use B batch, T time, D dim, H heads, Hkv kv heads, d head dim, F ffn, V vocab.
 #pragma once
@@ -52,9 +53,16 @@ class DecoderLM {
 
  private:
   struct Layer {
-    Tensor attn_norm_w, attn_norm_b, qkv_w, qkv_b, q_w, k_w, v_w, out_w, out_b;
-    Tensor ffn_norm_w, ffn_norm_b, gate_w, up_w, up_b, down_w, down_b;
+    Tensor attn_norm_w, attn_norm_b, qkv_w, qkv_b, q_w, k_w, v_w, q_b, k_b, v_b, out_w, out_b;
+    Tensor ffn_norm_w, ffn_norm_b, gate_w, gate_b, up_w, up_b, down_w, down_b;
   };
+  // The weights each block multiplies by: q/k/v as one [(H + 2 Hkv) d, D] matrix and, for
+  // SwiGLU, gate/up as one [2F, D] matrix (views of the parameters where they are already
+  // fused, concatenations otherwise).
+  struct Projections {
+    Tensor qkv_w, qkv_b, gate_up_w, gate_up_b;
+  };
+  Projections projections(const Layer& L) const;
   Tensor norm(const Tensor& x, const Tensor& w, const Tensor& b) const;
   Tensor block(int64_t l, const Tensor& x, const Tensor& positions, bool training, Generator* gen, int64_t start);
   Tensor embed(const Tensor& ids, int64_t start_pos, bool training, Generator* gen);
@@ -63,8 +71,11 @@ class DecoderLM {
   ParamStore params_;
   Tensor tok_emb_, pos_emb_, out_norm_w_, out_norm_b_, out_w_;
   std::vector<Layer> layers_;
-  // KV cache: per layer [1, ctx, Hkv, d].
+  // KV cache: per layer [1, ctx, Hkv, d]. Weights must not change while it is filled (its
+  // keys and values came from them), so the concatenated projections are built once with it
+  // instead of once per token.
   std::vector<Tensor> k_cache_, v_cache_;
+  std::vector<Projections> decode_projections_;
   int64_t cache_len_ = 0;
 };
 

@@ -91,6 +91,12 @@ void flatten(const nlohmann::json& j, const std::string& prefix, std::vector<std
   }
 }
 
+// A number field of an event, NaN when absent or not a number (NaN and inf are written as
+// null by the JSON library).
+double number(const nlohmann::json& e, const char* key) {
+  auto it = e.find(key);
+  return it != e.end() && it->is_number() ? it->get<double>() : NAN;
+}
 }  // namespace
 
 void write_report(const std::string& events_path, const std::string& html_path) {
@@ -111,10 +117,10 @@ void write_report(const std::string& events_path, const std::string& html_path) 
     }
     const std::string ev = e.value("event", "");
     if (ev == "run_start" && start.is_null()) start = e;
-    if (ev == "step") train.pts.emplace_back(e.value("step", 0.0), e.value("loss", NAN));
+    if (ev == "step") train.pts.emplace_back(e.value("step", 0.0), number(e, "loss"));
     if (ev == "eval") {
-      est_train.pts.emplace_back(e.value("step", 0.0), e.value("train_loss", NAN));
-      est_val.pts.emplace_back(e.value("step", 0.0), e.value("val_loss", NAN));
+      est_train.pts.emplace_back(e.value("step", 0.0), number(e, "train_loss"));
+      est_val.pts.emplace_back(e.value("step", 0.0), number(e, "val_loss"));
     }
     if (ev == "sample") samples.emplace_back(e.value("step", int64_t(0)), e.value("text", ""));
     if (ev == "run_end") end = e;
@@ -127,7 +133,7 @@ void write_report(const std::string& events_path, const std::string& html_path) 
   if (!end.is_null())
     h += fmt::format("<p>{} steps in {:.1f} s, {:.0f} tokens/s. Final train loss {:.4f}, validation loss {:.4f}{}.</p>\n",
                      end.value("steps", 0), end.value("seconds", 0.0), end.value("tokens_per_s", 0.0),
-                     end.value("train_loss", NAN), end.value("val_loss", NAN),
+                     number(end, "train_loss"), number(end, "val_loss"),
                      end.value("stopped", false) ? " (stopped early; resumable)" : "");
   h += "<h2>Loss</h2>\n" + svg_chart({train, est_train, est_val}, "cross-entropy (nats/token)");
   h += "<h2>Samples</h2>\n";

@@ -97,6 +97,7 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads, const A
   TOY_CHECK(qkv.ndim() == 4, "[attention] packed qkv must be [B, T, H + 2*Hkv, D], got {}", qkv.shape().str());
   TOY_CHECK(heads > 0 && kv_heads > 0 && qkv.size(2) == heads + 2 * kv_heads,
             "[attention] packed qkv has {} heads, expected H + 2*Hkv = {} + 2*{}", qkv.size(2), heads, kv_heads);
+  TOY_CHECK(heads % kv_heads == 0, "[attention] query heads {} must be a multiple of kv heads {}", heads, kv_heads);
   // Views of the three parts, without tape records: the node below takes qkv itself.
   auto part = [&](const Tensor& t, int64_t h0, int64_t n) {
     Shape s = t.shape();

@@ -76,23 +76,23 @@ Tensor set_rows(const Tensor& dst, const Tensor& ids, const Tensor& src) {
   Tensor idc = contiguous_nograd(ids);
   k_set(dst.device())(y, idc, src);
   if (needs_grad({&dst, &src})) {
-    record("set_rows", y, {dst, src}, [idc, dst, src](const Tensor& g) -> Grads {
+    // With repeated ids only the last write survives in y, so only that src row receives a
+    // gradient: the positions overwritten later are found once, here.
+    Tensor dead;
+    if (wants_grad(src)) {
+      const std::vector<int32_t> d = overwritten_positions(idc);
+      if (!d.empty()) dead = from_vector(d, Shape{int64_t(d.size())});
+    }
+    record("set_rows", y, {dst, src}, [idc, dead, dst, src](const Tensor& g) -> Grads {
       Grads r(2);
       if (wants_grad(dst)) {
         Tensor d = contiguous_copy(g);
-        Tensor z = zeros(Shape{idc.numel(), g.size(1)}, g.dtype(), g.device());
-        k_set(g.device())(d, idc, z);
+        k_set(g.device())(d, idc, zeros(Shape{idc.numel(), g.size(1)}, g.dtype(), g.device()));
         r[0] = d;
       }
       if (wants_grad(src)) {
-        // With repeated ids only the last write survives in y, so only that src row
-        // receives a gradient.
-        Tensor s = get_rows(g, idc);
-        const std::vector<int32_t> dead = overwritten_positions(idc);
-        if (!dead.empty()) {
-          s = contiguous_copy(s);
-          set_rows_(s, from_vector(dead, Shape{int64_t(dead.size())}), zeros(Shape{int64_t(dead.size()), s.size(1)}, s.dtype(), s.device()));
-        }
+        Tensor s = get_rows(g, idc);  // a fresh tensor: zeroed in place
+        if (dead.defined()) k_set(g.device())(s, dead, zeros(Shape{dead.numel(), s.size(1)}, s.dtype(), s.device()));
         r[1] = s.dtype() == src.dtype() ? s : cast(s, src.dtype());
       }
       return r;

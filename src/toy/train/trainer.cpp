@@ -295,7 +295,8 @@ TrainResult run_loop(Run& r, bool resumed) {
   };
 
   const auto session_start = Clock::now();
-  g_stop = false;
+  // g_stop is not cleared here: a Ctrl-C during set-up must still stop the run (after its
+  // first step); it is cleared once a stop has been honoured.
   while (r.step < end_step) {
     const auto t0 = Clock::now();
     const float lr = cosine_lr(r.step, o.warmup, o.steps, o.lr, o.min_lr);
@@ -333,6 +334,7 @@ TrainResult run_loop(Run& r, bool resumed) {
     if (!last && o.sample_every > 0 && r.step % o.sample_every == 0) sample();
     if (!last && (g_stop || (o.stop_after > 0 && r.step >= o.stop_after))) {
       res.stopped = true;
+      g_stop = false;
       break;
     }
   }
@@ -349,7 +351,6 @@ TrainResult run_loop(Run& r, bool resumed) {
   res.tokens_per_s = double(r.tokens_seen) / std::max(r.train_seconds, 1e-9);
   if (res.stopped) {
     log_line(r, fmt::format("stopped at step {}: checkpoint written; continue with toy train --resume {}", r.step, o.out));
-    if (std::isnan(res.val_loss)) res.val_loss = NAN;
   }
   events.emit("run_end", {{"steps", res.steps}, {"train_loss", res.train_loss}, {"val_loss", res.val_loss},
                           {"last_step_loss", last_loss}, {"seconds", res.seconds}, {"tokens_per_s", res.tokens_per_s},

@@ -6,6 +6,7 @@
 // Stopping (Ctrl-C or stop_after) writes a checkpoint; resuming from it continues bit for bit
 // (for a fixed thread count) as if the run had never stopped.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -47,8 +48,8 @@ struct TrainOptions {
 
 struct TrainResult {
   int64_t steps = 0;          // steps completed
-  double train_loss = 0;      // last estimate over eval_batches training windows
-  double val_loss = 0;        // last estimate over eval_batches validation windows
+  double train_loss = NAN;    // last estimate over eval_batches training windows (NaN: none made)
+  double val_loss = NAN;      // last estimate over eval_batches validation windows (NaN: none made)
   double last_step_loss = 0;
   double tokens_per_s = 0;
   double seconds = 0;

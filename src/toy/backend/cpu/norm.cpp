@@ -54,7 +54,8 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rs
     const T* pw = w.defined() ? w.data<T>() : nullptr;
     T* py = y.data<T>();
     float* pr = rstd.data<float>();
-    const bool stream = std::is_same_v<T, float> && D % 8 == 0 && y.nbytes() >= kStreamingStoreBytes;
+    bool stream = false;
+    if constexpr (std::is_same_v<T, float>) stream = stream_rows(py, D, y.nbytes());
     parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const T* xr = px + r * D;

@@ -203,6 +203,12 @@ inline void store8<bf16>(bf16* p, __m256 v) {
 // will not be read back soon should not evict the working set or pay read-for-ownership.
 inline constexpr size_t kStreamingStoreBytes = size_t(16) << 20;
 
+// Whether f32 rows of `row_len` at `base` (`total_bytes` in all) take streaming stores: large
+// enough, and every row 32-byte aligned as the stores require.
+inline bool stream_rows(const float* base, int64_t row_len, size_t total_bytes) {
+  return total_bytes >= kStreamingStoreBytes && row_len % 8 == 0 && (reinterpret_cast<uintptr_t>(base) & 31) == 0;
+}
+
 // Stores 8 floats, streaming when `stream` (p must then be 32-byte aligned).
 inline void store8_f32(float* p, __m256 v, bool stream) {
   if (stream)

@@ -86,10 +86,13 @@ void softmax_rows(const Tensor& x, const Tensor& mask, float scale, bool log, Te
   std::array<Strides, 1> mst{mask.defined() ? mask.strides() : Strides()};
   const int64_t m_inner = mask.defined() ? mask.stride(-1) : 0;
   constexpr bool kF32 = std::is_same_v<T, float>;
-  const bool stream = kF32 && D % 8 == 0 && y.nbytes() >= kStreamingStoreBytes;
+  bool stream = false;
+  if constexpr (kF32) stream = stream_rows(py, D, y.nbytes());
   parallel_for(0, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
-    std::vector<float> zbuf(static_cast<size_t>(D)), ebuf(static_cast<size_t>(D)), obuf;
-    if (!kF32) obuf.resize(static_cast<size_t>(D));
+    // Row buffers only where used: staged inputs (a mask, or not f32) and scratch for exps that
+    // cannot live in the output row.
+    const bool staged = pm || !kF32;
+    std::vector<float> zbuf(staged ? size_t(D) : 0), ebuf(staged || stream ? size_t(D) : 0), obuf(kF32 ? 0 : size_t(D));
     for (int64_t r = b; r < e; ++r) {
       const T* xr = px + r * D;
       const float* z;
