@@ -11,7 +11,7 @@
 #include "toy/autograd/backward.h"
 #include "toy/autograd/grad_mode.h"
 #include "toy/core/rng.h"
-#include "toy/infer/decode_step.h"
+#include "toy/infer/generate.h"
 #include "toy/models/decoder_lm.h"
 
 using namespace toy;

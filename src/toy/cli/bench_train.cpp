@@ -37,6 +37,7 @@
 #include "toy/data/batches.h"
 #include "toy/models/decoder_lm.h"
 #include "toy/train/optimizer.h"
+#include "toy/train/step.h"
 
 namespace toy::cli {
 
@@ -99,18 +100,10 @@ class ToyTrainer {
     opt_ = std::make_unique<AdamW>(model_.params(), AdamWConfig{kBeta1, kBeta2, 1e-8f, kWeightDecay});
   }
 
-  // One optimizer step, as trainer.cpp run_loop does it (accum = 1). The learning rate is
-  // constant: the trainer's cosine schedule is a scalar computed on the host, no work here.
+  // One optimizer step, the trainer's own (accum = 1). The learning rate is constant: the
+  // trainer's cosine schedule is a scalar computed on the host, no work here.
   void step() {
-    Tensor x, y;
-    sampler_.sample(data_gen_, x, y);
-    Tensor loss = model_.loss(x, y, /*training=*/true, &dropout_gen_);
-    last_loss_ = loss.item();
-    backward(loss);
-    clip_grad_norm(model_.params(), kClip);
-    opt_->step(kLr);
-    model_.params().zero_grad();
-    TOY_CHECK(std::isfinite(last_loss_), "[bench] toy's loss became {} in {}", last_loss_, recipe_.name);
+    last_loss_ = train_step(model_, *opt_, sampler_, data_gen_, dropout_gen_, 1, kClip, kLr).loss;
   }
 
   // Tokens per second over `steps` steps.

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "toy/cli/commands.h"
-#include "toy/infer/decode_step.h"
+#include "toy/infer/generate.h"
 #include "toy/infer/sampler.h"
 #include "toy/core/thread_pool.h"
 #include "toy/io/model_file.h"
@@ -28,29 +28,16 @@ int run_generate(const GenerateFlags& f) {
   LoadedModel lm = load_model(f.model);
   DecoderLM& m = *lm.model;
   const Tokenizer& tok = *lm.tokenizer;
-  const int64_t ctx = m.config().ctx;
   std::vector<int32_t> ids = f.prompt.empty() ? std::vector<int32_t>{} : tok.encode(f.prompt);
   if (ids.empty()) {
     // No prompt: start from end-of-text if the vocabulary has it, else from token 0.
     ids.push_back(tok.eos_id() >= 0 ? tok.eos_id() : 0);
   }
   if (f.echo) std::fputs(f.prompt.c_str(), stdout);
-  ids = fit_prompt(std::move(ids), ctx);
-  std::vector<int32_t> history = ids;
-  Tensor logits = m.decode(ids);
-  Utf8StreamDecoder dec(tok);
-  for (int64_t i = 0; i < f.n; ++i) {
-    const int32_t id = sampler.sample(logits);
-    if (id == tok.eos_id()) break;
-    const std::string piece = dec.push(id);
+  generate(m, tok, sampler, std::move(ids), f.n, [](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
-    history.push_back(id);
-    if (i + 1 == f.n) break;
-    logits = decode_next(m, history);
-  }
-  const std::string rest = dec.flush();
-  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  });
   std::fputc('\n', stdout);
   return 0;
 }

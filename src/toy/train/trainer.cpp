@@ -15,8 +15,9 @@
 #include "toy/core/thread_pool.h"
 #include "toy/data/batches.h"
 #include "toy/data/corpus.h"
-#include "toy/infer/decode_step.h"
+#include "toy/infer/generate.h"
 #include "toy/infer/sampler.h"
+#include "toy/train/step.h"
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
 #include "toy/obs/events.h"
@@ -179,21 +180,10 @@ std::string generate_sample(Run& r, int64_t n_tokens) {
   NoGradGuard ng;
   Sampler sampler({0.8f, 200, 1.0f}, r.o.seed ^ (kSampleStream << 40) ^ uint64_t(r.step));
   // Prompt: the first token of the validation split (a newline for most text).
-  std::vector<int32_t> history = {r.split.val.empty() ? 0 : r.split.val[0]};
-  Utf8StreamDecoder dec(*r.tok);
-  std::string text = dec.push(history[0]);
-  r.model->reset_cache();
-  Tensor logits = r.model->decode(history);
-  for (int64_t i = 0; i < n_tokens; ++i) {
-    const int32_t id = sampler.sample(logits);
-    if (id == r.tok->eos_id()) break;
-    text += dec.push(id);
-    history.push_back(id);
-    if (i + 1 == n_tokens) break;
-    logits = decode_next(*r.model, history);
-  }
-  r.model->reset_cache();
-  return text + dec.flush();
+  const int32_t first = r.split.val.empty() ? 0 : r.split.val[0];
+  std::string text = r.tok->decode(std::span<const int32_t>(&first, 1));
+  generate(*r.model, *r.tok, sampler, {first}, n_tokens, [&](const std::string& piece) { text += piece; });
+  return text;
 }
 
 void save_checkpoint(Run& r) {
@@ -300,20 +290,15 @@ TrainResult run_loop(Run& r, bool resumed) {
   while (r.step < end_step) {
     const auto t0 = Clock::now();
     const float lr = cosine_lr(r.step, o.warmup, o.steps, o.lr, o.min_lr);
-    double loss_sum = 0;
-    for (int64_t micro = 0; micro < o.accum; ++micro) {
-      Tensor x, y;
-      train_s.sample(r.data_gen, x, y);
-      Tensor loss = r.model->loss(x, y, true, &r.dropout_gen);
-      loss_sum += loss.item();
-      backward(o.accum == 1 ? loss : scale(loss, 1.0f / float(o.accum)));
+    StepResult st;
+    try {
+      st = train_step(*r.model, *r.opt, train_s, r.data_gen, r.dropout_gen, o.accum, o.clip, lr);
+    } catch (const Error& e) {
+      fail("{} at step {}", e.what(), r.step + 1);
     }
-    const double gnorm = clip_grad_norm(r.model->params(), o.clip);
-    r.opt->step(lr);
-    r.model->params().zero_grad();
     ++r.step;
-    last_loss = loss_sum / double(o.accum);
-    TOY_CHECK(std::isfinite(last_loss), "[train] loss became {} at step {} (try a lower --lr)", last_loss, r.step);
+    last_loss = st.loss;
+    const double gnorm = st.grad_norm;
     const double dt = since(t0);
     r.train_seconds += dt;
     r.tokens_seen += tokens_per_step;

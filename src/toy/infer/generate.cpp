@@ -1,0 +1,49 @@
+#include "toy/infer/generate.h"
+
+#include <algorithm>
+
+#include "toy/autograd/grad_mode.h"
+#include "toy/core/error.h"
+#include "toy/infer/sampler.h"
+#include "toy/models/decoder_lm.h"
+#include "toy/tokenizer/tokenizer.h"
+
+namespace toy {
+
+Tensor decode_next(DecoderLM& model, const std::vector<int32_t>& history) {
+  TOY_CHECK(!history.empty(), "[generate] no token to continue from");
+  const int64_t ctx = model.config().ctx;
+  if (model.cache_len() < ctx) return model.decode({history.back()});
+  model.reset_cache();
+  const int64_t keep = std::min<int64_t>(int64_t(history.size()), std::max<int64_t>(1, ctx / 2));
+  std::vector<int32_t> tail(history.end() - keep, history.end());
+  return model.decode(tail);
+}
+
+std::vector<int32_t> fit_prompt(std::vector<int32_t> ids, int64_t ctx) {
+  const int64_t keep = std::max<int64_t>(1, ctx - 1);
+  if (int64_t(ids.size()) > keep) ids.erase(ids.begin(), ids.end() - keep);
+  return ids;
+}
+
+void generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler, std::vector<int32_t> prompt, int64_t n,
+              const std::function<void(const std::string&)>& on_text) {
+  NoGradGuard ng;
+  std::vector<int32_t> history = fit_prompt(std::move(prompt), model.config().ctx);
+  TOY_CHECK(!history.empty(), "[generate] empty prompt");
+  model.reset_cache();
+  Tensor logits = model.decode(history);
+  Utf8StreamDecoder dec(tok);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = sampler.sample(logits);
+    if (id == tok.eos_id()) break;
+    on_text(dec.push(id));
+    history.push_back(id);
+    if (i + 1 == n) break;
+    logits = decode_next(model, history);
+  }
+  model.reset_cache();
+  on_text(dec.flush());
+}
+
+}  // namespace toy

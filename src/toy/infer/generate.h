@@ -1,0 +1,33 @@
+// Incremental generation with a bounded context window: prompt fitting, the next-token step
+// (re-reading half the window once it is full), and the sampling loop of `toy generate` and
+// training samples.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "toy/core/tensor.h"
+
+namespace toy {
+
+class DecoderLM;
+class Sampler;
+class Tokenizer;
+
+// Logits for the token after `history` (whose last token has not been fed yet; the cache
+// holds everything before it). When the cache is full, the cache is reset and the last
+// max(1, ctx/2) tokens of history are re-read, so generation can go on past ctx.
+Tensor decode_next(DecoderLM& model, const std::vector<int32_t>& history);
+
+// The prompt a model with context ctx can take: the last ctx - 1 tokens (room for one
+// generated token), and never fewer than one.
+std::vector<int32_t> fit_prompt(std::vector<int32_t> ids, int64_t ctx);
+
+// Generates up to n tokens after `prompt` (fitted to the context; must not be empty) from a
+// fresh cache, stopping at end-of-text. Each decoded piece of UTF-8 text goes to on_text as
+// soon as it is complete; the cache is left reset.
+void generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler, std::vector<int32_t> prompt, int64_t n,
+              const std::function<void(const std::string&)>& on_text);
+
+}  // namespace toy
