@@ -127,6 +127,7 @@ struct Run {
   double train_seconds = 0;  // time spent in training steps (all sessions)
   int64_t tokens_seen = 0;
   std::vector<std::string> files;
+  uint64_t token_cache_key = 0;  // the corpus text and the tokenizer's identity
   bool tty = false;
 };
 
@@ -148,12 +149,12 @@ void load_data(Run& r, bool train_tokenizer) {
                             "system has them)", c.files.size(), default_corpus_dir()));
   if (train_tokenizer) r.tok = Tokenizer::train(r.o.tokenizer, c.text);
   // Cache key: the text and the tokenizer's identity.
-  uint64_t key = fnv1a(c.text);
-  key = fnv1a(r.o.tokenizer + ":" + std::to_string(r.tok->vocab_size()), key);
+  r.token_cache_key = fnv1a(r.o.tokenizer + ":" + std::to_string(r.tok->vocab_size()), fnv1a(c.text));
   const std::string cache = (fs::path(r.o.out) / "tokens.bin").string();
-  if (!fs::exists(r.o.out) || !load_token_cache(cache, key, r.tokens)) {
+  if (!fs::exists(r.o.out) || !load_token_cache(cache, r.token_cache_key, r.tokens)) {
     r.tokens = r.tok->encode(c.text);
-    if (fs::exists(r.o.out)) save_token_cache(cache, key, r.tokens);
+    // A new run's folder does not exist yet: train() saves the cache once it has made it.
+    if (fs::exists(r.o.out)) save_token_cache(cache, r.token_cache_key, r.tokens);
   }
   r.split = split_tokens(r.tokens, r.o.val_fraction);
   const int64_t need = r.o.model.ctx + 1;
@@ -362,9 +363,8 @@ TrainResult train(const TrainOptions& opts) {
   std::error_code ec;
   fs::create_directories(opts.out, ec);
   TOY_CHECK(!ec, "[train] cannot create the run folder '{}': {}", opts.out, ec.message());
-  save_token_cache((fs::path(opts.out) / "tokens.bin").string(),
-                   fnv1a(r.o.tokenizer + ":" + std::to_string(r.tok->vocab_size()), fnv1a(read_corpus(opts.data).text)),
-                   r.tokens);
+  const std::string cache = (fs::path(opts.out) / "tokens.bin").string();
+  if (!fs::exists(cache)) save_token_cache(cache, r.token_cache_key, r.tokens);
   r.model = std::make_unique<DecoderLM>(mc);
   r.model->init(opts.seed);
   r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{opts.beta1, opts.beta2, 1e-8f, opts.weight_decay});
