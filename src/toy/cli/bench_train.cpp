@@ -32,6 +32,7 @@
 
 #include "toy/autograd/backward.h"
 #include "toy/cli/commands.h"
+#include "toy/cli/flags.h"
 #include "toy/core/error.h"
 #include "toy/core/thread_pool.h"
 #include "toy/data/batches.h"
@@ -351,12 +352,10 @@ Run add_bench_train_command(CLI::App& bench) {
   cmd->add_option("--preset", o->presets, "Training recipe: cpu-small or cpu-medium (default: both)")
       ->check(CLI::IsMember(names));
   cmd->add_flag("--json", o->json, "One JSON object per preset per line");
-  cmd->add_option("--steps", o->steps, "Timed steps per repetition (default: the preset's)")->check(CLI::Range(1, 100000));
-  cmd->add_option("--warmup", o->warmup, "Untimed steps first (default: the preset's)")->check(CLI::Range(0, 100000));
-  cmd->add_option("--reps", o->reps, "Repetitions of toy and of the peer (medians reported)")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-  cmd->add_option("--threads", o->threads, "toy's threads (default: all cores)")->check(CLI::Range(0, 1024));
+  add_int(cmd, "--steps", o->steps, 1, 100000, "Timed steps per repetition (default: the preset's)")->default_str("");
+  add_int(cmd, "--warmup", o->warmup, 0, 100000, "Untimed steps first (default: the preset's)")->default_str("");
+  add_int(cmd, "--reps", o->reps, 1, 1000, "Repetitions of toy and of the peer (medians reported)");
+  add_int(cmd, "--threads", o->threads, 1, kMaxThreads, "toy's threads (default: all cores)")->default_str("");
   cmd->add_option("--python", o->python, "Python with torch for the peer")->capture_default_str();
   cmd->add_option("--peer-script", o->peer_script, "The peer script (default: bench/peers/train_gpt_peer.py in the "
                                                    "source tree)");

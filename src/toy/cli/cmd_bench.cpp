@@ -9,6 +9,7 @@
 #include "toy/backend/cpu/cpu_kernels.h"
 #include "toy/cli/bench_util.h"
 #include "toy/cli/commands.h"
+#include "toy/cli/flags.h"
 #include "toy/core/rng.h"
 #include "toy/core/thread_pool.h"
 #include "toy/ops/ops.h"
@@ -146,8 +147,8 @@ Run add_bench_command(CLI::App& app) {
   auto* ops = cmd->add_subcommand("ops", "Op kernels: matmul vs FMA peak, fused attention vs composed, norms vs memcpy");
   auto o = std::make_shared<OpsBenchOptions>();
   ops->add_flag("--json", o->json, "One JSON object per line");
-  ops->add_option("--reps", o->reps, "Timed repetitions per case (median reported)")->check(CLI::Range(1, 1000));
-  ops->add_option("--threads", o->threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
+  add_int(ops, "--reps", o->reps, 1, 1000, "Timed repetitions per case (median reported)");
+  add_int(ops, "--threads", o->threads, 1, kMaxThreads, "Threads (default: all cores)")->default_str("");
   ops->add_option("--case", o->only, "Run one case only");
   Run train = add_bench_train_command(*cmd);
   CLI::App* train_cmd = cmd->get_subcommand("train");

@@ -8,6 +8,7 @@
 
 #include "toy/autograd/backward.h"
 #include "toy/cli/commands.h"
+#include "toy/cli/flags.h"
 #include "toy/core/rng.h"
 #include "toy/ops/ops.h"
 
@@ -90,8 +91,8 @@ int run_demo(const DemoOptions& o) {
 Run add_demo_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("demo", "Train a tiny transformer on a built-in text and print its falling loss");
   auto o = std::make_shared<DemoOptions>();
-  cmd->add_option("--steps", o->steps, "Training steps")->check(CLI::Range(1, 100000));
-  cmd->add_option("--seed", o->seed, "Random seed");
+  add_int(cmd, "--steps", o->steps, 1, 100000, "Training steps");
+  add_u64(cmd, "--seed", o->seed, "Random seed");
   return [o]() { return run_demo(*o); };
 }
 

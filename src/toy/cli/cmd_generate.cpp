@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "toy/cli/commands.h"
+#include "toy/cli/flags.h"
 #include "toy/infer/generate.h"
 #include "toy/infer/sampler.h"
 #include "toy/core/thread_pool.h"
@@ -23,7 +24,6 @@ struct GenerateFlags {
 };
 
 int run_generate(const GenerateFlags& f) {
-  TOY_CHECK(f.n >= 0, "[generate] -n must be >= 0, got {}", f.n);
   Sampler sampler({f.temperature, f.top_k, f.top_p}, f.seed);
   LoadedModel lm = load_model(f.model);
   DecoderLM& m = *lm.model;
@@ -48,12 +48,12 @@ Run add_generate_command(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
   cmd->add_option("-m,--model", f->model, "Model file (model.gguf)")->required();
   cmd->add_option("-p,--prompt", f->prompt, "Prompt text");
-  cmd->add_option("-n,--tokens", f->n, "Tokens to generate")->capture_default_str();
-  cmd->add_option("--temp,--temperature", f->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
-  cmd->add_option("--top-k", f->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
-  cmd->add_option("--top-p", f->top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
-  cmd->add_option("--seed", f->seed, "Sampling seed (same seed, same text)")->capture_default_str();
-  cmd->add_option("--threads", f->threads, "Threads (default: all cores)");
+  add_int(cmd, "-n,--tokens", f->n, 0, int64_t(1) << 30, "Tokens to generate");
+  add_real(cmd, "--temp,--temperature", f->temperature, {0, 100}, "Sampling temperature (0 = greedy)");
+  add_int(cmd, "--top-k", f->top_k, 0, INT32_MAX, "Keep the k most likely tokens (0 = off)");
+  add_real(cmd, "--top-p", f->top_p, {0, 1, true}, "Nucleus sampling mass (1 = off)");
+  add_u64(cmd, "--seed", f->seed, "Sampling seed (same seed, same text)");
+  add_int(cmd, "--threads", f->threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
   cmd->add_flag("--echo", f->echo, "Print the prompt before the generated text");
   return [f]() {
     if (f->threads) set_num_threads(f->threads);

@@ -1,13 +1,20 @@
 // `toy train`: train a decoder-only LM from scratch on text (see train/trainer.h).
-#include <csignal>
-#include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <optional>
 
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "toy/cli/commands.h"
+#include "toy/cli/flags.h"
+#include "toy/cli/stop_signals.h"
 #include "toy/core/error.h"
+#include "toy/core/text.h"
+#include "toy/core/thread_pool.h"
 #include "toy/train/trainer.h"
+
+namespace fs = std::filesystem;
 
 namespace toy::cli {
 
@@ -18,50 +25,105 @@ struct TrainFlags {
   std::string preset = "gpt";
   std::string resume;
   bool json = false;
-  // Model overrides (applied on top of the preset when given).
-  int64_t layers = 0, heads = 0, kv_heads = 0, dim = 0, ffn = 0, ctx = 0;
+  // Model overrides, applied on top of the preset when given.
+  std::optional<int64_t> layers, heads, kv_heads, dim, ffn, ctx, bias, tied;
   std::string norm, mlp, pos;
-  int bias = -1, tied = -1;
-  float dropout = -1, init_scale = -1;
+  std::optional<float> dropout, init_scale;
   bool depth_scale = false;
 };
-
-void on_sigint(int) { request_stop(); }
 
 void print_result(const TrainResult& r, bool json) {
   if (!json) return;
   nlohmann::json j = {{"steps", r.steps},          {"train_loss", r.train_loss}, {"val_loss", r.val_loss},
                       {"last_step_loss", r.last_step_loss}, {"tokens_per_s", r.tokens_per_s},
-                      {"seconds", r.seconds},      {"out", r.out},             {"stopped", r.stopped}};
+                      {"seconds", r.seconds},      {"out", r.out},             {"stopped", r.stopped},
+                      {"model", r.model},          {"best_step", r.best_step}, {"best_val_loss", r.best_val_loss}};
   std::printf("%s\n", j.dump().c_str());
 }
 
 ModelConfig build_model(const TrainFlags& f) {
   ModelConfig m = ModelConfig::from_preset(f.preset);
-  if (f.layers) m.layers = f.layers;
-  if (f.heads) m.heads = f.heads;
-  m.kv_heads = f.kv_heads ? f.kv_heads : m.heads;
-  if (f.dim) m.dim = f.dim;
-  if (f.ffn) m.ffn = f.ffn;
-  if (f.ctx) m.ctx = f.ctx;
-  if (!f.norm.empty()) {
-    TOY_CHECK(f.norm == "rms" || f.norm == "layer", "[train] --norm must be rms or layer, got '{}'", f.norm);
-    m.norm = f.norm == "rms" ? NormKind::RMS : NormKind::Layer;
-  }
-  if (!f.mlp.empty()) {
-    TOY_CHECK(f.mlp == "swiglu" || f.mlp == "gelu", "[train] --mlp must be swiglu or gelu, got '{}'", f.mlp);
-    m.mlp = f.mlp == "swiglu" ? MlpKind::SwiGLU : MlpKind::GELU;
-  }
-  if (!f.pos.empty()) {
-    TOY_CHECK(f.pos == "rope" || f.pos == "learned", "[train] --pos must be rope or learned, got '{}'", f.pos);
-    m.pos = f.pos == "rope" ? PosKind::RoPE : PosKind::Learned;
-  }
-  if (f.bias >= 0) m.bias = f.bias;
-  if (f.tied >= 0) m.tied = f.tied;
-  if (f.dropout >= 0) m.dropout = f.dropout;
-  if (f.init_scale >= 0) m.init_scale = f.init_scale;
+  if (f.layers) m.layers = *f.layers;
+  if (f.heads) m.heads = *f.heads;
+  m.kv_heads = f.kv_heads ? *f.kv_heads : m.heads;
+  if (f.dim) m.dim = *f.dim;
+  if (f.ffn) m.ffn = *f.ffn;
+  if (f.ctx) m.ctx = *f.ctx;
+  if (!f.norm.empty()) m.norm = f.norm == "rms" ? NormKind::RMS : NormKind::Layer;
+  if (!f.mlp.empty()) m.mlp = f.mlp == "swiglu" ? MlpKind::SwiGLU : MlpKind::GELU;
+  if (!f.pos.empty()) m.pos = f.pos == "rope" ? PosKind::RoPE : PosKind::Learned;
+  if (f.bias) m.bias = *f.bias != 0;
+  if (f.tied) m.tied = *f.tied != 0;
+  if (f.dropout) m.dropout = *f.dropout;
+  if (f.init_scale) m.init_scale = *f.init_scale;
   m.depth_scale = f.depth_scale;
   return m;
+}
+
+// The same path (both exist and are one file or folder), or the same string.
+bool same_path(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  std::error_code e1, e2;
+  const fs::path ca = fs::weakly_canonical(a, e1), cb = fs::weakly_canonical(b, e2);
+  return !e1 && !e2 && ca == cb;
+}
+
+// What a run is cannot change on resume. A flag given again with the value the run was started
+// with is fine (a user re-runs the command line with --resume added); another value is refused,
+// naming both.
+void check_fixed_flags(const CLI::App* cmd, const TrainFlags& f, const TrainOptions& saved) {
+  TrainOptions given = f.o;
+  given.model = build_model(f);
+  using Get = std::function<std::string(const TrainOptions&)>;
+  auto num = [](auto v) { return fmt::format("{}", v); };
+  const std::vector<std::pair<const char*, Get>> fixed = {
+      {"--preset", [](const TrainOptions& o) { return o.model.preset; }},
+      {"--tokenizer", [](const TrainOptions& o) { return o.tokenizer; }},
+      {"--layers", [&](const TrainOptions& o) { return num(o.model.layers); }},
+      {"--heads", [&](const TrainOptions& o) { return num(o.model.heads); }},
+      {"--kv-heads", [&](const TrainOptions& o) { return num(o.model.kv_heads); }},
+      {"--dim", [&](const TrainOptions& o) { return num(o.model.dim); }},
+      {"--ffn", [&](const TrainOptions& o) { return num(o.model.ffn); }},
+      {"--ctx", [&](const TrainOptions& o) { return num(o.model.ctx); }},
+      {"--norm", [](const TrainOptions& o) { return to_string(o.model.norm); }},
+      {"--mlp", [](const TrainOptions& o) { return to_string(o.model.mlp); }},
+      {"--pos", [](const TrainOptions& o) { return to_string(o.model.pos); }},
+      {"--bias", [](const TrainOptions& o) { return std::string(o.model.bias ? "1" : "0"); }},
+      {"--tied", [](const TrainOptions& o) { return std::string(o.model.tied ? "1" : "0"); }},
+      {"--dropout", [&](const TrainOptions& o) { return num(o.model.dropout); }},
+      {"--init-scale", [&](const TrainOptions& o) { return num(o.model.init_scale); }},
+      {"--depth-scale", [](const TrainOptions& o) { return std::string(o.model.depth_scale ? "on" : "off"); }},
+      {"--batch", [&](const TrainOptions& o) { return num(o.batch); }},
+      {"--accum", [&](const TrainOptions& o) { return num(o.accum); }},
+      {"--lr", [&](const TrainOptions& o) { return num(o.lr); }},
+      {"--min-lr", [&](const TrainOptions& o) { return num(o.min_lr); }},
+      {"--warmup", [&](const TrainOptions& o) { return num(o.warmup); }},
+      {"--wd", [&](const TrainOptions& o) { return num(o.weight_decay); }},
+      {"--beta1", [&](const TrainOptions& o) { return num(o.beta1); }},
+      {"--beta2", [&](const TrainOptions& o) { return num(o.beta2); }},
+      {"--clip", [&](const TrainOptions& o) { return num(o.clip); }},
+      {"--seed", [&](const TrainOptions& o) { return num(o.seed); }},
+  };
+  for (const auto& [flag, get] : fixed) {
+    if (cmd->count(flag) == 0) continue;
+    const std::string was = get(saved), now = get(given);
+    TOY_CHECK(was == now, "[train] {} cannot change when resuming: the run was started with {} {}, this command gives "
+              "{} (leave it out, or start a new run)", flag, flag, printable(was), printable(now));
+  }
+  if (cmd->count("--data")) {
+    bool same = given.data.size() == saved.data.size();
+    for (size_t i = 0; same && i < given.data.size(); ++i) same = same_path(given.data[i], saved.data[i]);
+    auto join = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (const auto& x : v) s += (s.empty() ? "" : " ") + printable(x);
+      return s.empty() ? std::string("(none: the default corpus)") : s;
+    };
+    TOY_CHECK(same, "[train] --data cannot change when resuming: the run was started with --data {}, this command "
+              "gives --data {}", join(saved.data), join(given.data));
+  }
+  if (cmd->count("--out"))
+    TOY_CHECK(same_path(given.out, f.resume), "[train] --out '{}' and --resume '{}' name different folders",
+              printable(given.out), printable(f.resume));
 }
 
 }  // namespace
@@ -73,56 +135,67 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--data", o.data, "Text file(s) or folder(s) (default: the license texts every Debian system has)");
   cmd->add_option("--out", o.out, "Run folder: model.gguf, checkpoint.gguf, events.jsonl, report.html");
   cmd->add_option("--resume", f->resume, "Continue the run in this folder from its checkpoint");
-  cmd->add_option("--preset", f->preset, "Model preset: gpt (GPT-2 shape) or llama")->capture_default_str();
+  cmd->add_flag("--force", o.force, "Replace the run already in --out (only toy's own run files are removed)");
+  cmd->add_flag("--allow-data-change", o.allow_data_change,
+                "With --resume: continue even though the training data changed since the checkpoint");
+  cmd->add_option("--preset", f->preset, "Model preset: gpt (GPT-2 shape) or llama")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gpt", "llama"}));
   cmd->add_option("--tokenizer", o.tokenizer, "char, byte or bpe:N (N merges learned from the data)")
       ->capture_default_str();
-  cmd->add_option("--layers", f->layers, "Transformer layers");
-  cmd->add_option("--heads", f->heads, "Attention heads");
-  cmd->add_option("--kv-heads", f->kv_heads, "Key/value heads (GQA; default = heads)");
-  cmd->add_option("--dim", f->dim, "Model width");
-  cmd->add_option("--ffn", f->ffn, "MLP width (default: 4*dim for GELU, ~8/3*dim for SwiGLU)");
-  cmd->add_option("--ctx", f->ctx, "Context length (tokens per window)");
-  cmd->add_option("--norm", f->norm, "Override the preset: rms or layer");
-  cmd->add_option("--mlp", f->mlp, "Override the preset: swiglu or gelu");
-  cmd->add_option("--pos", f->pos, "Override the preset: rope or learned");
-  cmd->add_option("--bias", f->bias, "Override the preset: biases on (1) or off (0)");
-  cmd->add_option("--tied", f->tied, "Override the preset: tied output head (1) or untied (0)");
-  cmd->add_option("--batch", o.batch, "Windows per micro-batch")->capture_default_str();
-  cmd->add_option("--accum", o.accum, "Micro-batches per optimizer step (gradient accumulation)")->capture_default_str();
-  cmd->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str();
-  cmd->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
-  cmd->add_option("--min-lr", o.min_lr, "Learning rate at the end of the cosine decay")->capture_default_str();
-  cmd->add_option("--warmup", o.warmup, "Linear warmup steps")->capture_default_str();
-  cmd->add_option("--wd", o.weight_decay, "AdamW weight decay (matrices only)")->capture_default_str();
-  cmd->add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
-  cmd->add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
-  cmd->add_option("--clip", o.clip, "Gradient clipping: max global norm (0 = off)")->capture_default_str();
-  cmd->add_option("--dropout", f->dropout, "Dropout on embeddings and residual branches");
-  cmd->add_option("--init-scale", f->init_scale, "Matrices are N(0, s/sqrt(fan_in))");
+  add_int(cmd, "--layers", f->layers, 1, 10000, "Transformer layers");
+  add_int(cmd, "--heads", f->heads, 1, 4096, "Attention heads");
+  add_int(cmd, "--kv-heads", f->kv_heads, 1, 4096, "Key/value heads (GQA; default = heads)");
+  add_int(cmd, "--dim", f->dim, 1, int64_t(1) << 20, "Model width");
+  add_int(cmd, "--ffn", f->ffn, 1, int64_t(1) << 22, "MLP width (default: 4*dim for GELU, ~8/3*dim for SwiGLU)");
+  add_int(cmd, "--ctx", f->ctx, 1, int64_t(1) << 24, "Context length (tokens per window)");
+  cmd->add_option("--norm", f->norm, "Override the preset: rms or layer")->check(CLI::IsMember({"rms", "layer"}));
+  cmd->add_option("--mlp", f->mlp, "Override the preset: swiglu or gelu")->check(CLI::IsMember({"swiglu", "gelu"}));
+  cmd->add_option("--pos", f->pos, "Override the preset: rope or learned")->check(CLI::IsMember({"rope", "learned"}));
+  add_int(cmd, "--bias", f->bias, 0, 1, "Override the preset: biases on (1) or off (0)");
+  add_int(cmd, "--tied", f->tied, 0, 1, "Override the preset: tied output head (1) or untied (0)");
+  add_int(cmd, "--batch", o.batch, 1, int64_t(1) << 20, "Windows per micro-batch");
+  add_int(cmd, "--accum", o.accum, 1, int64_t(1) << 16, "Micro-batches per optimizer step (gradient accumulation)");
+  add_int(cmd, "--steps", o.steps, 1, int64_t(1) << 40, "Optimizer steps");
+  add_real(cmd, "--lr", o.lr, {0, 1, true}, "Peak learning rate");
+  add_real(cmd, "--min-lr", o.min_lr, {0, 1}, "Learning rate at the end of the cosine decay");
+  add_int(cmd, "--warmup", o.warmup, 0, int64_t(1) << 40, "Linear warmup steps");
+  add_real(cmd, "--wd", o.weight_decay, {0, 1, false, true}, "AdamW weight decay (matrices only)");
+  add_real(cmd, "--beta1", o.beta1, {0, 1, false, true}, "AdamW beta1");
+  add_real(cmd, "--beta2", o.beta2, {0, 1, false, true}, "AdamW beta2");
+  add_real(cmd, "--clip", o.clip, {0, 1e9}, "Gradient clipping: max global norm (0 = off)");
+  add_real(cmd, "--dropout", f->dropout, {0, 1, false, true}, "Dropout on embeddings and residual branches");
+  add_real(cmd, "--init-scale", f->init_scale, {0, 100, true}, "Matrices are N(0, s/sqrt(fan_in))");
   cmd->add_flag("--depth-scale", f->depth_scale, "Scale the pre-norm outputs of layer l by 1/sqrt(l) (Curse of Depth)");
-  cmd->add_option("--seed", o.seed, "Seed for init, data order, dropout and samples")->capture_default_str();
-  cmd->add_option("--eval-every", o.eval_every, "Steps between loss estimates (0 = only at the end)")->capture_default_str();
-  cmd->add_option("--eval-batches", o.eval_batches, "Batches per train/val loss estimate")->capture_default_str();
-  cmd->add_option("--sample-every", o.sample_every, "Steps between samples (0 = only at the end)")->capture_default_str();
-  cmd->add_option("--sample-tokens", o.sample_tokens, "Tokens per sample")->capture_default_str();
-  cmd->add_option("--log-every", o.log_every, "Steps between progress lines when not on a terminal")->capture_default_str();
-  cmd->add_option("--threads", o.threads, "Threads (default: all cores)");
-  cmd->add_option("--stop-after", o.stop_after, "Stop after this step with a checkpoint (resume with --resume)");
+  add_u64(cmd, "--seed", o.seed, "Seed for init, data order, dropout and samples");
+  add_int(cmd, "--eval-every", o.eval_every, 0, int64_t(1) << 40, "Steps between loss estimates (0 = only at the end)");
+  add_int(cmd, "--eval-batches", o.eval_batches, 1, int64_t(1) << 20, "Batches per train/val loss estimate");
+  add_int(cmd, "--sample-every", o.sample_every, 0, int64_t(1) << 40, "Steps between samples (0 = only at the end)");
+  add_int(cmd, "--sample-tokens", o.sample_tokens, 0, int64_t(1) << 20, "Tokens per sample");
+  add_int(cmd, "--log-every", o.log_every, 1, int64_t(1) << 40, "Steps between progress lines when not on a terminal");
+  add_int(cmd, "--threads", o.threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
+  add_int(cmd, "--stop-after", o.stop_after, 0, int64_t(1) << 40,
+          "Stop after this step with a checkpoint (resume with --resume)");
+  add_int(cmd, "--save-every", o.save_every, 0, int64_t(1) << 40, "Write a checkpoint every N steps (0 = off)");
+  cmd->add_option("--save-minutes", o.save_minutes,
+                  "Write a checkpoint at least every M minutes of training (0 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--keep", o.keep, "What model.gguf holds: best (validation; last.gguf has the last step) or last "
+                  "(best.gguf has the best)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"best", "last"}));
   cmd->add_flag("--quiet", o.quiet, "No progress output");
   cmd->add_flag("--json", f->json, "Print a JSON summary as the last line of stdout");
   return [cmd, f]() -> int {
-    std::signal(SIGINT, on_sigint);
+    install_stop_signals();
     TrainResult r;
     if (!f->resume.empty()) {
-      // Only how long and how the run proceeds may change on resume, never what it trains.
-      for (const char* fixed : {"--data", "--out", "--preset", "--tokenizer", "--layers", "--heads", "--kv-heads",
-                                "--dim", "--ffn", "--ctx", "--norm", "--mlp", "--pos", "--bias", "--tied", "--batch",
-                                "--accum", "--lr", "--min-lr", "--warmup", "--wd", "--beta1", "--beta2", "--clip",
-                                "--dropout", "--init-scale", "--depth-scale", "--seed"})
-        TOY_CHECK(cmd->count(fixed) == 0, "[train] {} cannot change when resuming (it is saved in the checkpoint)",
-                  fixed);
+      TOY_CHECK(!f->o.force, "[train] --force replaces a run; it cannot be combined with --resume");
       TrainFlags* fl = f.get();
       r = resume(f->resume, [fl, cmd](TrainOptions& saved) {
+        check_fixed_flags(cmd, *fl, saved);
+        // Only how long and how the run proceeds may change, never what it trains.
         if (cmd->count("--steps")) saved.steps = fl->o.steps;
         saved.stop_after = fl->o.stop_after;  // a stop point applies to one session only
         if (cmd->count("--threads")) saved.threads = fl->o.threads;
@@ -131,9 +204,14 @@ Run add_train_command(CLI::App& app) {
         if (cmd->count("--sample-every")) saved.sample_every = fl->o.sample_every;
         if (cmd->count("--sample-tokens")) saved.sample_tokens = fl->o.sample_tokens;
         if (cmd->count("--log-every")) saved.log_every = fl->o.log_every;
+        if (cmd->count("--save-every")) saved.save_every = fl->o.save_every;
+        if (cmd->count("--save-minutes")) saved.save_minutes = fl->o.save_minutes;
+        if (cmd->count("--keep")) saved.keep = fl->o.keep;
         saved.quiet = fl->o.quiet;
+        saved.allow_data_change = fl->o.allow_data_change;
       });
     } else {
+      TOY_CHECK(!f->o.allow_data_change, "[train] --allow-data-change only applies to --resume");
       f->o.model = build_model(*f);
       r = train(f->o);
     }

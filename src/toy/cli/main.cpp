@@ -1,24 +1,40 @@
 // toy: train, fine-tune and run small language models and vision transformers.
 // The CPU check comes first and this file is built without AVX flags, so an old CPU gets a
 // message instead of an illegal instruction.
+// Every error looks alike: "toy: <message>" on stderr (control characters escaped); usage
+// errors (unknown or bad flags) exit 2, everything else 1.
 #include <cstdio>
 #include <map>
 #include <string>
 
 #include "toy/cli/commands.h"
+#include "toy/cli/flags.h"
+#include "toy/core/build_info.h"
 #include "toy/core/cpu_features.h"
 #include "toy/core/error.h"
+#include "toy/core/text.h"
+#include "toy/core/thread_pool.h"
+#include "toy/core/trace.h"
+
+namespace {
+
+int report(const char* what, int code, const char* hint = nullptr) {
+  std::string msg = toy::printable_message(what);
+  while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+  std::fprintf(stderr, "toy: %s\n", msg.c_str());
+  if (hint) std::fprintf(stderr, "%s\n", hint);
+  return code;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  const std::string missing = toy::missing_cpu_features();
-  if (!missing.empty()) {
-    std::fprintf(stderr, "toy: this CPU lacks%s; toy needs AVX2, FMA and F16C (Intel Haswell / AMD Zen or newer)\n",
-                 missing.c_str());
-    return 1;
-  }
+  using toy::cli::kExitRuntime;
+  using toy::cli::kExitUsage;
   CLI::App app{"toy: train, fine-tune and run small language models and vision transformers"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every command");
+  app.set_version_flag("--version", [] { return toy::version_text(); }, "Print the version, commit, compiler and CPU features");
   std::map<CLI::App*, toy::cli::Run> runs;
   auto reg = [&](toy::cli::Run r) { runs[app.get_subcommands({}).back()] = std::move(r); };
   reg(toy::cli::add_train_command(app));
@@ -29,17 +45,24 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    return report(e.what(), kExitUsage, "Run 'toy --help' or 'toy COMMAND --help' for usage.");
+  }
+  const std::string missing = toy::missing_cpu_features();
+  if (!missing.empty()) {
+    std::fprintf(stderr, "toy: this CPU lacks%s; toy needs AVX2, FMA and F16C (Intel Haswell / AMD Zen or newer)\n",
+                 missing.c_str());
+    return kExitRuntime;
   }
   try {
+    toy::env_threads();  // a bad TOY_THREADS is an error before anything runs
+    toy::trace::open_from_env();
     for (auto& [cmd, run] : runs)
       if (cmd->parsed()) return run();
   } catch (const toy::Error& e) {
-    std::fprintf(stderr, "toy: %s\n", e.what());
-    return 1;
+    return report(e.what(), kExitRuntime);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "toy: internal error: %s\n", e.what());
-    return 2;
+    return report((std::string("internal error: ") + e.what()).c_str(), kExitRuntime);
   }
   return 0;
 }

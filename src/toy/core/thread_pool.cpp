@@ -8,7 +8,10 @@
 #include <thread>
 #include <vector>
 
+#include <system_error>
+
 #include "toy/core/error.h"
+#include "toy/core/text.h"
 
 namespace toy {
 
@@ -33,7 +36,16 @@ class ThreadPool {
     // Workers start from the current generation, read here: a job posted before a worker
     // thread gets scheduled must still be seen as new by it.
     const uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i, gen] { worker(i, gen); });
+    try {
+      for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i, gen] { worker(i, gen); });
+    } catch (const std::system_error& e) {
+      // The system refused a thread (limits, memory): stop the ones that started, so none is
+      // left running, and leave a pool of one thread behind.
+      const size_t failed = workers_.size() + 2;  // the caller is thread 1
+      stop();
+      n_threads_ = 1;
+      fail("[threads] could not start thread {} of {}: {} (lower TOY_THREADS or --threads)", failed, n, e.what());
+    }
   }
 
   void run(int64_t begin, int64_t end, int64_t grain, detail::RangeFn fn, void* ctx) {
@@ -151,11 +163,8 @@ class ThreadPool {
 };
 
 int default_threads() {
-  if (const char* env = std::getenv("TOY_THREADS")) {
-    int n = std::atoi(env);
-    if (n > 0) return n;
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
+  const int env = env_threads();
+  return env > 0 ? env : int(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 ThreadPool& pool() {
@@ -165,10 +174,19 @@ ThreadPool& pool() {
 
 }  // namespace
 
+int env_threads() {
+  const char* env = std::getenv("TOY_THREADS");
+  if (!env) return 0;
+  int64_t n = 0;
+  TOY_CHECK(parse_int64(env, n) && n >= 1 && n <= kMaxThreads, "[threads] TOY_THREADS must be an integer in 1..{}, got '{}'",
+            kMaxThreads, printable(env));
+  return int(n);
+}
+
 int num_threads() { return pool().size(); }
 
 void set_num_threads(int n) {
-  TOY_CHECK(n >= 0 && n <= 1024, "[threads] thread count must be in 0..1024, got {}", n);
+  TOY_CHECK(n >= 0 && n <= kMaxThreads, "[threads] thread count must be in 0..{}, got {}", kMaxThreads, n);
   TOY_CHECK(!t_in_parallel, "[threads] cannot change the thread count inside a parallel region");
   int want = n == 0 ? default_threads() : n;
   if (want != pool().size()) pool().resize(want);

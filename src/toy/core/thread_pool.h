@@ -10,9 +10,15 @@
 
 namespace toy {
 
+inline constexpr int kMaxThreads = 1024;
+
 int num_threads();
-// 0 picks the default: TOY_THREADS if set, else the hardware concurrency.
+// 0 picks the default: TOY_THREADS if set, else the hardware concurrency. Throws toy::Error
+// when the system cannot start that many threads (none is left running).
 void set_num_threads(int n);
+// TOY_THREADS, parsed strictly (0 when unset); throws toy::Error naming it when it is not an
+// integer in 1..kMaxThreads.
+int env_threads();
 bool in_parallel_region();
 
 namespace detail {

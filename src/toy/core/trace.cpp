@@ -7,7 +7,12 @@
 #include <mutex>
 #include <thread>
 
+#include <cerrno>
+#include <cstring>
+
 #include "toy/core/error.h"
+#include "toy/core/text.h"
+#include "toy/core/files.h"
 
 namespace toy::trace {
 
@@ -49,18 +54,6 @@ void json_escape(std::string& out, const char* s) {
   }
 }
 
-// Opens TOY_TRACE at start-up so that every op of the process is traced.
-struct EnvOpener {
-  EnvOpener() {
-    if (const char* p = std::getenv("TOY_TRACE"); p && *p) {
-      try {
-        open(p);
-      } catch (const Error& e) {
-        std::fprintf(stderr, "toy: TOY_TRACE: %s\n", e.what());
-      }
-    }
-  }
-} g_env_opener;
 
 }  // namespace
 
@@ -68,8 +61,9 @@ void open(const std::string& path) {
   close();
   Writer& w = writer();
   std::lock_guard<std::mutex> lock(w.mu);
+  check_output_file(path, "[trace]");  // a FIFO would block the open forever
   w.file = std::fopen(path.c_str(), "w");
-  TOY_CHECK(w.file != nullptr, "[trace] cannot write trace file '{}'", path);
+  TOY_CHECK(w.file != nullptr, "[trace] cannot write trace file '{}': {}", printable(path), std::strerror(errno));
   // JSON array form: viewers accept it even if the process dies before the closing bracket.
   std::fputs("[\n", w.file);
   w.first = true;
@@ -79,6 +73,16 @@ void open(const std::string& path) {
   if (!registered) {
     registered = true;
     std::atexit([] { close(); });
+  }
+}
+
+void open_from_env() {
+  if (const char* p = std::getenv("TOY_TRACE"); p && *p) {
+    try {
+      open(p);
+    } catch (const Error& e) {
+      fail("TOY_TRACE: {}", e.what());
+    }
   }
 }
 

@@ -1,4 +1,5 @@
-// Chrome Trace Format spans for every op. Set TOY_TRACE=path.json (or call trace::open) and
+// Chrome Trace Format spans for every op. Set TOY_TRACE=path.json for the toy program (its
+// main calls open_from_env), or call trace::open, and
 // each op and backward rule writes a complete event ("ph":"X") that Perfetto or
 // chrome://tracing opens. When tracing is off a span is one predictable branch.
 #pragma once
@@ -12,6 +13,8 @@ inline bool enabled() { return g_enabled; }
 
 // Starts writing to path (replacing it); throws toy::Error if it cannot be created.
 void open(const std::string& path);
+// Opens TOY_TRACE when it is set; throws toy::Error naming it when it cannot be written.
+void open_from_env();
 // Finishes the file (also done at exit).
 void close();
 // Microseconds since the trace started.

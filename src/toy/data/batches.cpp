@@ -4,7 +4,13 @@
 #include <cstring>
 #include <filesystem>
 
+#include <unistd.h>
+
+#include <cerrno>
+
 #include "toy/core/error.h"
+#include "toy/core/text.h"
+#include "toy/core/files.h"
 
 namespace toy {
 
@@ -41,28 +47,42 @@ void BatchSampler::sample(Generator& gen, Tensor& inputs, Tensor& targets) const
   }
 }
 
-uint64_t fnv1a(const std::string& s, uint64_t h) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 namespace {
-constexpr char kMagic[8] = {'T', 'O', 'Y', 'T', 'O', 'K', '0', '1'};
-}
+// Header: magic, key (corpus + tokenizer), token count, FNV-1a of the token bytes; then the
+// tokens as little-endian i32. The count must match the file's size and the hash its content,
+// so a damaged cache is rebuilt instead of trusted.
+constexpr char kMagic[8] = {'T', 'O', 'Y', 'T', 'O', 'K', '0', '2'};
+constexpr uint64_t kHeaderBytes = 32;
 
-bool load_token_cache(const std::string& path, uint64_t key, std::vector<int32_t>& tokens) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
+uint64_t token_hash(const std::vector<int32_t>& t) {
+  return fnv1a(std::string_view(reinterpret_cast<const char*>(t.data()), t.size() * sizeof(int32_t)));
+}
+}  // namespace
+
+bool load_token_cache(const std::string& path, uint64_t key, int64_t vocab, std::vector<int32_t>& tokens) {
+  tokens.clear();
+  if (!std::filesystem::exists(path)) return false;
+  int fd = -1;
+  uint64_t size = 0;
+  try {
+    fd = open_regular_file(path, "[data]", &size);
+  } catch (const Error&) {
+    return false;  // not a regular file: rebuilt (the rename replaces it)
+  }
+  std::FILE* f = fdopen(fd, "rb");
+  if (!f) {
+    ::close(fd);
+    return false;
+  }
   char magic[8];
-  uint64_t k = 0, n = 0;
-  bool ok = std::fread(magic, 1, 8, f) == 8 && std::memcmp(magic, kMagic, 8) == 0 && std::fread(&k, 8, 1, f) == 1 &&
-            std::fread(&n, 8, 1, f) == 1 && k == key && n < (uint64_t(1) << 40);
+  uint64_t k = 0, n = 0, h = 0;
+  bool ok = size >= kHeaderBytes && std::fread(magic, 1, 8, f) == 8 && std::memcmp(magic, kMagic, 8) == 0 &&
+            std::fread(&k, 8, 1, f) == 1 && std::fread(&n, 8, 1, f) == 1 && std::fread(&h, 8, 1, f) == 1 &&
+            k == key && n == (size - kHeaderBytes) / 4 && (size - kHeaderBytes) % 4 == 0;
   if (ok) {
     tokens.resize(size_t(n));
-    ok = std::fread(tokens.data(), 4, size_t(n), f) == size_t(n);
+    ok = std::fread(tokens.data(), 4, size_t(n), f) == size_t(n) && token_hash(tokens) == h;
+    for (size_t i = 0; ok && i < tokens.size(); ++i) ok = tokens[i] >= 0 && tokens[i] < vocab;
   }
   std::fclose(f);
   if (!ok) tokens.clear();
@@ -72,16 +92,21 @@ bool load_token_cache(const std::string& path, uint64_t key, std::vector<int32_t
 void save_token_cache(const std::string& path, uint64_t key, const std::vector<int32_t>& tokens) {
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  TOY_CHECK(f != nullptr, "[data] cannot write token cache '{}'", tmp);
-  const uint64_t n = tokens.size();
+  TOY_CHECK(f != nullptr, "[data] cannot write token cache '{}': {}", printable(tmp), std::strerror(errno));
+  const uint64_t n = tokens.size(), h = token_hash(tokens);
   bool ok = std::fwrite(kMagic, 1, 8, f) == 8 && std::fwrite(&key, 8, 1, f) == 1 && std::fwrite(&n, 8, 1, f) == 1 &&
-            std::fwrite(tokens.data(), 4, tokens.size(), f) == tokens.size();
+            std::fwrite(&h, 8, 1, f) == 1 && std::fwrite(tokens.data(), 4, tokens.size(), f) == tokens.size();
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) {
     std::remove(tmp.c_str());
-    fail("[data] cannot write token cache '{}' (disk full?)", path);
+    fail("[data] cannot write token cache '{}' (disk full?)", printable(path));
   }
-  std::filesystem::rename(tmp, path);
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    fail("[data] cannot write token cache '{}': {}", printable(path), ec.message());
+  }
 }
 
 }  // namespace toy

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "toy/core/hash.h"
 #include "toy/core/rng.h"
 #include "toy/core/tensor.h"
 
@@ -32,10 +33,10 @@ class BatchSampler {
 };
 
 // Encoded tokens cached in a file (with a key naming the corpus and tokenizer), so a rerun
-// or resume need not encode the corpus again. load returns false when missing or stale.
-bool load_token_cache(const std::string& path, uint64_t key, std::vector<int32_t>& tokens);
+// or resume need not encode the corpus again. load returns false (and the caller rebuilds
+// the cache) when it is missing, stale, damaged, or holds ids outside [0, vocab).
+bool load_token_cache(const std::string& path, uint64_t key, int64_t vocab, std::vector<int32_t>& tokens);
+// Written to a temporary file and renamed.
 void save_token_cache(const std::string& path, uint64_t key, const std::vector<int32_t>& tokens);
-// FNV-1a of a string, for cache keys.
-uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull);
 
 }  // namespace toy

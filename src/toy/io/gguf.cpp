@@ -11,6 +11,8 @@
 #include <unordered_set>
 
 #include "toy/core/error.h"
+#include "toy/core/text.h"
+#include "toy/core/files.h"
 #include "toy/ops/ops.h"
 
 namespace toy::gguf {
@@ -64,6 +66,7 @@ struct Cursor {
   }
 };
 
+// `key` is the key as shown in messages (already escaped).
 void read_scalar(Cursor& c, Type t, Value& v, const std::string& key) {
   switch (t) {
     case Type::U8: v.u = c.read<uint8_t>(key.c_str()); break;
@@ -158,29 +161,26 @@ Value Value::u32_array(std::vector<uint32_t> v) { Value x = typed(Type::ARRAY, T
 // --- Reader ------------------------------------------------------------------------------------
 
 Reader::Reader(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  TOY_CHECK(fd >= 0, "[gguf] cannot open '{}': {}", path, std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    ::close(fd);
-    fail("[gguf] cannot stat '{}'", path);
-  }
-  size_ = size_t(st.st_size);
+  uint64_t file_bytes = 0;
+  const int fd = open_regular_file(path, "[gguf]", &file_bytes);
+  size_ = size_t(file_bytes);
   if (size_ < 24) {
     ::close(fd);
-    fail("[gguf] '{}' is not a GGUF file ({} bytes; a header alone is 24)", path, size_);
+    fail("[gguf] '{}' is not a GGUF file ({} bytes; a header alone is 24)", printable(path), size_);
   }
   // Private and writable: tensors viewing the file behave like any other (an in-place op
   // copies the touched pages; the file never changes).
   void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
   ::close(fd);
-  TOY_CHECK(p != MAP_FAILED, "[gguf] cannot map '{}'", path);
+  TOY_CHECK(p != MAP_FAILED, "[gguf] cannot map '{}': {}", printable(path), std::strerror(map_errno));
   const size_t sz = size_;
   map_ = std::shared_ptr<void>(p, [sz](void* q) { ::munmap(q, sz); });
 
-  Cursor c{static_cast<const uint8_t*>(p), size_, 0, path_};
+  const std::string shown = printable(path);
+  Cursor c{static_cast<const uint8_t*>(p), size_, 0, shown};
   const uint32_t magic = c.read<uint32_t>("magic");
-  TOY_CHECK(magic == kMagic, "[gguf] '{}' is not a GGUF file (magic {:#010x}, expected 0x46554747 \"GGUF\")", path,
+  TOY_CHECK(magic == kMagic, "[gguf] '{}' is not a GGUF file (magic {:#010x}, expected 0x46554747 \"GGUF\")", shown,
             magic);
   version_ = c.read<uint32_t>("version");
   TOY_CHECK((version_ & 0xffff) != 0, "[gguf] '{}' looks big-endian (version {:#x}); only little-endian is supported",
@@ -189,26 +189,28 @@ Reader::Reader(const std::string& path) : path_(path) {
   const int64_t n_tensors = c.read<int64_t>("tensor count");
   const int64_t n_kv = c.read<int64_t>("metadata count");
   TOY_CHECK(n_tensors >= 0 && n_kv >= 0 && uint64_t(n_tensors) < kMaxArray && uint64_t(n_kv) < kMaxArray,
-            "[gguf] '{}': implausible counts ({} tensors, {} keys)", path, n_tensors, n_kv);
+            "[gguf] '{}': implausible counts ({} tensors, {} keys)", shown, n_tensors, n_kv);
 
   std::unordered_set<std::string> keys_seen, names_seen;
   for (int64_t k = 0; k < n_kv; ++k) {
     std::string key = c.string("key");
-    TOY_CHECK(!key.empty(), "[gguf] '{}': empty key at entry {}", path, k);
-    TOY_CHECK(keys_seen.insert(key).second, "[gguf] '{}': duplicate key '{}'", path, key);
+    TOY_CHECK(!key.empty(), "[gguf] '{}': empty key at entry {}", shown, k);
+    TOY_CHECK(keys_seen.insert(key).second, "[gguf] '{}': duplicate key '{}'", shown, printable(key));
+    // Messages name the key escaped (it comes from the file).
+    const std::string what = printable(key);
     Value v;
-    v.type = Type(c.read<int32_t>(key.c_str()));
+    v.type = Type(c.read<int32_t>(what.c_str()));
     if (v.type == Type::ARRAY) {
-      v.elem = Type(c.read<int32_t>(key.c_str()));
-      TOY_CHECK(v.elem != Type::ARRAY, "[gguf] '{}': key '{}' is an array of arrays (not allowed)", path, key);
+      v.elem = Type(c.read<int32_t>(what.c_str()));
+      TOY_CHECK(v.elem != Type::ARRAY, "[gguf] '{}': key '{}' is an array of arrays (not allowed)", shown, printable(key));
       TOY_CHECK(v.elem == Type::STRING || scalar_size(v.elem) > 0, "[gguf] '{}': key '{}' has unknown element type {}",
-                path, key, int(v.elem));
-      const uint64_t n = c.read<uint64_t>(key.c_str());
-      TOY_CHECK(n <= kMaxArray, "[gguf] '{}': key '{}' array of {} elements is implausible", path, key, n);
-      if (v.elem != Type::STRING) c.need(size_t(n) * scalar_size(v.elem), key.c_str());
+                shown, printable(key), int(v.elem));
+      const uint64_t n = c.read<uint64_t>(what.c_str());
+      TOY_CHECK(n <= kMaxArray, "[gguf] '{}': key '{}' array of {} elements is implausible", shown, printable(key), n);
+      if (v.elem != Type::STRING) c.need(size_t(n) * scalar_size(v.elem), what.c_str());
       for (uint64_t j = 0; j < n; ++j) {
         Value e;
-        read_scalar(c, v.elem, e, key);
+        read_scalar(c, v.elem, e, what);
         if (v.elem == Type::STRING)
           v.as.push_back(std::move(e.s));
         else if (is_float_type(v.elem))
@@ -219,7 +221,7 @@ Reader::Reader(const std::string& path) : path_(path) {
           v.au.push_back(e.u);
       }
     } else {
-      read_scalar(c, v.type, v, key);
+      read_scalar(c, v.type, v, what);
     }
     kv_.emplace_back(std::move(key), std::move(v));
   }
@@ -227,30 +229,30 @@ Reader::Reader(const std::string& path) : path_(path) {
   size_t alignment = kAlignment;
   if (const Value* a = find("general.alignment")) {
     TOY_CHECK(a->type == Type::U32 && a->u > 0 && (a->u & (a->u - 1)) == 0,
-              "[gguf] '{}': general.alignment must be a power-of-two u32", path);
+              "[gguf] '{}': general.alignment must be a power-of-two u32", shown);
     alignment = size_t(a->u);
   }
 
   for (int64_t t = 0; t < n_tensors; ++t) {
     TensorInfo ti;
     ti.name = c.string("tensor name");
-    TOY_CHECK(names_seen.insert(ti.name).second, "[gguf] '{}': duplicate tensor '{}'", path, ti.name);
+    TOY_CHECK(names_seen.insert(ti.name).second, "[gguf] '{}': duplicate tensor '{}'", shown, printable(ti.name));
     const uint32_t nd = c.read<uint32_t>("tensor dims");
-    TOY_CHECK(nd >= 1 && nd <= 4, "[gguf] '{}': tensor '{}' has {} dims (1..4 allowed)", path, ti.name, nd);
+    TOY_CHECK(nd >= 1 && nd <= 4, "[gguf] '{}': tensor '{}' has {} dims (1..4 allowed)", shown, printable(ti.name), nd);
     int64_t ne[4] = {1, 1, 1, 1};
     for (uint32_t d = 0; d < nd; ++d) {
       ne[d] = c.read<int64_t>("tensor dim");
-      TOY_CHECK(ne[d] >= 0, "[gguf] '{}': tensor '{}' has a negative dimension", path, ti.name);
+      TOY_CHECK(ne[d] >= 0, "[gguf] '{}': tensor '{}' has a negative dimension", shown, printable(ti.name));
     }
     const int32_t code = c.read<int32_t>("tensor type");
     try {
       ti.dtype = dtype_from_ggml(code);
     } catch (const Error&) {
-      fail("[gguf] '{}': tensor '{}' has type {} which toy does not support", path, ti.name, code);
+      fail("[gguf] '{}': tensor '{}' has type {} which toy does not support", shown, printable(ti.name), code);
     }
     ti.offset = c.read<uint64_t>("tensor offset");
     TOY_CHECK(ne[0] % dtype_info(ti.dtype).block_size == 0, "[gguf] '{}': tensor '{}': ne[0] = {} is not a multiple of "
-              "the {} block size {}", path, ti.name, ne[0], name(ti.dtype), dtype_info(ti.dtype).block_size);
+              "the {} block size {}", shown, printable(ti.name), ne[0], name(ti.dtype), dtype_info(ti.dtype).block_size);
     for (int d = int(nd) - 1; d >= 0; --d) ti.shape.push_back(ne[d]);
     // Sizes come from the file: the element count is overflow-checked and bounded (2^56
     // elements is far past any file) before bytes are computed from it.
@@ -258,10 +260,10 @@ Reader::Reader(const std::string& path) : path_(path) {
     const bool overflow = __builtin_mul_overflow(uint64_t(ne[1]), uint64_t(ne[2]), &rows) ||
                           __builtin_mul_overflow(rows, uint64_t(ne[3]), &rows) ||
                           __builtin_mul_overflow(uint64_t(ne[0]), rows, &elements) || elements > (uint64_t(1) << 56);
-    TOY_CHECK(!overflow, "[gguf] '{}': tensor '{}' has an impossible size (dimensions overflow)", path, ti.name);
+    TOY_CHECK(!overflow, "[gguf] '{}': tensor '{}' has an impossible size (dimensions overflow)", shown, printable(ti.name));
     const uint64_t bytes = uint64_t(row_bytes(ti.dtype, ne[0])) * rows;
     ti.bytes = size_t(bytes);
-    TOY_CHECK(ti.offset % alignment == 0, "[gguf] '{}': tensor '{}' offset {} is not aligned to {}", path, ti.name,
+    TOY_CHECK(ti.offset % alignment == 0, "[gguf] '{}': tensor '{}' offset {} is not aligned to {}", shown, printable(ti.name),
               ti.offset, alignment);
     tensors_.push_back(std::move(ti));
   }
@@ -271,7 +273,7 @@ Reader::Reader(const std::string& path) : path_(path) {
     const bool inside = data_start_ <= size_ && ti.offset <= size_ - data_start_ &&
                         ti.bytes <= size_ - data_start_ - ti.offset;
     TOY_CHECK(inside, "[gguf] '{}': tensor '{}' ({} bytes at offset {}) runs past the end of the file ({} bytes): "
-              "truncated or corrupt?", path, ti.name, ti.bytes, ti.offset, size_);
+              "truncated or corrupt?", shown, printable(ti.name), ti.bytes, ti.offset, size_);
   }
 }
 
@@ -286,8 +288,8 @@ const Value* Reader::find(const std::string& key) const {
 namespace {
 const Value& typed(const Reader& r, const std::string& key, Type t) {
   const Value* v = r.find(key);
-  TOY_CHECK(v != nullptr, "[gguf] '{}': missing key '{}'", r.path(), key);
-  TOY_CHECK(v->type == t, "[gguf] '{}': key '{}' has type {}, expected {}", r.path(), key, type_name(v->type),
+  TOY_CHECK(v != nullptr, "[gguf] '{}': missing key '{}'", printable(r.path()), key);
+  TOY_CHECK(v->type == t, "[gguf] '{}': key '{}' has type {}, expected {}", printable(r.path()), key, type_name(v->type),
             type_name(t));
   return *v;
 }
@@ -315,7 +317,7 @@ const TensorInfo* Reader::find_tensor(const std::string& name) const {
 
 Tensor Reader::tensor(const std::string& name) const {
   const TensorInfo* ti = find_tensor(name);
-  TOY_CHECK(ti != nullptr, "[gguf] '{}': missing tensor '{}'", path_, name);
+  TOY_CHECK(ti != nullptr, "[gguf] '{}': missing tensor '{}'", printable(path_), printable(name));
   char* p = static_cast<char*>(map_.get()) + data_start_ + ti->offset;
   auto keep = map_;
   auto storage = std::make_shared<Storage>(p, ti->bytes, Device::CPU, [keep]() {});

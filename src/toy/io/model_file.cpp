@@ -3,6 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include "toy/autograd/grad_mode.h"
+#include "toy/core/json_fields.h"
+#include "toy/core/machine.h"
+#include "toy/core/text.h"
 #include "toy/ops/ops.h"
 
 namespace toy {
@@ -42,28 +45,32 @@ void save_model(const std::string& path, const DecoderLM& m, const Tokenizer& to
 
 LoadedModel load_model(const gguf::Reader& r) {
   LoadedModel out;
+  const std::string shown = printable(r.path());
   out.arch = r.has("general.architecture") ? r.get_str("general.architecture") : "";
   TOY_CHECK(r.has("toy.config"), "[model] '{}' has no toy.config key: only models written by toy can be loaded so far "
-            "(architecture '{}')", r.path(), out.arch);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(r.get_str("toy.config"));
-  } catch (const nlohmann::json::exception& e) {
-    fail("[model] '{}': toy.config is not valid JSON: {}", r.path(), e.what());
+            "(architecture '{}')", shown, printable(out.arch));
+  const std::string where = fmt::format("[model] '{}' key toy.config", shown);
+  ModelConfig cfg = ModelConfig::from_json(json_fields::parse_object(r.get_str("toy.config"), where), where);
+  // Every tensor is checked against the config before anything is allocated: a config that
+  // claims a huge context or width fails here, not after allocating gigabytes.
+  const auto shapes = DecoderLM::parameter_shapes(cfg);
+  uint64_t bytes = 0;
+  for (const auto& [name, shape] : shapes) {
+    const gguf::TensorInfo* ti = r.find_tensor(name);
+    TOY_CHECK(ti != nullptr, "[model] '{}': missing tensor '{}'", shown, name);
+    TOY_CHECK(ti->shape == shape, "[model] '{}': tensor '{}' has shape {}, the config says {}", shown, name,
+              ti->shape.str(), shape.str());
+    bytes += uint64_t(shape.numel()) * sizeof(float);
   }
-  ModelConfig cfg = ModelConfig::from_json(j);
+  const uint64_t avail = available_memory_bytes();
+  TOY_CHECK(bytes <= avail, "[model] '{}': its weights need {} as F32, more than the {} available", shown,
+            format_bytes(double(bytes)), format_bytes(double(avail)));
   out.tokenizer = Tokenizer::load(r);
-  TOY_CHECK(out.tokenizer->vocab_size() == cfg.vocab, "[model] '{}': tokenizer has {} tokens, the model {}", r.path(),
+  TOY_CHECK(out.tokenizer->vocab_size() == cfg.vocab, "[model] '{}': tokenizer has {} tokens, the model {}", shown,
             out.tokenizer->vocab_size(), cfg.vocab);
   out.model = std::make_unique<DecoderLM>(cfg);
   NoGradGuard ng;
-  for (Tensor& p : out.model->params().all()) {
-    const gguf::TensorInfo* ti = r.find_tensor(p.name());
-    TOY_CHECK(ti != nullptr, "[model] '{}': missing tensor '{}'", r.path(), p.name());
-    TOY_CHECK(ti->shape == p.shape(), "[model] '{}': tensor '{}' has shape {}, expected {}", r.path(), p.name(),
-              ti->shape.str(), p.shape().str());
-    copy_(p, r.tensor(p.name()));  // converts from f16/bf16/blocks if the file holds them
-  }
+  for (Tensor& p : out.model->params().all()) copy_(p, r.tensor(p.name()));  // converts f16/bf16/blocks
   return out;
 }
 

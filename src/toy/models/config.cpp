@@ -4,9 +4,12 @@
 
 #include <fmt/core.h>
 
+#include <cmath>
 #include <string>
 
 #include "toy/core/error.h"
+#include "toy/core/json_fields.h"
+#include "toy/core/text.h"
 
 namespace toy {
 
@@ -37,9 +40,15 @@ void ModelConfig::validate() const {
   TOY_CHECK(kv_heads > 0 && heads % kv_heads == 0, "[model] heads {} must be a multiple of kv heads {}", heads,
             kv_heads);
   TOY_CHECK(pos != PosKind::RoPE || head_dim() % 2 == 0, "[model] RoPE needs an even head dim, got {}", head_dim());
-  TOY_CHECK(norm_eps > 0 && rope_base > 1, "[model] norm eps must be > 0 and rope base > 1");
-  TOY_CHECK(init_scale > 0, "[model] init scale must be > 0, got {}", init_scale);
+  TOY_CHECK(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1, "[model] norm eps must be in (0, 1), got {}",
+            norm_eps);
+  TOY_CHECK(std::isfinite(rope_base) && rope_base > 1, "[model] rope base must be a finite number > 1, got {}",
+            rope_base);
+  TOY_CHECK(std::isfinite(init_scale) && init_scale > 0 && init_scale <= 100, "[model] init scale must be in (0, 100], "
+            "got {}", init_scale);
   TOY_CHECK(dropout >= 0 && dropout < 1, "[model] dropout must be in [0, 1), got {}", dropout);
+  TOY_CHECK(vocab <= (int64_t(1) << 24) && heads <= 4096 && kv_heads <= heads && ffn <= (int64_t(1) << 22),
+            "[model] implausible size (vocab {}, heads {}, kv heads {}, ffn {})", vocab, heads, kv_heads, ffn);
   TOY_CHECK(layer_kinds.empty() || int64_t(layer_kinds.size()) == layers,
             "[model] {} layer kinds given for {} layers", layer_kinds.size(), layers);
   TOY_CHECK(layers <= 10000 && dim <= (int64_t(1) << 20) && ctx <= (int64_t(1) << 24),
@@ -89,42 +98,44 @@ nlohmann::json ModelConfig::to_json() const {
           {"layer_kinds", kinds}};
 }
 
-ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
-  try {
-    ModelConfig c;
-    c.preset = j.at("preset");
-    c.vocab = j.at("vocab");
-    c.dim = j.at("dim");
-    c.layers = j.at("layers");
-    c.heads = j.at("heads");
-    c.kv_heads = j.at("kv_heads");
-    c.ffn = j.at("ffn");
-    c.ctx = j.at("ctx");
-    // Exactly the names to_string writes: a misspelt kind must not load another model.
-    auto pick = [&](const char* key, const char* a, const char* b) {
-      const std::string v = j.at(key);
-      TOY_CHECK(v == a || v == b, "[model] config {} must be '{}' or '{}', got '{}'", key, a, b, v);
-      return v == a;
-    };
-    c.norm = pick("norm", "rms", "layer") ? NormKind::RMS : NormKind::Layer;
-    c.mlp = pick("mlp", "swiglu", "gelu") ? MlpKind::SwiGLU : MlpKind::GELU;
-    c.pos = pick("pos", "rope", "learned") ? PosKind::RoPE : PosKind::Learned;
-    c.bias = j.at("bias");
-    c.tied = j.at("tied");
-    c.depth_scale = j.at("depth_scale");
-    c.norm_eps = j.at("norm_eps");
-    c.rope_base = j.at("rope_base");
-    c.init_scale = j.at("init_scale");
-    c.dropout = j.at("dropout");
-    for (const auto& k : j.at("layer_kinds")) {
-      TOY_CHECK(k == "attention", "[model] unknown layer kind {}", k.dump());
-      c.layer_kinds.push_back(LayerKind::Attention);
-    }
-    c.validate();
-    return c;
-  } catch (const nlohmann::json::exception& e) {
-    fail("[model] malformed model config: {}", e.what());
+ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& where) {
+  using namespace json_fields;
+  ModelConfig c;
+  c.preset = get_string(j, "preset", where);
+  c.vocab = get_int(j, "vocab", where);
+  c.dim = get_int(j, "dim", where);
+  c.layers = get_int(j, "layers", where);
+  c.heads = get_int(j, "heads", where);
+  c.kv_heads = get_int(j, "kv_heads", where);
+  c.ffn = get_int(j, "ffn", where);
+  c.ctx = get_int(j, "ctx", where);
+  // Exactly the names to_string writes: a misspelt kind must not load another model.
+  auto pick = [&](const char* key, const char* a, const char* b) {
+    const std::string v = get_string(j, key, where);
+    TOY_CHECK(v == a || v == b, "{}: field '{}' must be '{}' or '{}', got '{}'", where, key, a, b, printable(v));
+    return v == a;
+  };
+  c.norm = pick("norm", "rms", "layer") ? NormKind::RMS : NormKind::Layer;
+  c.mlp = pick("mlp", "swiglu", "gelu") ? MlpKind::SwiGLU : MlpKind::GELU;
+  c.pos = pick("pos", "rope", "learned") ? PosKind::RoPE : PosKind::Learned;
+  c.bias = get_bool(j, "bias", where);
+  c.tied = get_bool(j, "tied", where);
+  c.depth_scale = get_bool(j, "depth_scale", where);
+  c.norm_eps = get_float(j, "norm_eps", where);
+  c.rope_base = get_float(j, "rope_base", where);
+  c.init_scale = get_float(j, "init_scale", where);
+  c.dropout = get_float(j, "dropout", where);
+  for (const auto& k : get_array(j, "layer_kinds", where)) {
+    TOY_CHECK(k == "attention", "{}: unknown layer kind {}", where,
+              printable(k.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), 64));
+    c.layer_kinds.push_back(LayerKind::Attention);
   }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  return c;
 }
 
 }  // namespace toy

@@ -52,7 +52,9 @@ struct ModelConfig {
 
   static ModelConfig from_preset(const std::string& name);  // throws on unknown names
   nlohmann::json to_json() const;
-  static ModelConfig from_json(const nlohmann::json& j);
+  // Strict: every field present with its JSON type (no 32.7 for an integer); `where` names
+  // the source in messages.
+  static ModelConfig from_json(const nlohmann::json& j, const std::string& where = "[model] config");
 };
 
 // A float as the double with the same shortest decimal form (0.9f -> 0.9, not 0.8999999761...),

@@ -17,10 +17,28 @@ std::string blk(int64_t l, const char* name) { return fmt::format("blk.{}.{}", l
 DecoderLM::DecoderLM(ModelConfig cfg) : cfg_(std::move(cfg)) {
   cfg_.resolve();
   cfg_.validate();
+  declare([&](const std::string& name, const Shape& s) { return params_.add(name, zeros(s)); });
+}
+
+DecoderLM::DecoderLM(ModelConfig cfg, ShapesOnly) : cfg_(std::move(cfg)) {}
+
+std::vector<std::pair<std::string, Shape>> DecoderLM::parameter_shapes(ModelConfig cfg) {
+  cfg.resolve();
+  cfg.validate();
+  std::vector<std::pair<std::string, Shape>> out;
+  DecoderLM m(std::move(cfg), ShapesOnly{});
+  m.declare([&](const std::string& name, const Shape& s) {
+    out.emplace_back(name, s);
+    return Tensor();
+  });
+  return out;
+}
+
+template <class Add>
+void DecoderLM::declare(Add add) {
   const int64_t D = cfg_.dim, V = cfg_.vocab, F = cfg_.ffn, d = cfg_.head_dim();
   const int64_t H = cfg_.heads, Hkv = cfg_.kv_heads;
   const bool gpt_qkv = cfg_.norm == NormKind::Layer && cfg_.mlp == MlpKind::GELU && cfg_.pos == PosKind::Learned;
-  auto add = [&](const std::string& name, const Shape& s) { return params_.add(name, zeros(s)); };
   tok_emb_ = add("token_embd.weight", {V, D});
   if (cfg_.pos == PosKind::Learned) pos_emb_ = add("position_embd.weight", {cfg_.ctx, D});
   const bool norm_bias = cfg_.norm == NormKind::Layer && cfg_.bias;

@@ -13,6 +13,8 @@
 // Shapes use B batch, T time, D dim, H heads, Hkv kv heads, d head dim, F ffn, V vocab.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "toy/core/rng.h"
@@ -24,6 +26,9 @@ namespace toy {
 class DecoderLM {
  public:
   explicit DecoderLM(ModelConfig cfg);  // parameters allocated (zero); call init()
+  // Every parameter's name and shape, in order, without allocating anything (for checking a
+  // file's tensors and the memory a run needs before committing to it).
+  static std::vector<std::pair<std::string, Shape>> parameter_shapes(ModelConfig cfg);
   const ModelConfig& config() const { return cfg_; }
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
@@ -62,6 +67,11 @@ class DecoderLM {
   struct Projections {
     Tensor qkv_w, qkv_b, gate_up_w, gate_up_b;
   };
+  struct ShapesOnly {};
+  DecoderLM(ModelConfig cfg, ShapesOnly);
+  // Declares every parameter through add(name, shape) -> Tensor and binds the result.
+  template <class Add>
+  void declare(Add add);
   Projections projections(const Layer& L) const;
   Tensor norm(const Tensor& x, const Tensor& w, const Tensor& b) const;
   Tensor block(int64_t l, const Tensor& x, const Tensor& positions, bool training, Generator* gen, int64_t start);

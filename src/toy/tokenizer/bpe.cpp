@@ -25,6 +25,7 @@
 #include <unordered_map>
 
 #include "toy/core/error.h"
+#include "toy/core/text.h"
 #include "toy/io/gguf.h"
 #include "toy/tokenizer/internal.h"
 
@@ -405,9 +406,9 @@ std::unique_ptr<Tokenizer> train_bpe_tokenizer(int64_t n_merges, std::string_vie
 std::unique_ptr<Tokenizer> load_bpe_tokenizer(const gguf::Reader& r) {
   const std::string pre = r.has("tokenizer.ggml.pre") ? meta_str(r, "tokenizer.ggml.pre") : "(none)";
   TOY_CHECK(pre == "gpt-2", "[tokenizer:bpe] '{}': pre-tokenizer '{}' is not supported yet (toy implements 'gpt-2')",
-            r.path(), pre);
+            printable(r.path()), printable(pre));
   const std::vector<std::string>& tokens = meta_str_array(r, "tokenizer.ggml.tokens");
-  TOY_CHECK(!tokens.empty() && tokens.size() <= size_t(INT32_MAX), "[tokenizer:bpe] '{}': {} tokens", r.path(),
+  TOY_CHECK(!tokens.empty() && tokens.size() <= size_t(INT32_MAX), "[tokenizer:bpe] '{}': {} tokens", printable(r.path()),
             tokens.size());
   std::vector<int32_t> types = meta_token_types(r, tokens.size());
 
@@ -418,7 +419,7 @@ std::unique_ptr<Tokenizer> load_bpe_tokenizer(const gguf::Reader& r) {
     if (types[id] == kTokenNormal) {
       std::optional<std::string> bytes = gpt2_text_to_bytes(tokens[id]);
       TOY_CHECK(bytes, "[tokenizer:bpe] '{}': normal token {} ('{}') is not byte-level (bytes_to_unicode) text",
-                r.path(), id, tokens[id]);
+                printable(r.path()), id, printable(tokens[id]));
       pieces[id] = std::move(*bytes);
     } else {
       pieces[id] = tokens[id];
@@ -431,15 +432,15 @@ std::unique_ptr<Tokenizer> load_bpe_tokenizer(const gguf::Reader& r) {
   merges.reserve(merge_text.size());
   auto lookup = [&](std::string_view text, size_t rank, std::string_view what) {
     auto it = id_of.find(text);
-    TOY_CHECK(it != id_of.end(), "[tokenizer:bpe] '{}': merge {} ('{}'): {} '{}' is not a token", r.path(), rank,
-              merge_text[rank], what, text);
+    TOY_CHECK(it != id_of.end(), "[tokenizer:bpe] '{}': merge {} ('{}'): {} '{}' is not a token", printable(r.path()), rank,
+              printable(merge_text[rank]), what, printable(text));
     return it->second;
   };
   for (size_t rank = 0; rank < merge_text.size(); ++rank) {
     const std::string& t = merge_text[rank];
     // Split at the first space after position 0, as llama.cpp does.
     const size_t sp = t.find(' ', 1);
-    TOY_CHECK(sp != std::string::npos, "[tokenizer:bpe] '{}': merge {} ('{}') is not 'left right'", r.path(), rank, t);
+    TOY_CHECK(sp != std::string::npos, "[tokenizer:bpe] '{}': merge {} ('{}') is not 'left right'", printable(r.path()), rank, printable(t));
     const std::string_view left(t.data(), sp), right(t.data() + sp + 1, t.size() - sp - 1);
     merges.push_back({lookup(left, rank, "left"), lookup(right, rank, "right"),
                       lookup(std::string(left) + std::string(right), rank, "the merged text")});

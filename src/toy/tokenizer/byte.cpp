@@ -6,6 +6,7 @@
 // llama.cpp loads it and tokenizes exactly as toy does: with no merges every pre-split piece
 // falls apart into its bytes. "toy.tokenizer.kind" = "byte" tells toy to rebuild this class.
 #include "toy/core/error.h"
+#include "toy/core/text.h"
 #include "toy/io/gguf.h"
 #include "toy/tokenizer/internal.h"
 
@@ -58,18 +59,18 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteT
 // file is not what its kind key says.
 std::unique_ptr<Tokenizer> load_byte_tokenizer(const gguf::Reader& r) {
   const std::vector<std::string>& tokens = meta_str_array(r, "tokenizer.ggml.tokens");
-  TOY_CHECK(tokens.size() == 257, "[tokenizer:byte] '{}': expected 257 tokens, found {}", r.path(), tokens.size());
+  TOY_CHECK(tokens.size() == 257, "[tokenizer:byte] '{}': expected 257 tokens, found {}", printable(r.path()), tokens.size());
   for (int b = 0; b < 256; ++b)
     TOY_CHECK(tokens[size_t(b)] == gpt2_bytes_to_text(std::string(1, char(b))),
-              "[tokenizer:byte] '{}': token {} is '{}', expected the byte-level text of byte {:#04x}", r.path(), b,
-              tokens[size_t(b)], b);
-  TOY_CHECK(tokens[256] == kEndOfText, "[tokenizer:byte] '{}': token 256 is '{}', expected '{}'", r.path(),
-            tokens[256], kEndOfText);
+              "[tokenizer:byte] '{}': token {} is '{}', expected the byte-level text of byte {:#04x}", printable(r.path()), b,
+              printable(tokens[size_t(b)]), b);
+  TOY_CHECK(tokens[256] == kEndOfText, "[tokenizer:byte] '{}': token 256 is '{}', expected '{}'", printable(r.path()),
+            printable(tokens[256]), kEndOfText);
   if (const gguf::Value* m = r.find("tokenizer.ggml.merges"))
     TOY_CHECK(m->type == gguf::Type::ARRAY && m->as.empty(), "[tokenizer:byte] '{}': a byte vocabulary has no merges",
-              r.path());
+              printable(r.path()));
   const int32_t eos = meta_token_id(r, "tokenizer.ggml.eos_token_id", tokens.size());
-  TOY_CHECK(eos == kEos, "[tokenizer:byte] '{}': eos id is {}, expected {}", r.path(), eos, kEos);
+  TOY_CHECK(eos == kEos, "[tokenizer:byte] '{}': eos id is {}, expected {}", printable(r.path()), eos, kEos);
   return make_byte_tokenizer();
 }
 

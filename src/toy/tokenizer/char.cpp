@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "toy/core/error.h"
+#include "toy/core/text.h"
 #include "toy/io/gguf.h"
 #include "toy/tokenizer/internal.h"
 
@@ -124,7 +125,7 @@ std::unique_ptr<Tokenizer> train_char_tokenizer(std::string_view corpus) {
 std::unique_ptr<Tokenizer> load_char_tokenizer(const gguf::Reader& r) {
   const std::vector<std::string>& tokens = meta_str_array(r, "tokenizer.ggml.tokens");
   const std::vector<int32_t> types = meta_token_types(r, tokens.size());
-  TOY_CHECK(!tokens.empty(), "[tokenizer:char] '{}': the vocabulary is empty", r.path());
+  TOY_CHECK(!tokens.empty(), "[tokenizer:char] '{}': the vocabulary is empty", printable(r.path()));
   std::vector<uint32_t> keys;
   std::unordered_map<uint32_t, size_t> first;
   for (size_t id = 0; id < tokens.size(); ++id) {
@@ -133,16 +134,16 @@ std::unique_ptr<Tokenizer> load_char_tokenizer(const gguf::Reader& r) {
     if (types[id] == kTokenByte) {
       unsigned b = 0;
       TOY_CHECK(t.size() == 6 && t.starts_with("<0x") && t.ends_with(">") && std::sscanf(t.c_str(), "<0x%2X>", &b) == 1,
-                "[tokenizer:char] '{}': byte token {} is '{}', expected '<0xNN>'", r.path(), id, t);
+                "[tokenizer:char] '{}': byte token {} is '{}', expected '<0xNN>'", printable(r.path()), id, printable(t));
       key = kRawByte + b;
     } else {
       uint32_t len = 0;
       const bool one_char = !t.empty() && utf8_step(t, 0).status == Utf8Status::ok && utf8_step(t, 0).len == t.size();
-      TOY_CHECK(one_char, "[tokenizer:char] '{}': token {} is not a single UTF-8 character", r.path(), id);
+      TOY_CHECK(one_char, "[tokenizer:char] '{}': token {} is not a single UTF-8 character", printable(r.path()), id);
       key = symbol_at(t, 0, &len);
     }
     const auto [it, fresh] = first.emplace(key, id);
-    TOY_CHECK(fresh, "[tokenizer:char] '{}': tokens {} and {} are the same symbol", r.path(), it->second, id);
+    TOY_CHECK(fresh, "[tokenizer:char] '{}': tokens {} and {} are the same symbol", printable(r.path()), it->second, id);
     keys.push_back(key);
   }
   return std::make_unique<CharTokenizer>(keys);

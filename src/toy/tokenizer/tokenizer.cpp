@@ -8,6 +8,7 @@
 #include <charconv>
 
 #include "toy/core/error.h"
+#include "toy/core/text.h"
 #include "toy/io/gguf.h"
 #include "toy/tokenizer/internal.h"
 #include "toy/tokenizer/tokenizer.h"
@@ -118,17 +119,17 @@ std::optional<std::string> gpt2_text_to_bytes(std::string_view text) {
 
 const std::string& meta_str(const gguf::Reader& r, const std::string& key) {
   const gguf::Value* v = r.find(key);
-  TOY_CHECK(v, "[tokenizer] '{}': missing key '{}'", r.path(), key);
-  TOY_CHECK(v->type == gguf::Type::STRING, "[tokenizer] '{}': key '{}' is {}, expected string", r.path(), key,
+  TOY_CHECK(v, "[tokenizer] '{}': missing key '{}'", printable(r.path()), key);
+  TOY_CHECK(v->type == gguf::Type::STRING, "[tokenizer] '{}': key '{}' is {}, expected string", printable(r.path()), key,
             gguf::type_name(v->type));
   return v->s;
 }
 
 const std::vector<std::string>& meta_str_array(const gguf::Reader& r, const std::string& key) {
   const gguf::Value* v = r.find(key);
-  TOY_CHECK(v, "[tokenizer] '{}': missing key '{}'", r.path(), key);
+  TOY_CHECK(v, "[tokenizer] '{}': missing key '{}'", printable(r.path()), key);
   TOY_CHECK(v->type == gguf::Type::ARRAY && v->elem == gguf::Type::STRING,
-            "[tokenizer] '{}': key '{}' is {}, expected array of string", r.path(), key,
+            "[tokenizer] '{}': key '{}' is {}, expected array of string", printable(r.path()), key,
             v->type == gguf::Type::ARRAY ? std::string("array of ") + gguf::type_name(v->elem)
                                          : std::string(gguf::type_name(v->type)));
   return v->as;
@@ -139,9 +140,9 @@ std::vector<int32_t> meta_token_types(const gguf::Reader& r, size_t n_tokens) {
   const gguf::Value* v = r.find(key);
   if (!v) return std::vector<int32_t>(n_tokens, kTokenNormal);
   TOY_CHECK(v->type == gguf::Type::ARRAY && (v->elem == gguf::Type::I32 || v->elem == gguf::Type::U32),
-            "[tokenizer] '{}': key '{}' is not an array of i32", r.path(), key);
+            "[tokenizer] '{}': key '{}' is not an array of i32", printable(r.path()), key);
   const size_t n = v->elem == gguf::Type::I32 ? v->ai.size() : v->au.size();
-  TOY_CHECK(n == n_tokens, "[tokenizer] '{}': key '{}' has {} entries, expected one per token ({})", r.path(), key,
+  TOY_CHECK(n == n_tokens, "[tokenizer] '{}': key '{}' has {} entries, expected one per token ({})", printable(r.path()), key,
             n, n_tokens);
   std::vector<int32_t> types(n);
   for (size_t i = 0; i < n; ++i) types[i] = int32_t(v->elem == gguf::Type::I32 ? v->ai[i] : int64_t(v->au[i]));
@@ -151,9 +152,9 @@ std::vector<int32_t> meta_token_types(const gguf::Reader& r, size_t n_tokens) {
 int32_t meta_token_id(const gguf::Reader& r, const std::string& key, size_t n_tokens) {
   const gguf::Value* v = r.find(key);
   if (!v) return -1;
-  TOY_CHECK(v->type == gguf::Type::U32, "[tokenizer] '{}': key '{}' is {}, expected u32", r.path(), key,
+  TOY_CHECK(v->type == gguf::Type::U32, "[tokenizer] '{}': key '{}' is {}, expected u32", printable(r.path()), key,
             gguf::type_name(v->type));
-  TOY_CHECK(v->u < n_tokens, "[tokenizer] '{}': key '{}' = {} is out of range (vocabulary of {})", r.path(), key,
+  TOY_CHECK(v->u < n_tokens, "[tokenizer] '{}': key '{}' = {} is out of range (vocabulary of {})", printable(r.path()), key,
             v->u, n_tokens);
   return int32_t(v->u);
 }
@@ -203,23 +204,23 @@ std::unique_ptr<Tokenizer> Tokenizer::train(const std::string& spec, std::string
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const gguf::Reader& r) {
   TOY_CHECK(r.has("tokenizer.ggml.model"), "[tokenizer] '{}' carries no tokenizer (no key 'tokenizer.ggml.model')",
-            r.path());
+            printable(r.path()));
   const std::string& model = td::meta_str(r, "tokenizer.ggml.model");
   if (r.has("toy.tokenizer.kind")) {
     const std::string& kind = td::meta_str(r, "toy.tokenizer.kind");
     const char* want = kind == "char" ? "toy-char" : "gpt2";
     TOY_CHECK(kind == "byte" || kind == "char" || kind == "bpe",
-              "[tokenizer] '{}': unknown toy.tokenizer.kind '{}' (expected byte, char or bpe)", r.path(), kind);
+              "[tokenizer] '{}': unknown toy.tokenizer.kind '{}' (expected byte, char or bpe)", printable(r.path()), printable(kind));
     TOY_CHECK(model == want, "[tokenizer] '{}': toy.tokenizer.kind '{}' needs tokenizer.ggml.model '{}', found '{}'",
-              r.path(), kind, want, model);
+              printable(r.path()), printable(kind), want, printable(model));
     if (kind == "byte") return td::load_byte_tokenizer(r);
     if (kind == "char") return td::load_char_tokenizer(r);
     return td::load_bpe_tokenizer(r);
   }
   if (model == "gpt2") return td::load_bpe_tokenizer(r);
   if (model == "toy-char") return td::load_char_tokenizer(r);
-  fail("[tokenizer] '{}': tokenizer model '{}' is not supported yet (toy reads 'gpt2' byte-level BPE)", r.path(),
-       model);
+  fail("[tokenizer] '{}': tokenizer model '{}' is not supported yet (toy reads 'gpt2' byte-level BPE)", printable(r.path()),
+       printable(model));
 }
 
 // ---- Utf8StreamDecoder ---------------------------------------------------------------------

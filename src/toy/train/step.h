@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "toy/core/error.h"
 #include "toy/core/rng.h"
 
 namespace toy {
@@ -11,6 +12,12 @@ class AdamW;
 class BatchSampler;
 class DecoderLM;
 
+// A step whose loss or gradient norm is NaN or infinite (nothing was applied).
+class NonFiniteStep : public Error {
+ public:
+  using Error::Error;
+};
+
 struct StepResult {
   double loss = 0;       // mean over the micro-batches
   double grad_norm = 0;  // global gradient norm before clipping
@@ -18,7 +25,8 @@ struct StepResult {
 
 // `accum` micro-batches (windows drawn from data_gen; forward, loss, backward, each loss
 // scaled by 1/accum), clipping to global norm `clip` (0 = off), AdamW at `lr`, gradients
-// zeroed. Throws when the loss is not finite.
+// zeroed. Throws NonFiniteStep, before anything is updated, when a micro-batch's loss or the
+// gradient norm is not finite.
 StepResult train_step(DecoderLM& model, AdamW& opt, const BatchSampler& batches, Generator& data_gen,
                       Generator& dropout_gen, int64_t accum, double clip, float lr);
 

@@ -1,7 +1,9 @@
 #include "toy/train/trainer.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -12,18 +14,20 @@
 #include <nlohmann/json.hpp>
 
 #include "toy/autograd/backward.h"
+#include "toy/core/json_fields.h"
+#include "toy/core/machine.h"
+#include "toy/core/text.h"
 #include "toy/core/thread_pool.h"
-#include "toy/data/batches.h"
-#include "toy/data/corpus.h"
 #include "toy/infer/generate.h"
 #include "toy/infer/sampler.h"
-#include "toy/train/step.h"
-#include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
 #include "toy/obs/events.h"
 #include "toy/obs/report.h"
 #include "toy/ops/ops.h"
-#include "toy/train/optimizer.h"
+#include "toy/train/memory.h"
+#include "toy/train/run_folder.h"
+#include "toy/train/run_state.h"
+#include "toy/train/step.h"
 
 namespace fs = std::filesystem;
 
@@ -31,39 +35,45 @@ namespace toy {
 
 namespace {
 std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from signal handlers");
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Independent random streams of a run (all counter-based, keyed by the seed).
-constexpr uint64_t kDataStream = 1, kDropoutStream = 2, kEvalStream = 3, kSampleStream = 4;
 }  // namespace
 
 void request_stop() { g_stop = true; }
+bool stop_requested() { return g_stop; }
 
 // ---- options ------------------------------------------------------------------------------------
 
 void TrainOptions::validate() const {
   TOY_CHECK(!out.empty(), "[train] --out (the run folder) is required");
-  TOY_CHECK(batch > 0 && batch <= 1 << 20, "[train] --batch must be in 1..2^20, got {}", batch);
-  TOY_CHECK(accum > 0 && accum <= 1 << 16, "[train] --accum must be >= 1, got {}", accum);
+  TOY_CHECK(batch > 0 && batch <= 1 << 20, "[train] --batch must be in 1..1048576, got {}", batch);
+  TOY_CHECK(accum > 0 && accum <= 1 << 16, "[train] --accum must be in 1..65536, got {}", accum);
   TOY_CHECK(steps > 0, "[train] --steps must be >= 1, got {}", steps);
-  TOY_CHECK(std::isfinite(lr) && lr > 0, "[train] --lr must be > 0, got {}", lr);
+  TOY_CHECK(std::isfinite(lr) && lr > 0 && lr <= 1, "[train] --lr must be in (0, 1], got {}", lr);
   TOY_CHECK(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, "[train] --min-lr must be in [0, lr], got {}",
             min_lr);
   TOY_CHECK(warmup >= 0, "[train] --warmup must be >= 0, got {}", warmup);
   TOY_CHECK(weight_decay >= 0 && weight_decay < 1, "[train] --wd must be in [0, 1), got {}", weight_decay);
   TOY_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "[train] --beta1/--beta2 must be in [0, 1), got {} "
             "and {}", beta1, beta2);
-  TOY_CHECK(clip >= 0, "[train] --clip must be >= 0 (0 = off), got {}", clip);
-  TOY_CHECK(eval_every >= 0 && sample_every >= 0 && stop_after >= 0 && log_every > 0,
-            "[train] --eval-every, --sample-every and --stop-after must be >= 0");
-  TOY_CHECK(eval_batches > 0, "[train] --eval-batches must be >= 1, got {}", eval_batches);
-  TOY_CHECK(sample_tokens >= 0, "[train] sample length must be >= 0");
+  TOY_CHECK(std::isfinite(clip) && clip >= 0, "[train] --clip must be >= 0 (0 = off), got {}", clip);
+  TOY_CHECK(eval_every >= 0, "[train] --eval-every must be >= 0, got {}", eval_every);
+  TOY_CHECK(sample_every >= 0, "[train] --sample-every must be >= 0, got {}", sample_every);
+  TOY_CHECK(stop_after >= 0, "[train] --stop-after must be >= 0, got {}", stop_after);
+  TOY_CHECK(log_every > 0, "[train] --log-every must be >= 1, got {}", log_every);
+  TOY_CHECK(save_every >= 0, "[train] --save-every must be >= 0 (0 = off), got {}", save_every);
+  TOY_CHECK(std::isfinite(save_minutes) && save_minutes >= 0, "[train] --save-minutes must be >= 0 (0 = off), got {}",
+            save_minutes);
+  TOY_CHECK(keep == "best" || keep == "last", "[train] --keep must be best or last, got '{}'", printable(keep));
+  TOY_CHECK(eval_batches > 0 && eval_batches <= 1 << 20, "[train] --eval-batches must be in 1..1048576, got {}",
+            eval_batches);
+  TOY_CHECK(sample_tokens >= 0, "[train] --sample-tokens must be >= 0, got {}", sample_tokens);
   TOY_CHECK(val_fraction > 0 && val_fraction < 1, "[train] validation fraction must be in (0, 1), got {}",
             val_fraction);
-  TOY_CHECK(threads >= 0 && threads <= 1024, "[train] --threads must be in 0..1024, got {}", threads);
+  TOY_CHECK(threads >= 0 && threads <= kMaxThreads, "[train] --threads must be in 0..{}, got {}", kMaxThreads, threads);
   TOY_CHECK(tokenizer == "char" || tokenizer == "byte" || tokenizer.rfind("bpe:", 0) == 0,
-            "[train] --tokenizer must be char, byte or bpe:N, got '{}'", tokenizer);
+            "[train] --tokenizer must be char, byte or bpe:N, got '{}'", printable(tokenizer));
   ModelConfig m = model;
   if (m.vocab == 0) m.vocab = 1;  // known only after the tokenizer is trained
   m.resolve();
@@ -76,62 +86,56 @@ nlohmann::json TrainOptions::to_json() const {
           {"min_lr", json_float(min_lr)},       {"warmup", warmup},     {"weight_decay", json_float(weight_decay)}, {"beta1", json_float(beta1)},
           {"beta2", json_float(beta2)},         {"clip", json_float(clip)},         {"seed", seed},             {"eval_every", eval_every},
           {"eval_batches", eval_batches}, {"sample_every", sample_every}, {"sample_tokens", sample_tokens},
-          {"log_every", log_every}, {"val_fraction", val_fraction}, {"threads", threads}, {"stop_after", stop_after}};
+          {"log_every", log_every}, {"val_fraction", val_fraction}, {"threads", threads}, {"stop_after", stop_after},
+          {"save_every", save_every}, {"save_minutes", save_minutes}, {"keep", keep}};
 }
 
-TrainOptions TrainOptions::from_json(const nlohmann::json& j) {
-  try {
-    TrainOptions o;
-    o.data = j.at("data").get<std::vector<std::string>>();
-    o.out = j.at("out");
-    o.tokenizer = j.at("tokenizer");
-    o.model = ModelConfig::from_json(j.at("model"));
-    o.batch = j.at("batch");
-    o.accum = j.at("accum");
-    o.steps = j.at("steps");
-    o.lr = j.at("lr");
-    o.min_lr = j.at("min_lr");
-    o.warmup = j.at("warmup");
-    o.weight_decay = j.at("weight_decay");
-    o.beta1 = j.at("beta1");
-    o.beta2 = j.at("beta2");
-    o.clip = j.at("clip");
-    o.seed = j.at("seed");
-    o.eval_every = j.at("eval_every");
-    o.eval_batches = j.at("eval_batches");
-    o.sample_every = j.at("sample_every");
-    o.sample_tokens = j.at("sample_tokens");
-    o.log_every = j.at("log_every");
-    o.val_fraction = j.at("val_fraction");
-    o.threads = j.at("threads");
-    o.stop_after = j.at("stop_after");
-    return o;
-  } catch (const nlohmann::json::exception& e) {
-    fail("[train] malformed saved training options: {}", e.what());
+TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string& where) {
+  using namespace json_fields;
+  TrainOptions o;
+  o.data.clear();
+  for (const auto& d : get_array(j, "data", where)) {
+    TOY_CHECK(d.is_string(), "{}: field 'data' must be an array of paths", where);
+    o.data.push_back(d.get<std::string>());
   }
+  o.out = get_string(j, "out", where);
+  o.tokenizer = get_string(j, "tokenizer", where);
+  o.model = ModelConfig::from_json(get_object(j, "model", where), where + " model");
+  o.batch = get_int(j, "batch", where);
+  o.accum = get_int(j, "accum", where);
+  o.steps = get_int(j, "steps", where);
+  o.lr = get_float(j, "lr", where);
+  o.min_lr = get_float(j, "min_lr", where);
+  o.warmup = get_int(j, "warmup", where);
+  o.weight_decay = get_float(j, "weight_decay", where);
+  o.beta1 = get_float(j, "beta1", where);
+  o.beta2 = get_float(j, "beta2", where);
+  o.clip = get_float(j, "clip", where);
+  o.seed = get_uint(j, "seed", where);
+  o.eval_every = get_int(j, "eval_every", where);
+  o.eval_batches = get_int(j, "eval_batches", where);
+  o.sample_every = get_int(j, "sample_every", where);
+  o.sample_tokens = get_int(j, "sample_tokens", where);
+  o.log_every = get_int(j, "log_every", where);
+  o.val_fraction = get_double(j, "val_fraction", where);
+  const int64_t threads = get_int(j, "threads", where);
+  TOY_CHECK(threads >= 0 && threads <= kMaxThreads, "{}: threads {} is outside 0..{}", where, threads, kMaxThreads);
+  o.threads = int(threads);
+  o.stop_after = get_int(j, "stop_after", where);
+  o.save_every = get_int(j, "save_every", where);
+  o.save_minutes = get_double(j, "save_minutes", where);
+  o.keep = get_string(j, "keep", where);
+  try {
+    o.validate();
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  return o;
 }
 
 // ---- the run ------------------------------------------------------------------------------------
 
 namespace {
-
-struct Run {
-  TrainOptions o;
-  std::unique_ptr<Tokenizer> tok;
-  std::vector<int32_t> tokens;
-  TokenSplit split;
-  std::unique_ptr<DecoderLM> model;
-  std::unique_ptr<AdamW> opt;
-  Generator data_gen{0, kDataStream}, dropout_gen{0, kDropoutStream};
-  int64_t step = 0;          // steps completed
-  double train_seconds = 0;  // time spent in training steps (all sessions)
-  int64_t tokens_seen = 0;
-  std::vector<std::string> files;
-  uint64_t token_cache_key = 0;  // the corpus text and the tokenizer's identity
-  bool tty = false;
-};
-
-std::string checkpoint_path(const std::string& dir) { return (fs::path(dir) / "checkpoint.gguf").string(); }
 
 void log_line(const Run& r, const std::string& s) {
   if (r.o.quiet) return;
@@ -140,21 +144,80 @@ void log_line(const Run& r, const std::string& s) {
   std::fflush(stdout);
 }
 
-// Reads and encodes the corpus (through the token cache in the run folder).
-void load_data(Run& r, bool train_tokenizer) {
-  Corpus c = read_corpus(r.o.data);
+// Notes go to stderr (even with --quiet: they report something the user should know).
+void note(const std::string& s) { std::fprintf(stderr, "toy train: %s\n", s.c_str()); }
+
+// Lists the corpus and checks that reading and encoding it fits in memory.
+CorpusListing list_data(const TrainOptions& o) {
+  CorpusListing listing = list_corpus(o.data);
+  for (const std::string& n : listing.notes) note(n);
+  const double need = corpus_memory(listing.bytes), avail = double(available_memory_bytes());
+  TOY_CHECK(need <= avail, "[data] the corpus is {} ({} files); reading and encoding it needs about {}, more than the "
+            "{} available: train on less text", format_bytes(double(listing.bytes)), listing.files.size(),
+            format_bytes(need), format_bytes(avail));
+  return listing;
+}
+
+// Describes how the corpus differs from the one a checkpoint recorded ("" when it does not).
+std::string corpus_changes(const std::vector<CorpusFile>& saved, const std::vector<CorpusFile>& now) {
+  std::vector<std::string> changed, added, removed;
+  for (const CorpusFile& s : saved) {
+    auto it = std::find_if(now.begin(), now.end(), [&](const CorpusFile& n) { return n.path == s.path; });
+    if (it == now.end())
+      removed.push_back(s.path);
+    else if (it->hash != s.hash || it->bytes != s.bytes)
+      changed.push_back(s.path);
+  }
+  for (const CorpusFile& n : now)
+    if (std::none_of(saved.begin(), saved.end(), [&](const CorpusFile& s) { return s.path == n.path; }))
+      added.push_back(n.path);
+  std::string out;
+  auto part = [&](const char* what, const std::vector<std::string>& v) {
+    if (v.empty()) return;
+    out += fmt::format("{}{}: ", out.empty() ? "" : "; ", what);
+    for (size_t i = 0; i < v.size() && i < 8; ++i) out += (i ? ", " : "") + printable(v[i]);
+    if (v.size() > 8) out += fmt::format(" and {} more", v.size() - 8);
+  };
+  part("changed", changed);
+  part("added", added);
+  part("removed", removed);
+  return out;
+}
+
+// Reads and encodes the corpus (through the token cache in the run folder when there is one).
+void load_data(Run& r, const CorpusListing& listing, bool train_tokenizer, bool resumed) {
+  Corpus c = read_corpus(listing);
   r.files = c.files;
+  if (resumed) {
+    const std::string diff = r.corpus_hash == c.hash ? std::string() : corpus_changes(r.corpus, c.identity);
+    if (r.corpus_hash != c.hash) {
+      const std::string what = diff.empty() ? std::string("the same files hold different text") : diff;
+      TOY_CHECK(r.o.allow_data_change,
+                "[train] the training data changed since the checkpoint ({}): resuming would train on other text than "
+                "the run started with; restore the data, or pass --allow-data-change to continue on the new text",
+                what);
+      note(fmt::format("the training data changed since the checkpoint ({}); continuing on the new text "
+                       "(--allow-data-change)", what));
+    }
+  }
+  r.corpus = c.identity;
+  r.corpus_hash = c.hash;
   if (!r.o.quiet && r.o.data.empty())
     log_line(r, fmt::format("toy train: no --data given; training on the {} license texts in {} (every Debian/Ubuntu "
                             "system has them)", c.files.size(), default_corpus_dir()));
   if (train_tokenizer) r.tok = Tokenizer::train(r.o.tokenizer, c.text);
   // Cache key: the text and the tokenizer's identity.
-  r.token_cache_key = fnv1a(r.o.tokenizer + ":" + std::to_string(r.tok->vocab_size()), fnv1a(c.text));
+  r.token_cache_key = fnv1a(r.o.tokenizer + ":" + std::to_string(r.tok->vocab_size()), c.hash);
   const std::string cache = (fs::path(r.o.out) / "tokens.bin").string();
-  if (!fs::exists(r.o.out) || !load_token_cache(cache, r.token_cache_key, r.tokens)) {
-    r.tokens = r.tok->encode(c.text);
+  if (!fs::is_directory(r.o.out) || !load_token_cache(cache, r.token_cache_key, r.tok->vocab_size(), r.tokens)) {
+    try {
+      r.tokens = r.tok->encode(c.text);
+    } catch (const Error& e) {
+      if (resumed) fail("{} (the run's vocabulary was built from the text it started with)", e.what());
+      throw;
+    }
     // A new run's folder does not exist yet: train() saves the cache once it has made it.
-    if (fs::exists(r.o.out)) save_token_cache(cache, r.token_cache_key, r.tokens);
+    if (resumed) save_token_cache(cache, r.token_cache_key, r.tokens);
   }
   r.split = split_tokens(r.tokens, r.o.val_fraction);
   const int64_t need = r.o.model.ctx + 1;
@@ -187,48 +250,37 @@ std::string generate_sample(Run& r, int64_t n_tokens) {
   return text;
 }
 
-void save_checkpoint(Run& r) {
-  gguf::Writer w;
-  add_model_to_gguf(w, *r.model, *r.tok, "toy checkpoint");
-  for (const Tensor& p : r.model->params().all()) {
-    w.add_tensor("opt.m." + p.name(), r.opt->m(p.name()));
-    w.add_tensor("opt.v." + p.name(), r.opt->v(p.name()));
-  }
-  nlohmann::json state = {{"step", r.step},
-                          {"optimizer_steps", r.opt->steps()},
-                          {"data_rng", r.data_gen.offset()},
-                          {"dropout_rng", r.dropout_gen.offset()},
-                          {"train_seconds", r.train_seconds},
-                          {"tokens_seen", r.tokens_seen}};
-  w.set("toy.train.options", gguf::Value::str(r.o.to_json().dump()));
-  w.set("toy.train.state", gguf::Value::str(state.dump()));
-  w.write(checkpoint_path(r.o.out));
+// Keeps a copy of the current weights when `val` is the best validation loss so far.
+bool update_best(Run& r, double val) {
+  if (!std::isfinite(val) || (r.best && val >= r.best_val)) return false;
+  if (!r.best) r.best = std::make_unique<DecoderLM>(r.model->config());
+  NoGradGuard ng;
+  auto& dst = r.best->params().all();
+  const auto& src = r.model->params().all();
+  for (size_t i = 0; i < src.size(); ++i) copy_(dst[i], src[i].detach());
+  r.best_step = r.step;
+  r.best_val = val;
+  return true;
 }
 
-void load_checkpoint(Run& r, const std::string& dir) {
-  const std::string path = checkpoint_path(dir);
-  TOY_CHECK(fs::exists(path), "[train] no checkpoint to resume in '{}' (expected {})", dir, path);
-  gguf::Reader rd(path);
-  r.o = TrainOptions::from_json(nlohmann::json::parse(rd.get_str("toy.train.options")));
-  r.o.out = dir;
-  LoadedModel lm = load_model(rd);
-  r.model = std::move(lm.model);
-  r.tok = std::move(lm.tokenizer);
-  r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{r.o.beta1, r.o.beta2, 1e-8f, r.o.weight_decay});
-  NoGradGuard ng;
-  for (const Tensor& p : r.model->params().all()) {
-    copy_(r.opt->m(p.name()), rd.tensor("opt.m." + p.name()));
-    copy_(r.opt->v(p.name()), rd.tensor("opt.v." + p.name()));
+// model.gguf and its companion: with keep=best, model.gguf holds the best-validation weights
+// and last.gguf the last step's; with keep=last, the reverse with best.gguf. Returns which
+// weights model.gguf holds.
+std::string write_model_files(Run& r) {
+  const fs::path dir(r.o.out);
+  const bool best_first = r.o.keep == "best" && r.best;
+  const DecoderLM& main = best_first ? *r.best : *r.model;
+  require_finite_weights(main, "model.gguf");
+  std::error_code ec;
+  if (r.o.keep == "best") {
+    save_model((dir / "last.gguf").string(), *r.model, *r.tok, "toy (last step)");
+    fs::remove(dir / "best.gguf", ec);
+  } else {
+    if (r.best) save_model((dir / "best.gguf").string(), *r.best, *r.tok, "toy (best validation)");
+    fs::remove(dir / "last.gguf", ec);
   }
-  const nlohmann::json st = nlohmann::json::parse(rd.get_str("toy.train.state"));
-  r.step = st.at("step");
-  r.opt->set_steps(st.at("optimizer_steps"));
-  r.data_gen = Generator(r.o.seed, kDataStream);
-  r.data_gen.set_offset(st.at("data_rng"));
-  r.dropout_gen = Generator(r.o.seed, kDropoutStream);
-  r.dropout_gen.set_offset(st.at("dropout_rng"));
-  r.train_seconds = st.at("train_seconds");
-  r.tokens_seen = st.at("tokens_seen");
+  save_model((dir / "model.gguf").string(), main, *r.tok, "toy");
+  return best_first ? "best" : "last";
 }
 
 std::string fmt_duration(double s) {
@@ -267,8 +319,16 @@ TrainResult run_loop(Run& r, bool resumed) {
     const double tl = estimate_loss(r, r.split.train, 0), vl = estimate_loss(r, r.split.val, 1);
     res.train_loss = tl;
     res.val_loss = vl;
-    events.emit("eval", {{"step", r.step}, {"train_loss", tl}, {"val_loss", vl}, {"batches", o.eval_batches}});
-    log_line(r, fmt::format("step {:>6}  eval: train loss {:.4f}  val loss {:.4f}", r.step, tl, vl));
+    const bool best = update_best(r, vl);
+    events.emit("eval", {{"step", r.step}, {"train_loss", tl}, {"val_loss", vl}, {"batches", o.eval_batches},
+                         {"best", best}});
+    log_line(r, fmt::format("step {:>6}  eval: train loss {:.4f}  val loss {:.4f}{}", r.step, tl, vl,
+                            best ? "  (best so far)" : ""));
+    return best;
+  };
+  auto checkpoint = [&](const char* reason) {
+    save_checkpoint(r);
+    events.emit("checkpoint", {{"step", r.step}, {"reason", reason}});
   };
   // A failed sample (it is only a preview) is logged, and training goes on.
   auto sample = [&] {
@@ -284,10 +344,20 @@ TrainResult run_loop(Run& r, bool resumed) {
     events.emit("sample", {{"step", r.step}, {"text", text}});
     if (!o.quiet) log_line(r, fmt::format("--- sample at step {} ---\n{}\n---", r.step, text));
   };
+  auto end_events = [&](const nlohmann::json& extra) {
+    nlohmann::json e = {{"steps", r.step},           {"train_loss", res.train_loss}, {"val_loss", res.val_loss},
+                        {"last_step_loss", last_loss}, {"seconds", r.train_seconds},
+                        {"tokens_per_s", double(r.tokens_seen) / std::max(r.train_seconds, 1e-9)},
+                        {"stopped", res.stopped}};
+    e.update(extra);
+    events.emit("run_end", e);
+    write_report((fs::path(o.out) / "events.jsonl").string(), (fs::path(o.out) / "report.html").string());
+  };
 
   const auto session_start = Clock::now();
-  // g_stop is not cleared here: a Ctrl-C during set-up must still stop the run (after its
-  // first step); it is cleared once a stop has been honoured.
+  auto last_save = Clock::now();
+  // g_stop is not cleared here: a stop requested during set-up must still stop the run (after
+  // its first step); it is cleared once a stop has been honoured.
   while (r.step < end_step) {
     const auto t0 = Clock::now();
     const float lr = cosine_lr(r.step, o.warmup, o.steps, o.lr, o.min_lr);
@@ -295,7 +365,17 @@ TrainResult run_loop(Run& r, bool resumed) {
     try {
       st = train_step(*r.model, *r.opt, train_s, r.data_gen, r.dropout_gen, o.accum, o.clip, lr);
     } catch (const Error& e) {
-      fail("{} at step {}", e.what(), r.step + 1);
+      // Nothing of this step was applied, and nothing is written from here on: the files of
+      // the run stay those of the last good save.
+      const std::string kept =
+          r.saved_step >= 0
+              ? fmt::format("the checkpoint of step {} and the model files are kept; no file was replaced",
+                            r.saved_step)
+              : std::string("no checkpoint had been written yet");
+      const std::string msg = fmt::format("{} (at step {}); {}", e.what(), r.step + 1, kept);
+      events.emit("error", {{"step", r.step + 1}, {"message", msg}});
+      end_events({{"error", msg}});
+      fail("{}", msg);
     }
     ++r.step;
     last_loss = st.loss;
@@ -323,25 +403,38 @@ TrainResult run_loop(Run& r, bool resumed) {
       g_stop = false;
       break;
     }
+    const bool periodic = (o.save_every > 0 && r.step % o.save_every == 0) ||
+                          (o.save_minutes > 0 && since(last_save) >= o.save_minutes * 60);
+    if (!last && periodic) {
+      checkpoint("periodic");
+      last_save = Clock::now();
+    }
   }
   // Weights first: nothing after the last step may lose them.
-  save_checkpoint(r);
-  save_model((fs::path(o.out) / "model.gguf").string(), *r.model, *r.tok, "toy");
+  checkpoint(res.stopped ? "stop" : "end");
   if (!res.stopped) {
-    evaluate();
+    if (evaluate()) checkpoint("best");  // the final evaluation found better weights: keep them too
     sample();
   }
+  res.model = write_model_files(r);
+  res.best_step = r.best ? r.best_step : -1;
+  res.best_val_loss = r.best ? r.best_val : NAN;
+  events.emit("models", {{"model_gguf", res.model},
+                         {"companion", o.keep == "best" ? "last.gguf" : "best.gguf"},
+                         {"last_step", r.step},
+                         {"best_step", res.best_step},
+                         {"best_val_loss", res.best_val_loss}});
   res.steps = r.step;
   res.last_step_loss = last_loss;
   res.seconds = r.train_seconds;
   res.tokens_per_s = double(r.tokens_seen) / std::max(r.train_seconds, 1e-9);
-  if (res.stopped) {
+  if (res.stopped)
     log_line(r, fmt::format("stopped at step {}: checkpoint written; continue with toy train --resume {}", r.step, o.out));
-  }
-  events.emit("run_end", {{"steps", res.steps}, {"train_loss", res.train_loss}, {"val_loss", res.val_loss},
-                          {"last_step_loss", last_loss}, {"seconds", res.seconds}, {"tokens_per_s", res.tokens_per_s},
-                          {"stopped", res.stopped}, {"session_seconds", since(session_start)}});
-  write_report((fs::path(o.out) / "events.jsonl").string(), (fs::path(o.out) / "report.html").string());
+  if (res.model == "best" && res.best_step != r.step)
+    log_line(r, fmt::format("model.gguf holds the best validation weights (step {}, val loss {:.4f}); last.gguf the "
+                            "last step's", res.best_step, res.best_val_loss));
+  end_events({{"session_seconds", since(session_start)}, {"model", res.model}, {"best_step", res.best_step},
+              {"best_val_loss", res.best_val_loss}});
   return res;
 }
 
@@ -351,20 +444,20 @@ TrainResult train(const TrainOptions& opts) {
   opts.validate();
   Run r;
   r.o = opts;
+  // Everything that can fail on bad input happens before the run folder is written.
+  check_new_run_folder(opts.out, opts.force);
   if (opts.threads) set_num_threads(opts.threads);
   r.tty = isatty(fileno(stdout)) && !opts.quiet;
-  // Everything that can fail on bad input happens before the run folder is written.
-  load_data(r, true);
+  load_data(r, list_data(opts), true, false);
   ModelConfig mc = opts.model;
   mc.vocab = r.tok->vocab_size();
   mc.resolve();
   mc.validate();
   r.o.model = mc;
-  std::error_code ec;
-  fs::create_directories(opts.out, ec);
-  TOY_CHECK(!ec, "[train] cannot create the run folder '{}': {}", opts.out, ec.message());
-  const std::string cache = (fs::path(opts.out) / "tokens.bin").string();
-  if (!fs::exists(cache)) save_token_cache(cache, r.token_cache_key, r.tokens);
+  check_training_memory(estimate_training_memory(mc, opts.batch), available_memory_bytes(),
+                        "lower --batch, --ctx, --dim or --layers");
+  prepare_new_run_folder(opts.out, opts.force);
+  save_token_cache((fs::path(opts.out) / "tokens.bin").string(), r.token_cache_key, r.tokens);
   r.model = std::make_unique<DecoderLM>(mc);
   r.model->init(opts.seed);
   r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{opts.beta1, opts.beta2, 1e-8f, opts.weight_decay});
@@ -374,15 +467,22 @@ TrainResult train(const TrainOptions& opts) {
 }
 
 TrainResult resume(const std::string& dir, const std::function<void(TrainOptions&)>& override_fn) {
+  struct stat st {};
+  TOY_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "[train] --resume '{}' is not a run folder",
+            printable(dir));
+  for (const std::string& t : remove_stale_temporaries(dir))
+    note(fmt::format("removed '{}' left by a write that was interrupted", t));
   Run r;
   load_checkpoint(r, dir);
   r.o.stop_after = 0;  // a stop point belongs to the session that set it
   if (override_fn) override_fn(r.o);
   r.o.validate();
   if (r.o.threads) set_num_threads(r.o.threads);
-  load_data(r, false);
   TOY_CHECK(r.step < r.o.steps, "[train] the run in '{}' already finished its {} steps (pass a larger --steps to go on)",
-            dir, r.o.steps);
+            printable(dir), r.o.steps);
+  load_data(r, list_data(r.o), false, true);
+  check_training_memory(estimate_training_memory(r.o.model, r.o.batch), available_memory_bytes(),
+                        "this run cannot continue on this machine");
   return run_loop(r, true);
 }
 

@@ -1,10 +1,15 @@
 // Training from scratch: the loop behind `toy train`.
 //   data -> tokenizer (trained on the corpus, saved in the model) -> 90/10 split -> random
 //   windows -> DecoderLM -> AdamW with warmup + cosine, gradient clipping and accumulation.
-// The run folder gets model.gguf, checkpoint.gguf (model + optimizer + position in every
-// random stream; written to a temporary file and renamed), events.jsonl and report.html.
-// Stopping (Ctrl-C or stop_after) writes a checkpoint; resuming from it continues bit for bit
-// (for a fixed thread count) as if the run had never stopped.
+// The run folder (see run_folder.h) gets model.gguf and last.gguf or best.gguf, checkpoint.gguf
+// (model + optimizer + best weights + position in every random stream + the corpus's identity;
+// written to a temporary file and renamed), tokens.bin, events.jsonl and report.html.
+// What is never lost: everything is validated (including the memory the run needs) before the
+// folder is touched; a stop request (SIGINT/SIGTERM/SIGHUP via request_stop) or stop_after
+// writes a checkpoint, as do save_every steps and save_minutes of training; a step whose loss
+// or gradient is not finite stops the run with the last good checkpoint and model kept.
+// Resuming validates the checkpoint (format version, finite state, shapes, step, config, the
+// corpus's hash) and continues bit for bit (for a fixed thread count).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -38,12 +43,19 @@ struct TrainOptions {
   double val_fraction = 0.1;
   int threads = 0;
   int64_t stop_after = 0;     // stop (with a checkpoint) after this step; 0 = run to the end
+  int64_t save_every = 0;     // a checkpoint every N steps (0 = off)
+  double save_minutes = 10;   // and at least every M minutes of training (0 = off)
+  std::string keep = "best";  // model.gguf holds the best-validation weights (best) or the last step's (last)
   bool quiet = false;
+  // Not saved with the run: they apply to one invocation.
+  bool force = false;              // a new run may replace a run already in `out`
+  bool allow_data_change = false;  // a resume may continue on a corpus that changed
 
   // Throws toy::Error naming the first nonsense value.
   void validate() const;
   nlohmann::json to_json() const;
-  static TrainOptions from_json(const nlohmann::json& j);
+  // Strict (types and ranges checked); `where` names the source in messages.
+  static TrainOptions from_json(const nlohmann::json& j, const std::string& where);
 };
 
 struct TrainResult {
@@ -54,7 +66,10 @@ struct TrainResult {
   double tokens_per_s = 0;
   double seconds = 0;
   std::string out;
-  bool stopped = false;       // stopped early (Ctrl-C or stop_after): resumable
+  bool stopped = false;       // stopped early (a signal or stop_after): resumable
+  std::string model = "last"; // which weights model.gguf holds: "best" (validation) or "last"
+  int64_t best_step = -1;     // step of the best validation loss (-1: no validation yet)
+  double best_val_loss = NAN;
 };
 
 // Starts a new run in opts.out.
@@ -63,7 +78,12 @@ TrainResult train(const TrainOptions& opts);
 // that may differ on resume (steps, stop_after, threads, eval/sample cadence).
 TrainResult resume(const std::string& dir, const std::function<void(TrainOptions&)>& override_fn = {});
 
-// Set by the SIGINT handler `toy train` installs; the loop checks it after each step.
+// Set by the signal handlers `toy train` installs (async-signal-safe); the loop checks it
+// after each step and stops with a checkpoint.
 void request_stop();
+bool stop_requested();
+
+// The checkpoint layout this toy writes and reads (key toy.checkpoint.version).
+inline constexpr uint32_t kCheckpointVersion = 1;
 
 }  // namespace toy

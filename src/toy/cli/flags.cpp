@@ -1,0 +1,103 @@
+#include "toy/cli/flags.h"
+
+#include <cmath>
+
+#include <fmt/core.h>
+
+#include "toy/core/text.h"
+
+namespace toy::cli {
+
+namespace {
+
+// The flag's long name for messages ("--dim" from "-d,--dim").
+std::string flag_name(const std::string& names) {
+  std::string best;
+  size_t start = 0;
+  while (start <= names.size()) {
+    size_t end = names.find(',', start);
+    if (end == std::string::npos) end = names.size();
+    const std::string n = names.substr(start, end - start);
+    if (best.empty() || n.size() > best.size()) best = n;
+    start = end + 1;
+  }
+  return best;
+}
+
+[[noreturn]] void bad(const std::string& flag, const std::string& what, const std::string& got) {
+  throw CLI::ValidationError(fmt::format("{} must be {}, got '{}'", flag, what, printable(got, 64)));
+}
+
+int64_t parse_int_in(const std::string& flag, const std::string& s, int64_t lo, int64_t hi) {
+  int64_t v = 0;
+  if (!parse_int64(s, v) || v < lo || v > hi) bad(flag, fmt::format("an integer in {}..{}", lo, hi), s);
+  return v;
+}
+
+std::string describe(const Range& r) {
+  return fmt::format("a number in {}{}, {}{}", r.lo_open ? "(" : "[", r.lo, r.hi, r.hi_open ? ")" : "]");
+}
+
+double parse_real_in(const std::string& flag, const std::string& s, const Range& r) {
+  double v = 0;
+  const bool ok = parse_double(s, v) && std::isfinite(v) && (r.lo_open ? v > r.lo : v >= r.lo) &&
+                  (r.hi_open ? v < r.hi : v <= r.hi) && std::isfinite(float(v));
+  if (!ok) bad(flag, describe(r), s);
+  return v;
+}
+
+template <class Fn>
+CLI::Option* add_parsed(CLI::App* cmd, const std::string& names, Fn fn, const std::string& desc) {
+  return cmd->add_option_function<std::string>(names, std::move(fn), desc)->type_name("");
+}
+
+}  // namespace
+
+CLI::Option* add_int(CLI::App* cmd, const std::string& names, int64_t& var, int64_t lo, int64_t hi,
+                     const std::string& desc) {
+  const std::string flag = flag_name(names);
+  return add_parsed(cmd, names, [&var, flag, lo, hi](const std::string& s) { var = parse_int_in(flag, s, lo, hi); },
+                    desc)
+      ->default_str(std::to_string(var));
+}
+
+CLI::Option* add_int(CLI::App* cmd, const std::string& names, int& var, int64_t lo, int64_t hi,
+                     const std::string& desc) {
+  const std::string flag = flag_name(names);
+  return add_parsed(cmd, names,
+                    [&var, flag, lo, hi](const std::string& s) { var = int(parse_int_in(flag, s, lo, hi)); }, desc)
+      ->default_str(std::to_string(var));
+}
+
+CLI::Option* add_int(CLI::App* cmd, const std::string& names, std::optional<int64_t>& var, int64_t lo, int64_t hi,
+                     const std::string& desc) {
+  const std::string flag = flag_name(names);
+  return add_parsed(cmd, names, [&var, flag, lo, hi](const std::string& s) { var = parse_int_in(flag, s, lo, hi); },
+                    desc);
+}
+
+CLI::Option* add_u64(CLI::App* cmd, const std::string& names, uint64_t& var, const std::string& desc) {
+  const std::string flag = flag_name(names);
+  return add_parsed(cmd, names,
+                    [&var, flag](const std::string& s) {
+                      if (!parse_uint64(s, var)) bad(flag, "an integer in 0..18446744073709551615", s);
+                    },
+                    desc)
+      ->default_str(std::to_string(var));
+}
+
+CLI::Option* add_real(CLI::App* cmd, const std::string& names, float& var, Range r, const std::string& desc) {
+  const std::string flag = flag_name(names);
+  return add_parsed(cmd, names, [&var, flag, r](const std::string& s) { var = float(parse_real_in(flag, s, r)); },
+                    desc)
+      ->default_str(fmt::format("{}", var));
+}
+
+CLI::Option* add_real(CLI::App* cmd, const std::string& names, std::optional<float>& var, Range r,
+                      const std::string& desc) {
+  const std::string flag = flag_name(names);
+  return add_parsed(cmd, names, [&var, flag, r](const std::string& s) { var = float(parse_real_in(flag, s, r)); },
+                    desc);
+}
+
+}  // namespace toy::cli

@@ -1,0 +1,22 @@
+// Opening files named by a user or found in a folder, safely: only regular files (after
+// following symlinks) are read — a FIFO, a device such as /dev/zero, a socket or a folder is
+// refused by name instead of hanging or reading forever — and every failure says the OS's
+// reason. Outputs that already exist must be regular files too.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace toy {
+
+// Opens `path` read-only without blocking (a FIFO with no writer cannot hang it) and checks it
+// is a regular file; returns the descriptor (close it) and its size in *bytes. `who` names the
+// caller in messages ("[data]", "[gguf]").
+int open_regular_file(const std::string& path, const char* who, uint64_t* bytes = nullptr);
+// The whole file; refuses files larger than max_bytes (naming both sizes).
+std::string read_regular_file(const std::string& path, const char* who, uint64_t max_bytes = UINT64_MAX);
+// For a file about to be written: fine when missing or a regular file, else an error.
+void check_output_file(const std::string& path, const char* who);
+// "a folder", "a FIFO", "a character device", ... for the file type bits of st_mode.
+const char* file_kind(unsigned mode);
+
+}  // namespace toy

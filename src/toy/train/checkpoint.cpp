@@ -1,0 +1,191 @@
+// checkpoint.gguf: the model (as model.gguf has it) plus
+//   toy.checkpoint.version   u32, the layout below (kCheckpointVersion)
+//   toy.train.options        JSON: the TrainOptions the run was started with
+//   toy.train.state          JSON: step, optimizer steps, random stream offsets, time and
+//                            tokens so far, the best validation step and loss, and the
+//                            corpus identity (hash of the text; path, size and hash per file)
+//   opt.m.<param>, opt.v.<param>  AdamW moments
+//   best.<param>             the best-validation weights (when an evaluation has run)
+// Loading trusts nothing: each value is checked before it is used.
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "toy/autograd/grad_mode.h"
+#include "toy/core/json_fields.h"
+#include "toy/core/text.h"
+#include "toy/io/gguf.h"
+#include "toy/io/model_file.h"
+#include "toy/ops/ops.h"
+#include "toy/train/run_state.h"
+
+namespace fs = std::filesystem;
+
+namespace toy {
+
+std::string checkpoint_path(const std::string& dir) { return (fs::path(dir) / "checkpoint.gguf").string(); }
+
+int64_t first_non_finite(const Tensor& t) {
+  if (t.dtype() == DType::F32 && t.is_contiguous()) {
+    const float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (!std::isfinite(p[i])) return i;
+    return -1;
+  }
+  const std::vector<float> v = t.to_f32_vector();
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i])) return int64_t(i);
+  return -1;
+}
+
+void require_finite_weights(const DecoderLM& m, const std::string& what) {
+  for (const Tensor& p : m.params().all()) {
+    const int64_t i = first_non_finite(p);
+    TOY_CHECK(i < 0, "[train] weight '{}' holds {} (element {}): not writing {}", p.name(),
+              p.detach().to_f32_vector()[size_t(i)], i, what);
+  }
+}
+
+namespace {
+
+std::string hex(uint64_t v) { return fmt::format("{:016x}", v); }
+
+nlohmann::json corpus_json(const Run& r) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const CorpusFile& f : r.corpus) files.push_back({{"path", f.path}, {"bytes", f.bytes}, {"hash", hex(f.hash)}});
+  return {{"hash", hex(r.corpus_hash)}, {"files", files}};
+}
+
+uint64_t parse_hex(const nlohmann::json& j, const char* key, const std::string& where) {
+  const std::string s = json_fields::get_string(j, key, where);
+  uint64_t v = 0;
+  const bool ok = s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos &&
+                  std::from_chars(s.data(), s.data() + s.size(), v, 16).ec == std::errc();
+  TOY_CHECK(ok,
+            "{}: field '{}' must be 16 hex digits, got '{}'", where, key, printable(s, 40));
+  return v;
+}
+
+// Copies tensor `name` of the checkpoint into dst after checking shape and finiteness.
+void load_checked(const gguf::Reader& rd, const std::string& name, Tensor& dst, bool non_negative) {
+  const std::string shown = printable(rd.path());
+  const gguf::TensorInfo* ti = rd.find_tensor(name);
+  TOY_CHECK(ti != nullptr, "[train] checkpoint '{}': missing tensor '{}'", shown, name);
+  TOY_CHECK(ti->shape == dst.shape(), "[train] checkpoint '{}': tensor '{}' has shape {}, expected {}", shown, name,
+            ti->shape.str(), dst.shape().str());
+  NoGradGuard ng;
+  copy_(dst, rd.tensor(name));
+  const int64_t bad = first_non_finite(dst);
+  TOY_CHECK(bad < 0, "[train] checkpoint '{}': tensor '{}' holds non-finite values (element {}): the checkpoint is "
+            "damaged or was saved from a diverged run", shown, name, bad);
+  if (non_negative) {
+    const std::vector<float> v = dst.to_f32_vector();
+    for (size_t i = 0; i < v.size(); ++i)
+      TOY_CHECK(v[i] >= 0, "[train] checkpoint '{}': tensor '{}' element {} is {}, but AdamW's second moment is never "
+                "negative", shown, name, i, v[i]);
+  }
+}
+
+}  // namespace
+
+void save_checkpoint(Run& r) {
+  require_finite_weights(*r.model, "checkpoint.gguf");
+  gguf::Writer w;
+  w.set("toy.checkpoint.version", gguf::Value::u32(kCheckpointVersion));
+  add_model_to_gguf(w, *r.model, *r.tok, "toy checkpoint");
+  for (const Tensor& p : r.model->params().all()) {
+    w.add_tensor("opt.m." + p.name(), r.opt->m(p.name()));
+    w.add_tensor("opt.v." + p.name(), r.opt->v(p.name()));
+  }
+  if (r.best)
+    for (const Tensor& p : r.best->params().all()) w.add_tensor("best." + p.name(), p.detach());
+  nlohmann::json state = {{"step", r.step},
+                          {"optimizer_steps", r.opt->steps()},
+                          {"data_rng", r.data_gen.offset()},
+                          {"dropout_rng", r.dropout_gen.offset()},
+                          {"train_seconds", r.train_seconds},
+                          {"tokens_seen", r.tokens_seen},
+                          {"best_step", r.best ? r.best_step : int64_t(-1)},
+                          {"best_val_loss", r.best ? r.best_val : 0.0},
+                          {"corpus", corpus_json(r)}};
+  w.set("toy.train.options", gguf::Value::str(r.o.to_json().dump()));
+  w.set("toy.train.state", gguf::Value::str(state.dump()));
+  w.write(checkpoint_path(r.o.out));
+  r.saved_step = r.step;
+}
+
+void load_checkpoint(Run& r, const std::string& dir) {
+  using namespace json_fields;
+  const std::string path = checkpoint_path(dir);
+  const std::string shown = printable(path);
+  TOY_CHECK(fs::exists(path), "[train] no checkpoint to resume in '{}' (expected {})", printable(dir), shown);
+  gguf::Reader rd(path);
+
+  const gguf::Value* ver = rd.find("toy.checkpoint.version");
+  TOY_CHECK(ver != nullptr, "[train] '{}' has no toy.checkpoint.version: it was written by an older toy, whose "
+            "checkpoints this one (format version {}) cannot continue", shown, kCheckpointVersion);
+  TOY_CHECK(ver->type == gguf::Type::U32 && ver->u == kCheckpointVersion,
+            "[train] '{}' is a checkpoint of format version {}; this toy reads version {}", shown,
+            ver->type == gguf::Type::U32 ? std::to_string(ver->u) : std::string("(not a u32)"), kCheckpointVersion);
+
+  const std::string opt_where = fmt::format("[train] checkpoint '{}' key toy.train.options", shown);
+  r.o = TrainOptions::from_json(parse_object(rd.get_str("toy.train.options"), opt_where), opt_where);
+  r.o.out = dir;
+
+  LoadedModel lm = load_model(rd);
+  TOY_CHECK(lm.model->config().to_json() == r.o.model.to_json(),
+            "[train] checkpoint '{}': its model config ({}) is not the one its training options name ({})", shown,
+            lm.model->config().to_json().dump(), r.o.model.to_json().dump());
+  r.model = std::move(lm.model);
+  r.tok = std::move(lm.tokenizer);
+  for (const Tensor& p : r.model->params().all()) {
+    const int64_t bad = first_non_finite(p);
+    TOY_CHECK(bad < 0, "[train] checkpoint '{}': weight '{}' holds non-finite values (element {}): the checkpoint is "
+              "damaged or was saved from a diverged run", shown, p.name(), bad);
+  }
+  r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{r.o.beta1, r.o.beta2, 1e-8f, r.o.weight_decay});
+  for (const Tensor& p : r.model->params().all()) {
+    load_checked(rd, "opt.m." + p.name(), r.opt->m(p.name()), false);
+    load_checked(rd, "opt.v." + p.name(), r.opt->v(p.name()), true);
+  }
+
+  const std::string st_where = fmt::format("[train] checkpoint '{}' key toy.train.state", shown);
+  const nlohmann::json st = parse_object(rd.get_str("toy.train.state"), st_where);
+  r.step = get_int(st, "step", st_where);
+  TOY_CHECK(r.step >= 0 && r.step <= r.o.steps, "{}: step {} is outside the run's 0..{} steps", st_where, r.step,
+            r.o.steps);
+  const int64_t opt_steps = get_int(st, "optimizer_steps", st_where);
+  TOY_CHECK(opt_steps == r.step, "{}: {} optimizer steps for {} training steps", st_where, opt_steps, r.step);
+  r.opt->set_steps(opt_steps);
+  r.data_gen = Generator(r.o.seed, kDataStream);
+  r.data_gen.set_offset(get_uint(st, "data_rng", st_where));
+  r.dropout_gen = Generator(r.o.seed, kDropoutStream);
+  r.dropout_gen.set_offset(get_uint(st, "dropout_rng", st_where));
+  r.train_seconds = get_double(st, "train_seconds", st_where);
+  TOY_CHECK(r.train_seconds >= 0, "{}: train_seconds is negative ({})", st_where, r.train_seconds);
+  r.tokens_seen = get_int(st, "tokens_seen", st_where);
+  TOY_CHECK(r.tokens_seen >= 0, "{}: tokens_seen is negative ({})", st_where, r.tokens_seen);
+
+  r.best_step = get_int(st, "best_step", st_where);
+  TOY_CHECK(r.best_step >= -1 && r.best_step <= r.step, "{}: best_step {} is outside -1..{}", st_where, r.best_step,
+            r.step);
+  r.best_val = get_double(st, "best_val_loss", st_where);
+  if (r.best_step >= 0) {
+    r.best = std::make_unique<DecoderLM>(r.model->config());
+    for (Tensor& p : r.best->params().all()) load_checked(rd, "best." + p.name(), p, false);
+  }
+
+  const nlohmann::json& corpus = get_object(st, "corpus", st_where);
+  r.corpus_hash = parse_hex(corpus, "hash", st_where + " corpus");
+  r.corpus.clear();
+  for (const nlohmann::json& f : get_array(corpus, "files", st_where + " corpus")) {
+    const std::string fw = st_where + " corpus file";
+    r.corpus.push_back({get_string(f, "path", fw), get_uint(f, "bytes", fw), parse_hex(f, "hash", fw)});
+  }
+  r.saved_step = r.step;
+}
+
+}  // namespace toy

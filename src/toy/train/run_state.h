@@ -1,0 +1,57 @@
+// Internal to the trainer: everything a run holds, and the checkpoint that saves and restores
+// it. trainer.cpp drives the loop; checkpoint.cpp writes and validates checkpoints.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "toy/core/rng.h"
+#include "toy/data/batches.h"
+#include "toy/data/corpus.h"
+#include "toy/models/decoder_lm.h"
+#include "toy/tokenizer/tokenizer.h"
+#include "toy/train/optimizer.h"
+#include "toy/train/trainer.h"
+
+namespace toy {
+
+// Independent random streams of a run (all counter-based, keyed by the seed).
+constexpr uint64_t kDataStream = 1, kDropoutStream = 2, kEvalStream = 3, kSampleStream = 4;
+
+struct Run {
+  TrainOptions o;
+  std::unique_ptr<Tokenizer> tok;
+  std::vector<int32_t> tokens;
+  TokenSplit split;
+  std::unique_ptr<DecoderLM> model;
+  std::unique_ptr<AdamW> opt;
+  Generator data_gen{0, kDataStream}, dropout_gen{0, kDropoutStream};
+  int64_t step = 0;          // steps completed
+  double train_seconds = 0;  // time spent in training steps (all sessions)
+  int64_t tokens_seen = 0;
+  std::vector<std::string> files;
+  std::vector<CorpusFile> corpus;  // identity of the corpus the run trains on
+  uint64_t corpus_hash = 0;
+  uint64_t token_cache_key = 0;    // the corpus text and the tokenizer's identity
+  // The weights of the best validation loss so far (allocated at the first evaluation).
+  std::unique_ptr<DecoderLM> best;
+  int64_t best_step = -1;
+  double best_val = 0;
+  int64_t saved_step = -1;  // step of the last checkpoint written or loaded (-1: none)
+  bool tty = false;
+};
+
+std::string checkpoint_path(const std::string& dir);
+// Writes dir/checkpoint.gguf atomically; refuses (throws) when any weight is not finite.
+void save_checkpoint(Run& r);
+// Loads and validates dir/checkpoint.gguf into r (options, model, tokenizer, optimizer, best
+// weights, random streams, corpus identity). Throws toy::Error naming the file and what is
+// wrong: another format version, non-finite state, shapes, a step out of range, a config that
+// disagrees with itself.
+void load_checkpoint(Run& r, const std::string& dir);
+// Index of the first NaN/Inf element of t, or -1.
+int64_t first_non_finite(const Tensor& t);
+// Throws when a parameter of m holds NaN/Inf (`what` names the file about to be written).
+void require_finite_weights(const DecoderLM& m, const std::string& what);
+
+}  // namespace toy
