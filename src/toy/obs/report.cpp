@@ -104,7 +104,7 @@ void write_report(const std::string& events_path, const std::string& html_path) 
   TOY_CHECK(in.good(), "[report] cannot read '{}'", events_path);
   Series train{"train loss (per step)", "#9ab", {}, false}, est_train{"train estimate", "#1f77b4", {}, true},
       est_val{"validation", "#d62728", {}, true};
-  nlohmann::json start, end;
+  nlohmann::json start, end, models;
   std::vector<std::pair<int64_t, std::string>> samples;
   std::string line;
   while (std::getline(in, line)) {
@@ -124,6 +124,7 @@ void write_report(const std::string& events_path, const std::string& html_path) 
     }
     if (ev == "sample") samples.emplace_back(e.value("step", int64_t(0)), e.value("text", ""));
     if (ev == "run_end") end = e;
+    if (ev == "models") models = e;
   }
   std::string h = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>toy run report</title>\n<style>"
                   "body{font-family:sans-serif;max-width:820px;margin:2em auto;color:#222}"
@@ -135,6 +136,20 @@ void write_report(const std::string& events_path, const std::string& html_path) 
                      end.value("steps", 0), end.value("seconds", 0.0), end.value("tokens_per_s", 0.0),
                      number(end, "train_loss"), number(end, "val_loss"),
                      end.value("stopped", false) ? " (stopped early; resumable)" : "");
+  if (!models.is_null()) {
+    const bool best = models.value("model_gguf", "") == "best";
+    const int64_t best_step = models.value("best_step", int64_t(-1));
+    if (best)
+      h += fmt::format("<p><code>model.gguf</code> holds the best validation weights (step {}, validation loss {:.4f}); "
+                       "<code>last.gguf</code> holds the last step's (step {}).</p>\n",
+                       best_step, number(models, "best_val_loss"), models.value("last_step", int64_t(0)));
+    else if (best_step >= 0)
+      h += fmt::format("<p><code>model.gguf</code> holds the last step's weights (step {}); <code>best.gguf</code> the "
+                       "best validation weights (step {}, validation loss {:.4f}).</p>\n",
+                       models.value("last_step", int64_t(0)), best_step, number(models, "best_val_loss"));
+    else
+      h += "<p><code>model.gguf</code> holds the last step's weights (no validation estimate was made).</p>\n";
+  }
   h += "<h2>Loss</h2>\n" + svg_chart({train, est_train, est_val}, "cross-entropy (nats/token)");
   h += "<h2>Samples</h2>\n";
   for (const auto& [step, text] : samples) h += fmt::format("<p>step {}</p><pre>{}</pre>\n", step, esc(text));
