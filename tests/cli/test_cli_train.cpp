@@ -1,6 +1,8 @@
 // toy train / toy generate as a user runs them: JSON summary, streaming generation with
 // seeds, Ctrl-C leaves a resumable checkpoint, errors exit non-zero without output files.
 #include <gtest/gtest.h>
+
+#include "requirements.h"
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -55,7 +57,7 @@ std::string run_dir(const std::string& name) {
 }  // namespace
 
 TEST(CliTrain, JsonSummaryIsTheLastLine) {
-  if (!fs::exists(kGpl3)) GTEST_SKIP();
+  TOY_REQUIRE_FILE(kGpl3);
   const std::string dir = run_dir("json");
   Out o = sh("train --data " + std::string(kGpl3) + " --out " + dir + " --steps 3 --json " + kTiny);
   ASSERT_EQ(o.status, 0) << o.stdout_text;
@@ -66,7 +68,7 @@ TEST(CliTrain, JsonSummaryIsTheLastLine) {
 }
 
 TEST(CliTrain, WithoutDataItUsesTheSystemLicenses) {
-  if (!fs::exists("/usr/share/common-licenses")) GTEST_SKIP();
+  TOY_REQUIRE_FILE("/usr/share/common-licenses");
   const std::string dir = run_dir("nodata");
   Out o = sh("train --out " + dir + " --steps 2 --json " + kTiny);
   ASSERT_EQ(o.status, 0);
@@ -74,7 +76,7 @@ TEST(CliTrain, WithoutDataItUsesTheSystemLicenses) {
 }
 
 TEST(CliTrain, GenerateIsSeededAndPrintsOnlyText) {
-  if (!fs::exists(kGpl3)) GTEST_SKIP();
+  TOY_REQUIRE_FILE(kGpl3);
   const std::string dir = run_dir("gen");
   ASSERT_EQ(sh("train --data " + std::string(kGpl3) + " --out " + dir + " --steps 20 " + kTiny).status, 0);
   const std::string m = "generate -m " + dir + "/model.gguf -p \"The \" -n 40 ";
@@ -95,7 +97,7 @@ TEST(CliTrain, GenerateIsSeededAndPrintsOnlyText) {
 
 TEST(CliTrain, AContextOfOneTokenTrainsSamplesAndGenerates) {
   // Regression: ctx = 1 left no prompt token and re-primed the cache with none.
-  if (!fs::exists(kGpl3)) GTEST_SKIP();
+  TOY_REQUIRE_FILE(kGpl3);
   const std::string dir = run_dir("ctx1");
   Out t = sh("train --data " + std::string(kGpl3) + " --out " + dir +
              " --steps 3 --layers 1 --heads 2 --dim 32 --ctx 1 --batch 4 --eval-batches 2 --sample-tokens 10 --json");
@@ -106,7 +108,7 @@ TEST(CliTrain, AContextOfOneTokenTrainsSamplesAndGenerates) {
 }
 
 TEST(CliTrain, CtrlCWritesACheckpointAndResumes) {
-  if (!fs::exists(kGpl3)) GTEST_SKIP();
+  TOY_REQUIRE_FILE(kGpl3);
   const std::string dir = run_dir("sigint");
   std::vector<std::string> args = {TOY_BINARY, "train", "--data", kGpl3, "--out", dir, "--steps", "100000",
                                    "--layers", "1", "--heads", "2", "--dim", "32", "--ctx", "16", "--batch", "4",

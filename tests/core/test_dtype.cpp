@@ -2,7 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <bit>
 #include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "toy/core/dtype.h"
 #include "toy/core/quant.h"
@@ -153,4 +158,44 @@ TEST(BlockCodec, TensorCastDequantizesRows) {
     quantize_row(DType::Q8_0, xv.data() + r * 64, static_cast<char*>(q.raw_data()) + r * 68, 64);
   std::vector<float> back = q.to_f32_vector();
   for (size_t i = 0; i < xv.size(); ++i) EXPECT_NEAR(back[i], xv[i], 0.05);
+}
+
+// Blocks made by llama.cpp itself (tests/fixtures/ggml_quant_blocks.bin, written by
+// tools/llamacpp/make_quant_fixture.py from ggml's quantize_row_*_ref / dequantize_row_* in
+// node-llama-cpp's libggml-base.so): rows of varied scale and sign, zero and tiny rows, with
+// every nibble position and the high bits of Q4_K's 6-bit scales and mins exercised. toy must
+// decode each block to exactly ggml's floats and encode each row to exactly ggml's bytes.
+TEST(BlockCodec, MatchesGgmlBitForBit) {
+  std::ifstream in(std::string(TOY_FIXTURE_DIR) + "/ggml_quant_blocks.bin", std::ios::binary);
+  ASSERT_TRUE(in.good());
+  char magic[8];
+  uint32_t cases = 0;
+  in.read(magic, 8).read(reinterpret_cast<char*>(&cases), 4);
+  ASSERT_EQ(std::string(magic, 8), "GGQBLK01");
+  ASSERT_GE(cases, 30u);
+  std::map<DType, int> seen;
+  for (uint32_t c = 0; c < cases; ++c) {
+    uint32_t type = 0, n = 0;
+    char name_buf[16];
+    in.read(reinterpret_cast<char*>(&type), 4).read(reinterpret_cast<char*>(&n), 4).read(name_buf, 16);
+    const DType t = dtype_from_ggml(int32_t(type));
+    const std::string label = std::string(name(t)) + "/" + std::string(name_buf, strnlen(name_buf, 16));
+    std::vector<float> input(n), ggml_out(n);
+    std::vector<uint8_t> ggml_blocks(row_bytes(t, n));
+    in.read(reinterpret_cast<char*>(input.data()), std::streamsize(n * 4));
+    in.read(reinterpret_cast<char*>(ggml_blocks.data()), std::streamsize(ggml_blocks.size()));
+    in.read(reinterpret_cast<char*>(ggml_out.data()), std::streamsize(n * 4));
+    ASSERT_TRUE(in.good()) << label;
+    ++seen[t];
+    std::vector<float> ours(n);
+    dequantize_row(t, ggml_blocks.data(), ours.data(), n);
+    for (uint32_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(ours[i]), std::bit_cast<uint32_t>(ggml_out[i]))
+          << label << " decode, element " << i << ": " << ours[i] << " vs ggml " << ggml_out[i];
+    std::vector<uint8_t> blocks(ggml_blocks.size());
+    quantize_row(t, input.data(), blocks.data(), n);
+    for (size_t b = 0; b < blocks.size(); ++b)
+      ASSERT_EQ(int(blocks[b]), int(ggml_blocks[b])) << label << " encode, byte " << b;
+  }
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) EXPECT_GE(seen[t], 5) << name(t);
 }

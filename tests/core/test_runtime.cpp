@@ -112,13 +112,14 @@ TEST(Rng, NormalMomentsAndUniformRange) {
   }
 }
 
-TEST(Registry, EveryOpHasACpuPathAndATest) {
+TEST(Registry, EveryOpHasACpuPath) {
+  // That every op's grad_test exists is checked where the tests are: Registry.EveryOpHasAGradTest
+  // in toy_op_tests.
   const auto& ops = registry().ops();
   EXPECT_GE(ops.size(), 56u);
   for (const auto& op : ops) {
     EXPECT_TRUE(registry().supports(op, Device::CPU)) << op.name;
     EXPECT_FALSE(registry().supports(op, Device::CUDA)) << op.name;
-    EXPECT_EQ(op.grad_test, "OpGrad." + op.name);
   }
   EXPECT_THROW(registry().kernel("no_such_kernel", Device::CPU, typeid(void)), Error);
 }

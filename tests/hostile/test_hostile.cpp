@@ -14,6 +14,7 @@
 
 #include "gguf_edit.h"
 #include "proc.h"
+#include "requirements.h"
 #include "toy/core/files.h"
 #include "toy/core/text.h"
 
@@ -77,7 +78,7 @@ std::vector<nlohmann::json> events(const std::string& dir) {
 bool has(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
 
 #define REQUIRE_GPL3() \
-  if (!fs::exists(kGpl3)) GTEST_SKIP() << kGpl3 << " is missing (Debian's base-files has it)"
+  TOY_REQUIRE_FILE(kGpl3)
 
 // A stopped run (checkpoint at step 5 of 40) to resume from.
 std::string stopped_run(const std::string& name, std::string* data = nullptr) {

@@ -3,7 +3,11 @@
 // outputs carry none. The op table's grad_test field names these tests.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include "helpers.h"
+#include "toy/core/registry.h"
 
 using namespace toy;
 using namespace toy::test;
@@ -483,4 +487,19 @@ TEST(OpGrad, adamw) {
     }
   }
   EXPECT_TRUE(close(p, pd, 1e-6, 1e-5));
+}
+
+// Every op of the registry names its gradient test, and that test exists in this binary (in
+// suite OpGrad, under exactly that name): removing or renaming one fails here.
+TEST(Registry, EveryOpHasAGradTest) {
+  std::set<std::string> tests;
+  const ::testing::UnitTest& ut = *::testing::UnitTest::GetInstance();
+  for (int i = 0; i < ut.total_test_suite_count(); ++i) {
+    const ::testing::TestSuite& s = *ut.GetTestSuite(i);
+    for (int k = 0; k < s.total_test_count(); ++k)
+      tests.insert(std::string(s.name()) + "." + s.GetTestInfo(k)->name());
+  }
+  const auto& ops = toy::registry().ops();
+  ASSERT_GE(ops.size(), 59u);
+  for (const auto& op : ops) EXPECT_TRUE(tests.count(op.grad_test)) << op.name << ": no test " << op.grad_test;
 }

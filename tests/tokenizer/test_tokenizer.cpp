@@ -3,6 +3,8 @@
 // against llama.cpp's test vectors, the streaming UTF-8 decoder, and the error paths.
 #include <gtest/gtest.h>
 
+#include "requirements.h"
+
 #include <cstdlib>
 
 #include <chrono>
@@ -26,11 +28,7 @@ namespace {
 using toy::Tokenizer;
 namespace gguf = toy::gguf;
 
-// ../shared/data beside the source tree, or $TOY_SHARED_DATA when the checkout lives elsewhere.
-std::string shared_path(const std::string& rel) {
-  const char* env = std::getenv("TOY_SHARED_DATA");
-  return std::string(env && *env ? env : TOY_SHARED_DATA_DIR) + "/" + rel;
-}
+using toy::test::shared_path;
 
 bool exists(const std::string& path) { return std::filesystem::exists(path); }
 
@@ -41,9 +39,9 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// Skips the test when a file from ../shared/data is not there (the data is not part of the repo).
-#define REQUIRE_SHARED(path) \
-  if (!exists(path)) GTEST_SKIP() << "missing shared data file " << (path)
+// A file from ../shared/data (not part of the repo): skipped locally when missing, a failure
+// under CI=true.
+#define REQUIRE_SHARED(path) TOY_REQUIRE_FILE(path)
 
 const std::string& shakespeare() {
   static const std::string text = read_file(shared_path("tinyshakespeare.txt"));

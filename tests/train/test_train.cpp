@@ -3,6 +3,8 @@
 // label builders, schedule and sampler.
 #include <gtest/gtest.h>
 
+#include "requirements.h"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,7 +20,9 @@
 #include "toy/infer/sampler.h"
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
+#include "toy/models/decoder_lm.h"
 #include "toy/train/optimizer.h"
+#include "toy/train/step.h"
 #include "toy/train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -63,7 +67,7 @@ TrainOptions tiny(const std::string& out) {
 }  // namespace
 
 TEST(Train, TinyRunLearnsAsWellAsPyTorch) {
-  if (!fs::exists(kGpl3)) GTEST_SKIP() << kGpl3 << " is missing (Debian's base-files has it)";
+  TOY_REQUIRE_FILE(kGpl3);
   // tests/fixtures/tiny_train_torch.py, the same recipe in PyTorch 1.13, reaches a validation
   // loss of 2.97, 3.04, 3.04, 3.07, 2.97 over seeds 0..4 (mean 3.02) from 4.33 at the start
   // (uniform over 76 characters). toy must land within 0.1 of that mean.
@@ -77,7 +81,7 @@ TEST(Train, TinyRunLearnsAsWellAsPyTorch) {
 }
 
 TEST(Train, ResumeIsBitExact) {
-  if (!fs::exists(kGpl3)) GTEST_SKIP() << kGpl3 << " is missing";
+  TOY_REQUIRE_FILE(kGpl3);
   set_num_threads(2);
   TrainOptions a = tiny(temp_dir("whole"));
   a.steps = 40;
@@ -117,7 +121,7 @@ TEST(Train, ResumeIsBitExact) {
 }
 
 TEST(Train, ModelFileRoundTripsBitExactly) {
-  if (!fs::exists(kGpl3)) GTEST_SKIP() << kGpl3 << " is missing";
+  TOY_REQUIRE_FILE(kGpl3);
   TrainOptions o = tiny(temp_dir("roundtrip"));
   o.steps = 5;
   o.model.tied = false;
@@ -137,7 +141,7 @@ TEST(Train, ModelFileRoundTripsBitExactly) {
 
 TEST(Train, LlamaAndGpt2FilesUseLlamaCppNames) {
   // Byte vocabulary: llama.cpp can read it, so the file is written under the real arch.
-  if (!fs::exists(kGpl3)) GTEST_SKIP() << kGpl3 << " is missing";
+  TOY_REQUIRE_FILE(kGpl3);
   for (const char* preset : {"gpt", "llama"}) {
     TrainOptions o = tiny(temp_dir(std::string("arch_") + preset));
     o.steps = 2;
@@ -215,7 +219,7 @@ TEST(Train, BadInputFailsClearlyAndWritesNothing) {
 
 TEST(Train, AStopBeforeAnyEstimateReportsNoLoss) {
   // Regression: a run stopped before its first evaluation reported losses of 0.
-  if (!fs::exists(kGpl3)) GTEST_SKIP() << kGpl3 << " is missing";
+  TOY_REQUIRE_FILE(kGpl3);
   TrainOptions o = tiny(temp_dir("early_stop"));
   o.stop_after = 3;
   TrainResult r = train(o);
@@ -351,4 +355,59 @@ TEST(Train, StepsAndTokensAllocateNothingOnceWarm) {
   before = allocator(Device::CPU).stats();
   for (int i = 0; i < 10; ++i) logits = m.decode({int32_t(i)});
   EXPECT_EQ(allocator(Device::CPU).stats().system_allocs, before.system_allocs) << "generated tokens";
+}
+
+TEST(Sampler, TemperatureDividesTheLogits) {
+  // p = softmax(z / T): at T = 0.5 the draws concentrate, at T = 2 they spread. (Multiplying
+  // by T instead gives the opposite at both.)
+  Tensor logits = from_vector(std::vector<float>{0.0f, 1.0f, 2.0f}, Shape{3});
+  for (const float T : {0.5f, 2.0f}) {
+    std::vector<int> counts(3, 0);
+    Sampler s({T, 0, 1.0f}, 21);
+    const int n = 6000;
+    for (int i = 0; i < n; ++i) ++counts[size_t(s.sample(logits))];
+    double tot = 0;
+    for (int i = 0; i < 3; ++i) tot += std::exp(i / double(T));
+    for (int i = 0; i < 3; ++i)
+      EXPECT_NEAR(counts[size_t(i)] / double(n), std::exp(i / double(T)) / tot, 0.02) << "T " << T << " token " << i;
+  }
+}
+
+TEST(Train, WeightDecayAppliesToMatricesOnly) {
+  // With zero gradients Adam's update is 0, so all that moves a weight is decoupled decay:
+  // matrices shrink by (1 - lr * wd); vectors (norm weights, biases) do not decay at all.
+  ParamStore ps;
+  ps.add("blk.0.attn_q.weight", full(Shape{2, 3}, 2.0));
+  ps.add("blk.0.attn_norm.weight", full(Shape{3}, 2.0));
+  ps.add("blk.0.attn_q.bias", full(Shape{2}, 2.0));
+  for (Tensor& p : ps.all()) p.set_grad(zeros(p.shape()));
+  AdamW opt(ps, {0.9f, 0.99f, 1e-8f, 0.1f});
+  opt.step(0.5f);
+  for (float v : ps.get("blk.0.attn_q.weight").to_f32_vector()) EXPECT_NEAR(v, 2.0 * (1 - 0.5 * 0.1), 1e-6);
+  for (float v : ps.get("blk.0.attn_norm.weight").to_f32_vector()) EXPECT_EQ(v, 2.0f);
+  for (float v : ps.get("blk.0.attn_q.bias").to_f32_vector()) EXPECT_EQ(v, 2.0f);
+}
+
+TEST(Train, AccumulationAveragesTheMicroBatches) {
+  // Two micro-batches of 4 windows draw exactly the windows of one batch of 8 (consecutive
+  // generator counters), so accumulating must give the same mean gradient: the same norm and
+  // the same update. Without the 1/accum scale the norm would double.
+  std::vector<int32_t> toks(400);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t((i * 7 + i / 13) % 20);
+  ModelConfig mc = ModelConfig::from_preset("gpt");
+  mc.vocab = 20, mc.layers = 1, mc.heads = 2, mc.kv_heads = 2, mc.dim = 16, mc.ctx = 8;
+  auto run = [&](int64_t batch, int64_t accum) {
+    DecoderLM m(mc);
+    m.init(3);
+    AdamW opt(m.params(), {0.9f, 0.99f, 1e-8f, 0.0f});
+    BatchSampler s(&toks, mc.ctx, batch, "training");
+    Generator data(5, 1), drop(5, 2);
+    StepResult r = train_step(m, opt, s, data, drop, accum, 0.0, 1e-2f);
+    return std::make_pair(r, m.params().get("blk.0.attn_qkv.weight").to_f32_vector());
+  };
+  const auto [one, w1] = run(8, 1);
+  const auto [two, w2] = run(4, 2);
+  EXPECT_NEAR(two.grad_norm, one.grad_norm, 1e-4 * one.grad_norm);
+  EXPECT_NEAR(two.loss, one.loss, 1e-5);
+  for (size_t i = 0; i < w1.size(); ++i) ASSERT_NEAR(w2[i], w1[i], 1e-5) << i;
 }

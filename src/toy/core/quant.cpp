@@ -86,47 +86,127 @@ void dq_q4_k(const uint8_t* b, float* y) {
     for (int l = 0; l < 32; ++l) y[64 * c + 32 + l] = d * float(sc1) * float(qs[32 * c + l] >> 4) - dmin * float(m1);
   }
 }
-void q_q4_k(const float* x, uint8_t* b) {
-  float scale[8], minv[8];
-  for (int j = 0; j < 8; ++j) {
-    float lo = 0, hi = 0;  // the offset is a non-negative min, so 0 is always representable
-    for (int l = 0; l < 32; ++l) {
-      lo = std::min(lo, x[32 * j + l]);
-      hi = std::max(hi, x[32 * j + l]);
+// ggml's reference encoders (quantize_row_q4_K_ref / q6_K_ref), reproduced operation for
+// operation in float so that toy writes the same bytes as llama.cpp's quantizer: a weighted
+// least-squares search over candidate scales per sub-block, then 6-bit (Q4_K) or 8-bit (Q6_K)
+// quantization of the sub-block scales against one half-precision super-scale.
+
+// Round to nearest, ties to even, as ggml's nearest_int (valid for |v| < 2^22).
+inline int nearest_int(float v) {
+  const float big = v + 12582912.0f;  // 1.5 * 2^23: the integer lands in the low mantissa bits
+  int32_t i;
+  std::memcpy(&i, &big, 4);
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+// Scale and (non-positive) offset for n values quantized to 0..nmax, minimizing the weighted
+// squared error over nstep candidate scales; L receives the levels, *neg_min the offset's
+// magnitude.
+float fit_scale_and_min(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min, float rmin,
+                        float rdelta, int nstep) {
+  float lo = x[0], hi = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+  for (int i = 1; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+    sum_w += w[i];
+    sum_x += w[i] * x[i];
+  }
+  if (lo > 0) lo = 0;
+  if (hi == lo) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    *neg_min = -lo;
+    return 0.0f;
+  }
+  float iscale = float(nmax) / (hi - lo);
+  float scale = 1.0f / iscale;
+  float best_error = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = nearest_int(iscale * (x[i] - lo));
+    L[i] = uint8_t(std::max(0, std::min(nmax, l)));
+    float diff = scale * float(L[i]) + lo - x[i];
+    diff = diff * diff;
+    best_error += w[i] * diff;
+  }
+  uint8_t trial[32];
+  for (int is = 0; is <= nstep; ++is) {
+    iscale = (rmin + rdelta * float(is) + float(nmax)) / (hi - lo);
+    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::max(0, std::min(nmax, nearest_int(iscale * (x[i] - lo))));
+      trial[i] = uint8_t(l);
+      const float fl = float(l);
+      sum_l += w[i] * fl;
+      sum_l2 += w[i] * fl * fl;
+      sum_xl += w[i] * fl * x[i];
     }
-    scale[j] = (hi - lo) / 15.0f;
-    minv[j] = -lo;
+    const float D = sum_w * sum_l2 - sum_l * sum_l;
+    if (D > 0) {
+      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+      if (this_min > 0) {
+        this_min = 0;
+        this_scale = sum_xl / sum_l2;
+      }
+      float err = 0;
+      for (int i = 0; i < n; ++i) {
+        float diff = this_scale * float(trial[i]) + this_min - x[i];
+        diff = diff * diff;
+        err += w[i] * diff;
+      }
+      if (err < best_error) {
+        std::memcpy(L, trial, size_t(n));
+        best_error = err;
+        scale = this_scale;
+        lo = this_min;
+      }
+    }
   }
-  float max_scale = *std::max_element(scale, scale + 8), max_min = *std::max_element(minv, minv + 8);
-  float d = max_scale / 63.0f, dmin = max_min / 63.0f;
-  put_half(b, d);
-  put_half(b + 2, dmin);
-  d = half(b);
-  dmin = half(b + 2);
-  int sc[8], m[8];
+  *neg_min = -lo;
+  return scale;
+}
+
+void q_q4_k(const float* x, uint8_t* b) {
+  uint8_t L[256];
+  float scales[8], mins[8], w[32];
+  float max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
-    sc[j] = d ? std::min(63, int(std::lround(scale[j] / d))) : 0;
-    m[j] = dmin ? std::min(63, int(std::lround(minv[j] / dmin))) : 0;
+    float sum_x2 = 0;
+    for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+    const float av_x = std::sqrt(sum_x2 / 32);
+    for (int l = 0; l < 32; ++l) w[l] = av_x + std::fabs(x[32 * j + l]);
+    scales[j] = fit_scale_and_min(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], -1.0f, 0.1f, 20);
+    max_scale = std::max(max_scale, scales[j]);
+    max_min = std::max(max_min, mins[j]);
   }
+  const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+  const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
   uint8_t* s = b + 4;
-  for (int j = 0; j < 4; ++j) {
-    s[j] = uint8_t((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
-    s[j + 4] = uint8_t((m[j] & 63) | ((m[j + 4] >> 4) << 6));
-    s[j + 8] = uint8_t((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+  std::memset(s, 0, 12);
+  for (int j = 0; j < 8; ++j) {
+    const uint8_t ls = uint8_t(std::min(63, nearest_int(inv_scale * scales[j])));
+    const uint8_t lm = uint8_t(std::min(63, nearest_int(inv_min * mins[j])));
+    if (j < 4) {
+      s[j] |= ls;
+      s[j + 4] |= lm;
+    } else {
+      s[j + 4] = uint8_t((ls & 0xf) | ((lm & 0xf) << 4));
+      s[j - 4] |= uint8_t((ls >> 4) << 6);
+      s[j] |= uint8_t((lm >> 4) << 6);
+    }
+  }
+  put_half(b, max_scale / 63.0f);
+  put_half(b + 2, max_min / 63.0f);
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    scale_min_k4(j, s, &sc, &m);
+    const float d = half(b) * float(sc);
+    if (d == 0.0f) continue;  // keeps the levels of the fit
+    const float dm = half(b + 2) * float(m);
+    for (int l = 0; l < 32; ++l) L[32 * j + l] = uint8_t(std::max(0, std::min(15, nearest_int((x[32 * j + l] + dm) / d))));
   }
   uint8_t* qs = b + 16;
-  for (int c = 0; c < 4; ++c) {
-    for (int l = 0; l < 32; ++l) {
-      int q[2];
-      for (int h = 0; h < 2; ++h) {
-        int j = 2 * c + h;
-        float step = d * float(sc[j]);
-        float v = x[32 * j + l] + dmin * float(m[j]);
-        q[h] = step ? std::clamp(int(std::lround(v / step)), 0, 15) : 0;
-      }
-      qs[32 * c + l] = uint8_t(q[0] | (q[1] << 4));
-    }
-  }
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l) qs[32 * c + l] = uint8_t(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
 }
 
 // --- Q6_K: ql[128], qh[64], scales[16] int8, d (half) at the end ---
@@ -153,35 +233,86 @@ void dq_q6_k(const uint8_t* b, float* y) {
     }
   }
 }
-void q_q6_k(const float* x, uint8_t* b) {
-  float sub[16];
-  for (int j = 0; j < 16; ++j) {
-    float amax = 0;
-    for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * j + l]));
-    sub[j] = amax / 31.0f;
+// Symmetric scale for n values quantized to -nmax..nmax-1 (stored as level + nmax in L),
+// weighted by x^2, searching 18 candidate scales around nmax / max|x|.
+float fit_symmetric_scale(int n, int nmax, const float* x, uint8_t* L) {
+  float mx = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      mx = x[i];
+    }
   }
-  float max_sub = *std::max_element(sub, sub + 16);
-  float d = max_sub / 127.0f;
-  put_half(b + 208, d);
-  d = half(b + 208);
+  if (amax < 1e-15f) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    return 0.0f;
+  }
+  auto level = [&](float iscale, int i) { return std::max(-nmax, std::min(nmax - 1, nearest_int(iscale * x[i]))); };
+  float iscale = -float(nmax) / mx;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = level(iscale, i);
+    L[i] = uint8_t(l + nmax);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * float(l);
+    suml2 += w * float(l) * float(l);
+  }
+  float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    iscale = -(float(nmax) + 0.1f * float(is)) / mx;
+    sumlx = suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = level(iscale, i);
+      const float w = x[i] * x[i];
+      sumlx += w * x[i] * float(l);
+      suml2 += w * float(l) * float(l);
+    }
+    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+      for (int i = 0; i < n; ++i) L[i] = uint8_t(nmax + level(iscale, i));
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
+void q_q6_k(const float* x, uint8_t* b) {
+  uint8_t L[256];
+  float scales[16];
+  float max_scale = 0, max_abs_scale = 0;
+  for (int ib = 0; ib < 16; ++ib) {
+    scales[ib] = fit_symmetric_scale(16, 32, x + 16 * ib, L + 16 * ib);
+    const float abs_scale = std::fabs(scales[ib]);
+    if (abs_scale > max_abs_scale) {
+      max_abs_scale = abs_scale;
+      max_scale = scales[ib];
+    }
+  }
   int8_t* sc = reinterpret_cast<int8_t*>(b + 192);
-  for (int j = 0; j < 16; ++j) sc[j] = int8_t(d ? std::min(127, int(std::lround(sub[j] / d))) : 0);
-  uint8_t q[256];
-  for (int i = 0; i < 256; ++i) {
-    float step = d * float(sc[i / 16]);
-    int v = step ? std::clamp(int(std::lround(x[i] / step)), -32, 31) : 0;
-    q[i] = uint8_t(v + 32);
+  if (max_abs_scale < 1e-15f) {
+    std::memset(b, 0, 210);
+    return;
+  }
+  const float iscale = -128.0f / max_scale;
+  put_half(b + 208, 1.0f / iscale);
+  for (int ib = 0; ib < 16; ++ib) sc[ib] = int8_t(std::min(127, nearest_int(iscale * scales[ib])));
+  for (int j = 0; j < 16; ++j) {
+    const float d = half(b + 208) * float(sc[j]);
+    if (d == 0.0f) continue;  // keeps the levels of the fit
+    for (int i = 0; i < 16; ++i)
+      L[16 * j + i] = uint8_t(std::max(-32, std::min(31, nearest_int(x[16 * j + i] / d))) + 32);
   }
   uint8_t* ql = b;
   uint8_t* qh = b + 128;
-  std::memset(qh, 0, 64);
   for (int h = 0; h < 2; ++h) {
-    const uint8_t* qq = q + 128 * h;
+    const uint8_t* q = L + 128 * h;
     for (int l = 0; l < 32; ++l) {
-      ql[64 * h + l] = uint8_t((qq[l] & 0xf) | ((qq[l + 64] & 0xf) << 4));
-      ql[64 * h + l + 32] = uint8_t((qq[l + 32] & 0xf) | ((qq[l + 96] & 0xf) << 4));
-      qh[32 * h + l] = uint8_t((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) | ((qq[l + 64] >> 4) << 4) |
-                               ((qq[l + 96] >> 4) << 6));
+      ql[64 * h + l] = uint8_t((q[l] & 0xf) | ((q[l + 64] & 0xf) << 4));
+      ql[64 * h + l + 32] = uint8_t((q[l + 32] & 0xf) | ((q[l + 96] & 0xf) << 4));
+      qh[32 * h + l] = uint8_t((q[l] >> 4) | ((q[l + 32] >> 4) << 2) | ((q[l + 64] >> 4) << 4) | ((q[l + 96] >> 4) << 6));
     }
   }
 }

@@ -1,0 +1,138 @@
+// llama.cpp runs our files: models toy trains and writes as GGUF (architectures llama and
+// gpt2, byte and BPE vocabularies) are loaded by llama.cpp itself (node-llama-cpp 3.21.1's
+// prebuilt library, tools/llamacpp) and must give the same next-token distribution at every
+// position as toy does, and the same tokens for the same text. This pins every layout choice
+// llama.cpp makes for these architectures (RoPE pair order, q/k/v packing, norms, the tied
+// head) to what toy computes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "proc.h"
+#include "requirements.h"
+#include "toy/autograd/grad_mode.h"
+#include "toy/io/gguf.h"
+#include "toy/io/model_file.h"
+#include "toy/ops/ops.h"
+#include "toy/train/trainer.h"
+
+namespace fs = std::filesystem;
+using namespace toy;
+
+namespace {
+
+const char* kGpl3 = "/usr/share/common-licenses/GPL-3";
+const std::string kTools = std::string(TOY_SOURCE_DIR) + "/tools/llamacpp";
+
+bool llamacpp_installed() {
+  return fs::exists(kTools + "/node_modules/node-llama-cpp") && std::system("node --version >/dev/null 2>&1") == 0;
+}
+
+#define REQUIRE_LLAMACPP()                                                                               \
+  TOY_REQUIRE(llamacpp_installed(), "node and tools/llamacpp/node_modules (run `npm ci` in tools/llamacpp)"); \
+  TOY_REQUIRE_FILE(kGpl3)
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+nlohmann::json node(const std::vector<std::string>& args) {
+  std::string cmd = "node " + shell_quote(kTools + "/logprobs.mjs");
+  for (const std::string& a : args) cmd += " " + shell_quote(a);
+  const std::string err = (fs::path(::testing::TempDir()) / "toy_llamacpp.err").string();
+  cmd += " 2>" + shell_quote(err);
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[65536];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int st = pclose(p);
+  if (st != 0) ADD_FAILURE() << "llama.cpp failed: " << toy::test::read_all(err);
+  return nlohmann::json::parse(out);
+}
+
+// A small model trained for a few steps (so its distributions are not flat).
+std::string train_model(const std::string& name, const std::string& preset, const std::string& tokenizer) {
+  TrainOptions o;
+  o.data = {kGpl3};
+  o.out = (fs::path(::testing::TempDir()) / ("toy_llamacpp_" + name)).string();
+  fs::remove_all(o.out);
+  o.tokenizer = tokenizer;
+  o.model = ModelConfig::from_preset(preset);
+  o.model.layers = 2, o.model.heads = 4, o.model.kv_heads = preset == "llama" ? 2 : 4, o.model.dim = 64;
+  o.model.ctx = 64;
+  o.batch = 8, o.steps = 60, o.lr = 3e-3f, o.min_lr = 3e-4f, o.warmup = 5;
+  o.eval_every = 0, o.eval_batches = 2, o.sample_tokens = 0, o.seed = 3, o.quiet = true;
+  train(o);
+  return o.out + "/model.gguf";
+}
+
+// Compares toy's log-probabilities with llama.cpp's at every position of `ids`.
+void expect_same_distributions(const std::string& model_path, const std::vector<int32_t>& ids) {
+  LoadedModel lm = load_model(model_path);
+  NoGradGuard ng;
+  const int64_t T = int64_t(ids.size()), V = lm.model->config().vocab;
+  const std::vector<float> ours =
+      log_softmax(lm.model->logits(from_vector(ids, Shape{1, T}))).to_f32_vector();
+  nlohmann::json theirs = node({model_path, nlohmann::json(ids).dump()});
+  ASSERT_EQ(theirs["n_vocab"], V);
+  ASSERT_EQ(theirs["logprobs"].size(), size_t(T));
+  double worst = 0;
+  int64_t compared = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const auto& row = theirs["logprobs"][size_t(t)];
+    int32_t our_best = 0, their_best = 0;
+    double their_max = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) {
+      const float o = ours[size_t(t * V + v)];
+      if (o > ours[size_t(t * V + our_best)]) our_best = int32_t(v);
+      if (row[size_t(v)].is_null()) continue;  // underflowed to 0 in llama.cpp's f32 softmax
+      const double l = row[size_t(v)].get<double>();
+      if (l > their_max) their_max = l, their_best = int32_t(v);
+      if (l < -30) continue;  // a probability below 1e-13: f32 rounding noise on both sides
+      worst = std::max(worst, std::fabs(double(o) - l));
+      ++compared;
+    }
+    EXPECT_EQ(our_best, their_best) << "most likely next token at position " << t;
+  }
+  EXPECT_GT(compared, T * V / 2);
+  EXPECT_LT(worst, 1e-3) << "max |log p(toy) - log p(llama.cpp)| over " << compared << " entries";
+  std::printf("%s: max |delta log p| = %.2e over %lld entries\n", model_path.c_str(), worst, (long long)compared);
+}
+
+std::vector<int32_t> encode(const std::string& model_path, const std::string& text) {
+  return load_model(model_path).tokenizer->encode(text);
+}
+
+}  // namespace
+
+TEST(LlamaCpp, RunsOurLlamaModelWithTheSameDistributions) {
+  REQUIRE_LLAMACPP();
+  const std::string m = train_model("llama_byte", "llama", "byte");
+  EXPECT_EQ(gguf::Reader(m).get_str("general.architecture"), "llama");
+  expect_same_distributions(m, encode(m, "This License applies to any program or other work which contains"));
+}
+
+TEST(LlamaCpp, RunsOurGpt2ModelWithTheSameDistributions) {
+  REQUIRE_LLAMACPP();
+  const std::string m = train_model("gpt2_byte", "gpt", "byte");
+  EXPECT_EQ(gguf::Reader(m).get_str("general.architecture"), "gpt2");
+  expect_same_distributions(m, encode(m, "You may convey verbatim copies of the Program's source code"));
+}
+
+TEST(LlamaCpp, TokenizesLikeToyWithOurBpeVocabulary) {
+  REQUIRE_LLAMACPP();
+  const std::string m = train_model("llama_bpe", "llama", "bpe:200");
+  for (const std::string text : {"the GNU General Public License, version 3", "  spaces  and\ttabs\nnewlines",
+                                 "caf\xc3\xa9 \xe2\x98\x83 na\xc3\xafve 123 4567", "'s 've 're don't"}) {
+    const nlohmann::json theirs = node({m, "--tokenize", text});
+    EXPECT_EQ(theirs.get<std::vector<int32_t>>(), encode(m, text)) << text;
+  }
+  expect_same_distributions(m, encode(m, "the terms and conditions for copying, distribution and modification"));
+}
