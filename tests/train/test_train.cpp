@@ -441,3 +441,31 @@ TEST(Train, AccumulationAveragesTheMicroBatches) {
   EXPECT_NEAR(two.loss, one.loss, 1e-5);
   for (size_t i = 0; i < w1.size(); ++i) ASSERT_NEAR(w2[i], w1[i], 1e-5) << i;
 }
+
+TEST(Train, ANonFiniteGradientNormStopsTheStepBeforeTheUpdate) {
+  // One huge row of an untied head: the loss stays finite (~1e26) but the gradient flowing
+  // back into the network is ~1e25, whose square overflows: the step must not be applied.
+  std::vector<int32_t> toks(200);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t(i % 10);
+  ModelConfig mc = ModelConfig::from_preset("llama");
+  mc.vocab = 10, mc.layers = 1, mc.heads = 2, mc.kv_heads = 2, mc.dim = 16, mc.ctx = 8, mc.tied = false;
+  DecoderLM m(mc);
+  m.init(1);
+  {
+    NoGradGuard ng;
+    Tensor& head = m.params().get("output.weight");
+    for (int64_t d = 0; d < mc.dim; ++d) head.data<float>()[d] = 1e25f;  // row of token 0
+  }
+  const std::vector<float> before = m.params().get("blk.0.attn_q.weight").to_f32_vector();
+  AdamW opt(m.params(), {0.9f, 0.99f, 1e-8f, 0.0f});
+  BatchSampler s(&toks, mc.ctx, 2, "training");
+  Generator data(1, 1), drop(1, 2);
+  try {
+    train_step(m, opt, s, data, drop, 1, 1.0, 1e-3f);
+    FAIL() << "no error";
+  } catch (const NonFiniteStep& e) {
+    EXPECT_NE(std::string(e.what()).find("gradient norm"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(m.params().get("blk.0.attn_q.weight").to_f32_vector(), before);
+  EXPECT_EQ(opt.steps(), 0);
+}

@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# Mutation check (a developer tool, not part of CI): each mutant below is a one-line bug — a
+# sign, a scale, a layout, a missing check. Each is applied alone to a scratch copy of the
+# tree, built incrementally, and the tests that should notice it are run. A mutant must be
+# killed (some test fails); one that survives means a behaviour no test pins down.
+#
+#   scripts/mutants.sh [NAME...]     all mutants, or the named ones
+#
+# Prints one line per mutant, "MUTANT <name> killed|survived" ("invalid" when the change no
+# longer applies exactly once or does not build: update the mutant), and exits non-zero if
+# any survived or is invalid. The scratch copy lives in $TOY_MUTANTS_DIR (default
+# /tmp/toy-mutants); its first build is a full one, later runs are incremental.
+#
+# Adding a mutant: `mutant NAME FILE TARGETS TEST_REGEX` then the original text and its
+# replacement on the next two lines (exact text, "\n" for a line break); TARGETS are the
+# build targets the tests need, TEST_REGEX selects them for ctest -R.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+scratch=${TOY_MUTANTS_DIR:-/tmp/toy-mutants}
+only=("$@")
+export TOY_SHARED_DATA=${TOY_SHARED_DATA:-$root/../shared/data}
+
+# ---- the mutants --------------------------------------------------------------------------------
+# Each entry: name, file, targets, test regex, original, replacement (one field per line).
+read -r -d '' MUTANTS <<'EOF'
+rope-layout
+src/toy/models/decoder_lm.cpp
+toy_llamacpp_tests
+^LlamaCpp\.RunsOurLlama
+    ro.freq_base = cfg_.rope_base;
+    ro.freq_base = cfg_.rope_base; ro.neox = true;
+decay-every-parameter
+src/toy/train/optimizer.cpp
+toy_train_tests
+^Train\.WeightDecay
+p.ndim() >= 2 ? cfg_.weight_decay : 0.0f
+cfg_.weight_decay
+temperature-multiplied
+src/toy/infer/sampler.cpp
+toy_train_tests
+^Sampler\.
+(z[size_t(idx[i])] - mx) / cfg_.temperature
+(z[size_t(idx[i])] - mx) * cfg_.temperature
+accumulation-unscaled
+src/toy/train/step.cpp
+toy_train_tests
+^Train\.Accumulation
+backward(accum == 1 ? loss : scale(loss, 1.0f / float(accum)));
+backward(loss);
+out-overwrites-a-run
+src/toy/train/run_folder.cpp
+toy toy_hostile_tests
+^Hostile\.OutHolding
+  TOY_CHECK(ours.empty() || force,
+  TOY_CHECK(true,
+out-accepts-foreign-files
+src/toy/train/run_folder.cpp
+toy toy_hostile_tests
+^Hostile\.OutHolding
+  TOY_CHECK(others.empty(),
+  TOY_CHECK(true,
+sigterm-not-handled
+src/toy/cli/stop_signals.cpp
+toy toy_hostile_tests
+SIGTERM
+for (int sig : {SIGINT, SIGTERM, SIGHUP})
+for (int sig : {SIGINT, SIGHUP})
+save-every-off-by-one
+src/toy/train/trainer.cpp
+toy toy_hostile_tests
+^Hostile\.SaveEvery
+(o.save_every > 0 && r.step % o.save_every == 0)
+(o.save_every > 0 && r.step % o.save_every == 1)
+stale-temporary-kept
+src/toy/train/trainer.cpp
+toy toy_hostile_tests
+^Hostile\.ALeftOver
+for (const std::string& t : remove_stale_temporaries(dir))
+for (const std::string& t : std::vector<std::string>{})
+checkpoint-state-not-checked
+src/toy/train/checkpoint.cpp
+toy toy_hostile_tests
+^Hostile\.ACheckpointWithNonFinite
+  TOY_CHECK(bad < 0, "[train] checkpoint '{}': tensor '{}' holds
+  TOY_CHECK(true, "[train] checkpoint '{}': tensor '{}' holds
+checkpoint-version-ignored
+src/toy/train/checkpoint.cpp
+toy toy_hostile_tests
+^Hostile\.ACheckpointOfAnotherFormat
+ver->type == gguf::Type::U32 && ver->u == kCheckpointVersion,
+ver->type == gguf::Type::U32,
+checkpoint-negative-step
+src/toy/train/checkpoint.cpp
+toy toy_hostile_tests
+^Hostile\.ACheckpointWithAStep
+r.step >= 0 && r.step <= r.o.steps
+r.step <= r.o.steps
+nonfinite-loss-applied
+src/toy/train/step.cpp
+toy toy_hostile_tests
+^Hostile\.ANonFiniteStep
+    if (!std::isfinite(l)) refuse(
+    if (false) refuse(
+nonfinite-gradient-applied
+src/toy/train/step.cpp
+toy_train_tests
+^Train\.ANonFiniteGradient
+  if (!std::isfinite(r.grad_norm)) refuse(
+  if (false) refuse(
+corpus-change-ignored
+src/toy/train/trainer.cpp
+toy toy_hostile_tests
+^Hostile\.AChangedCorpus
+    if (r.corpus_hash != c.hash) {
+    if (false) {
+toy-threads-atoi
+src/toy/core/thread_pool.cpp
+toy toy_hostile_tests
+^Hostile\.ToyThreads
+  TOY_CHECK(parse_int64(env, n) && n >= 1
+  TOY_CHECK((n = std::atoi(env), true) || n >= 1
+thread-start-failure-uncaught
+src/toy/core/thread_pool.cpp
+toy toy_hostile_tests
+^Hostile\.AThreadCount
+    } catch (const std::system_error& e) {
+    } catch (const std::range_error& e) {
+fifo-read
+src/toy/core/files.cpp
+toy toy_hostile_tests
+^Hostile\.Fifos
+  if (!S_ISREG(st.st_mode)) {
+  if (S_ISDIR(st.st_mode)) {
+escape-sequences-echoed
+src/toy/core/text.cpp
+toy toy_hostile_tests
+^Hostile\.ControlCharacters
+    } else if (c < 0x20 || c == 0x7f) {
+    } else if (c == 0) {
+model-gguf-is-last
+src/toy/train/trainer.cpp
+toy toy_hostile_tests
+^Hostile\.ModelGgufHoldsTheBest
+  const bool best_first = r.o.keep == "best" && r.best;
+  const bool best_first = false;
+best-is-worst
+src/toy/train/trainer.cpp
+toy toy_hostile_tests
+^Hostile\.ModelGgufHoldsTheBest
+(r.best && val >= r.best_val)
+(r.best && val <= r.best_val)
+memory-not-checked
+src/toy/train/memory.cpp
+toy toy_hostile_tests
+^Hostile\.BadValues
+  TOY_CHECK(need.total() <= double(available),
+  TOY_CHECK(true,
+token-cache-count-trusted
+src/toy/data/batches.cpp
+toy toy_hostile_tests
+^Hostile\.ATokenCache
+k == key && n == (size - kHeaderBytes) / 4 && (size - kHeaderBytes) % 4 == 0;
+k == key;
+config-shapes-after-allocation
+src/toy/io/model_file.cpp
+toy toy_hostile_tests
+^Hostile\.AModelConfigClaiming
+    TOY_CHECK(ti->shape == shape,
+    TOY_CHECK(true,
+json-fraction-truncated
+src/toy/core/json_fields.cpp
+toy toy_hostile_tests
+^Hostile\.AFractional
+  if (v.is_number_integer()) {
+  if (v.is_number()) {
+usage-error-exit-1
+src/toy/cli/main.cpp
+toy toy_hostile_tests
+^Hostile\.EveryError
+    return report(e.what(), kExitUsage,
+    return report(e.what(), kExitRuntime,
+flag-range-unchecked
+src/toy/cli/flags.cpp
+toy toy_hostile_tests
+^Hostile\.ZeroAndNonsense
+  if (!parse_int64(s, v) || v < lo || v > hi) bad(
+  if (!parse_int64(s, v)) bad(
+flag-trailing-text
+src/toy/core/text.cpp
+toy toy_hostile_tests
+^Hostile\.(ToyThreads|ZeroAndNonsense)
+  auto r = std::from_chars(b, s.data() + s.size(), out, 10);\n  return r.ec == std::errc() && r.ptr == s.data() + s.size();\n}\n\nbool parse_uint64
+  auto r = std::from_chars(b, s.data() + s.size(), out, 10);\n  return r.ec == std::errc();\n}\n\nbool parse_uint64
+resume-refuses-same-flags
+src/toy/cli/cmd_train.cpp
+toy toy_hostile_tests
+^Hostile\.ResumeAccepts
+    TOY_CHECK(was == now,
+    TOY_CHECK(false,
+resume-accepts-other-flags
+src/toy/cli/cmd_train.cpp
+toy toy_hostile_tests
+^Hostile\.ResumeAccepts
+    TOY_CHECK(was == now,
+    TOY_CHECK(true,
+q4k-weights
+src/toy/core/quant.cpp
+toy_core_tests
+^BlockCodec\.MatchesGgml
+    const float av_x = std::sqrt(sum_x2 / 32);
+    const float av_x = std::sqrt(sum_x2 / 16);
+q6k-scale-sign
+src/toy/core/quant.cpp
+toy_core_tests
+^BlockCodec\.MatchesGgml
+  const float iscale = -128.0f / max_scale;
+  const float iscale = 128.0f / max_scale;
+EOF
+
+# ---- the scratch copy ---------------------------------------------------------------------------
+mkdir -p "$scratch/src"
+(cd "$root" && git ls-files -co --exclude-standard -z | tar --null -cf - -T -) | tar -xf - -C "$scratch/src"
+if [ -d "$root/tools/llamacpp/node_modules" ] && [ ! -e "$scratch/src/tools/llamacpp/node_modules" ]; then
+  ln -s "$root/tools/llamacpp/node_modules" "$scratch/src/tools/llamacpp/node_modules"
+fi
+cmake -S "$scratch/src" -B "$scratch/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTOY_CUDA=OFF >/dev/null || exit 2
+echo "mutants: building the scratch copy in $scratch (the first time is a full build)" >&2
+cmake --build "$scratch/build" >/dev/null || { echo "mutants: the unmutated tree does not build" >&2; exit 2; }
+
+# Replaces the one occurrence of FROM with TO in FILE ("\n" = line break); fails unless there
+# is exactly one.
+apply() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import sys
+path, old, new = sys.argv[1], sys.argv[2].replace("\\n", "\n"), sys.argv[3].replace("\\n", "\n")
+text = open(path).read()
+if text.count(old) != 1:
+    sys.exit(f"{text.count(old)} occurrences")
+open(path, "w").write(text.replace(old, new))
+PY
+}
+
+survivors=0
+mapfile -t lines <<<"$MUTANTS"
+for ((i = 0; i + 5 < ${#lines[@]} + 1; i += 6)); do
+  name=${lines[i]} file=${lines[i + 1]} targets=${lines[i + 2]} regex=${lines[i + 3]}
+  from=${lines[i + 4]} to=${lines[i + 5]}
+  if ((${#only[@]})) && [[ ! " ${only[*]} " == *" $name "* ]]; then continue; fi
+  src="$scratch/src/$file"
+  cp "$root/$file" "$src"
+  if ! why=$(apply "$src" "$from" "$to" 2>&1); then
+    echo "MUTANT $name invalid ($file: $why)"
+    survivors=$((survivors + 1))
+    continue
+  fi
+  # shellcheck disable=SC2086
+  if ! cmake --build "$scratch/build" --target $targets >/dev/null 2>&1; then
+    echo "MUTANT $name invalid (does not build)"
+    survivors=$((survivors + 1))
+  elif ! ctest --test-dir "$scratch/build" -N -R "$regex" 2>/dev/null | grep -q "Total Tests: [1-9]"; then
+    echo "MUTANT $name invalid (no test matches $regex)"
+    survivors=$((survivors + 1))
+  elif ctest --test-dir "$scratch/build" -R "$regex" --timeout 300 >/dev/null 2>&1; then
+    echo "MUTANT $name survived"
+    survivors=$((survivors + 1))
+  else
+    echo "MUTANT $name killed"
+  fi
+  cp "$root/$file" "$src"
+done
+# Leave the scratch build matching the tree (so the next run is incremental).
+cmake --build "$scratch/build" >/dev/null 2>&1
+exit $((survivors > 0))
