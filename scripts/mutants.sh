@@ -247,8 +247,9 @@ for ((i = 0; i + 5 < ${#lines[@]} + 1; i += 6)); do
   from=${lines[i + 4]} to=${lines[i + 5]}
   if ((${#only[@]})) && [[ ! " ${only[*]} " == *" $name "* ]]; then continue; fi
   src="$scratch/src/$file"
-  cp "$root/$file" "$src"
+  cp -p "$src" "$src.orig"  # the copy's own version (the tree may change while this runs)
   if ! why=$(apply "$src" "$from" "$to" 2>&1); then
+    mv "$src.orig" "$src"
     echo "MUTANT $name invalid ($file: $why)"
     survivors=$((survivors + 1))
     continue
@@ -266,7 +267,8 @@ for ((i = 0; i + 5 < ${#lines[@]} + 1; i += 6)); do
   else
     echo "MUTANT $name killed"
   fi
-  cp "$root/$file" "$src"
+  mv "$src.orig" "$src"
+  touch "$src"  # newer than the mutant's object file: the next build recompiles it
 done
 # Leave the scratch build matching the tree (so the next run is incremental).
 cmake --build "$scratch/build" >/dev/null 2>&1

@@ -30,7 +30,6 @@ namespace gguf = toy::gguf;
 
 using toy::test::shared_path;
 
-bool exists(const std::string& path) { return std::filesystem::exists(path); }
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -334,6 +334,9 @@ namespace {
 std::atomic<bool> g_count_news{false};
 std::atomic<int64_t> g_news{0};
 }  // namespace
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // malloc'd by the operator new below
+#endif
 void* operator new(size_t n) {
   if (g_count_news.load(std::memory_order_relaxed)) g_news.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(n ? n : 1)) return p;

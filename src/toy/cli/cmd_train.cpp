@@ -177,10 +177,8 @@ Run add_train_command(CLI::App& app) {
   add_int(cmd, "--stop-after", o.stop_after, 0, int64_t(1) << 40,
           "Stop after this step with a checkpoint (resume with --resume)");
   add_int(cmd, "--save-every", o.save_every, 0, int64_t(1) << 40, "Write a checkpoint every N steps (0 = off)");
-  cmd->add_option("--save-minutes", o.save_minutes,
-                  "Write a checkpoint at least every M minutes of training (0 = off)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e6));
+  add_real(cmd, "--save-minutes", o.save_minutes, {0, 1e6},
+           "Write a checkpoint at least every M minutes of training (0 = off)");
   cmd->add_option("--keep", o.keep, "What model.gguf holds: best (validation; last.gguf has the last step) or last "
                   "(best.gguf has the best)")
       ->capture_default_str()

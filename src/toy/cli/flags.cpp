@@ -47,8 +47,9 @@ double parse_real_in(const std::string& flag, const std::string& s, const Range&
 }
 
 template <class Fn>
-CLI::Option* add_parsed(CLI::App* cmd, const std::string& names, Fn fn, const std::string& desc) {
-  return cmd->add_option_function<std::string>(names, std::move(fn), desc)->type_name("");
+CLI::Option* add_parsed(CLI::App* cmd, const std::string& names, Fn fn, const std::string& desc,
+                        const char* type) {
+  return cmd->add_option_function<std::string>(names, std::move(fn), desc)->type_name(type);
 }
 
 }  // namespace
@@ -57,7 +58,7 @@ CLI::Option* add_int(CLI::App* cmd, const std::string& names, int64_t& var, int6
                      const std::string& desc) {
   const std::string flag = flag_name(names);
   return add_parsed(cmd, names, [&var, flag, lo, hi](const std::string& s) { var = parse_int_in(flag, s, lo, hi); },
-                    desc)
+                    desc, "INT")
       ->default_str(std::to_string(var));
 }
 
@@ -65,7 +66,7 @@ CLI::Option* add_int(CLI::App* cmd, const std::string& names, int& var, int64_t 
                      const std::string& desc) {
   const std::string flag = flag_name(names);
   return add_parsed(cmd, names,
-                    [&var, flag, lo, hi](const std::string& s) { var = int(parse_int_in(flag, s, lo, hi)); }, desc)
+                    [&var, flag, lo, hi](const std::string& s) { var = int(parse_int_in(flag, s, lo, hi)); }, desc, "INT")
       ->default_str(std::to_string(var));
 }
 
@@ -73,7 +74,7 @@ CLI::Option* add_int(CLI::App* cmd, const std::string& names, std::optional<int6
                      const std::string& desc) {
   const std::string flag = flag_name(names);
   return add_parsed(cmd, names, [&var, flag, lo, hi](const std::string& s) { var = parse_int_in(flag, s, lo, hi); },
-                    desc);
+                    desc, "INT");
 }
 
 CLI::Option* add_u64(CLI::App* cmd, const std::string& names, uint64_t& var, const std::string& desc) {
@@ -82,14 +83,20 @@ CLI::Option* add_u64(CLI::App* cmd, const std::string& names, uint64_t& var, con
                     [&var, flag](const std::string& s) {
                       if (!parse_uint64(s, var)) bad(flag, "an integer in 0..18446744073709551615", s);
                     },
-                    desc)
+                    desc, "UINT")
       ->default_str(std::to_string(var));
 }
 
 CLI::Option* add_real(CLI::App* cmd, const std::string& names, float& var, Range r, const std::string& desc) {
   const std::string flag = flag_name(names);
   return add_parsed(cmd, names, [&var, flag, r](const std::string& s) { var = float(parse_real_in(flag, s, r)); },
-                    desc)
+                    desc, "NUM")
+      ->default_str(fmt::format("{}", var));
+}
+
+CLI::Option* add_real(CLI::App* cmd, const std::string& names, double& var, Range r, const std::string& desc) {
+  const std::string flag = flag_name(names);
+  return add_parsed(cmd, names, [&var, flag, r](const std::string& s) { var = parse_real_in(flag, s, r); }, desc, "NUM")
       ->default_str(fmt::format("{}", var));
 }
 
@@ -97,7 +104,7 @@ CLI::Option* add_real(CLI::App* cmd, const std::string& names, std::optional<flo
                       const std::string& desc) {
   const std::string flag = flag_name(names);
   return add_parsed(cmd, names, [&var, flag, r](const std::string& s) { var = float(parse_real_in(flag, s, r)); },
-                    desc);
+                    desc, "NUM");
 }
 
 }  // namespace toy::cli

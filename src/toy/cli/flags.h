@@ -28,6 +28,7 @@ struct Range {
   bool lo_open = false, hi_open = false;
 };
 CLI::Option* add_real(CLI::App* cmd, const std::string& names, float& var, Range r, const std::string& desc);
+CLI::Option* add_real(CLI::App* cmd, const std::string& names, double& var, Range r, const std::string& desc);
 CLI::Option* add_real(CLI::App* cmd, const std::string& names, std::optional<float>& var, Range r,
                       const std::string& desc);
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <unordered_set>
@@ -176,7 +177,22 @@ Reader::Reader(const std::string& path) : path_(path) {
   TOY_CHECK(p != MAP_FAILED, "[gguf] cannot map '{}': {}", printable(path), std::strerror(map_errno));
   const size_t sz = size_;
   map_ = std::shared_ptr<void>(p, [sz](void* q) { ::munmap(q, sz); });
+  parse();
+}
 
+Reader::Reader(std::string name, const void* data, size_t size) : path_(std::move(name)), size_(size) {
+  TOY_CHECK(size_ >= 24, "[gguf] '{}' is not a GGUF file ({} bytes; a header alone is 24)", printable(path_), size_);
+  // An owned, 64-byte aligned copy, so tensor views are aligned as in a mapped file.
+  void* p = std::aligned_alloc(64, (size_ + 63) / 64 * 64);
+  TOY_CHECK(p != nullptr, "[gguf] '{}': out of memory for {} bytes", printable(path_), size_);
+  std::memcpy(p, data, size_);
+  map_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  parse();
+}
+
+void Reader::parse() {
+  const std::string& path = path_;
+  void* p = map_.get();
   const std::string shown = printable(path);
   Cursor c{static_cast<const uint8_t*>(p), size_, 0, shown};
   const uint32_t magic = c.read<uint32_t>("magic");
@@ -184,8 +200,8 @@ Reader::Reader(const std::string& path) : path_(path) {
             magic);
   version_ = c.read<uint32_t>("version");
   TOY_CHECK((version_ & 0xffff) != 0, "[gguf] '{}' looks big-endian (version {:#x}); only little-endian is supported",
-            path, version_);
-  TOY_CHECK(version_ == 2 || version_ == 3, "[gguf] '{}' has version {}; supported are 2 and 3", path, version_);
+            shown, version_);
+  TOY_CHECK(version_ == 2 || version_ == 3, "[gguf] '{}' has version {}; supported are 2 and 3", shown, version_);
   const int64_t n_tensors = c.read<int64_t>("tensor count");
   const int64_t n_kv = c.read<int64_t>("metadata count");
   TOY_CHECK(n_tensors >= 0 && n_kv >= 0 && uint64_t(n_tensors) < kMaxArray && uint64_t(n_kv) < kMaxArray,

@@ -62,6 +62,9 @@ class Reader {
  public:
   // Maps and parses path; throws toy::Error naming the file and what is wrong.
   explicit Reader(const std::string& path);
+  // Parses a copy of size bytes at data (for bytes that are not a file: fuzzing, tests);
+  // `name` stands for the path in messages.
+  Reader(std::string name, const void* data, size_t size);
   ~Reader();
   Reader(const Reader&) = delete;
   Reader& operator=(const Reader&) = delete;
@@ -86,6 +89,8 @@ class Reader {
   Tensor tensor(const std::string& name) const;
 
  private:
+  void parse();  // the header, metadata and tensor table of map_ (size_ bytes)
+
   std::string path_;
   uint32_t version_ = 0;
   std::vector<std::pair<std::string, Value>> kv_;

@@ -118,11 +118,16 @@ void save_checkpoint(Run& r) {
 }
 
 void load_checkpoint(Run& r, const std::string& dir) {
-  using namespace json_fields;
   const std::string path = checkpoint_path(dir);
-  const std::string shown = printable(path);
-  TOY_CHECK(fs::exists(path), "[train] no checkpoint to resume in '{}' (expected {})", printable(dir), shown);
+  TOY_CHECK(fs::exists(path), "[train] no checkpoint to resume in '{}' (expected {})", printable(dir),
+            printable(path));
   gguf::Reader rd(path);
+  load_checkpoint(r, rd, dir);
+}
+
+void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir) {
+  using namespace json_fields;
+  const std::string shown = printable(rd.path());
 
   const gguf::Value* ver = rd.find("toy.checkpoint.version");
   TOY_CHECK(ver != nullptr, "[train] '{}' has no toy.checkpoint.version: it was written by an older toy, whose "

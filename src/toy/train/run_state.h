@@ -8,6 +8,7 @@
 #include "toy/core/rng.h"
 #include "toy/data/batches.h"
 #include "toy/data/corpus.h"
+#include "toy/io/gguf.h"
 #include "toy/models/decoder_lm.h"
 #include "toy/tokenizer/tokenizer.h"
 #include "toy/train/optimizer.h"
@@ -49,6 +50,8 @@ void save_checkpoint(Run& r);
 // wrong: another format version, non-finite state, shapes, a step out of range, a config that
 // disagrees with itself.
 void load_checkpoint(Run& r, const std::string& dir);
+// Same, from a reader already open (its path names it in messages).
+void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir);
 // Index of the first NaN/Inf element of t, or -1.
 int64_t first_non_finite(const Tensor& t);
 // Throws when a parameter of m holds NaN/Inf (`what` names the file about to be written).

@@ -470,10 +470,11 @@ TrainResult resume(const std::string& dir, const std::function<void(TrainOptions
   struct stat st {};
   TOY_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "[train] --resume '{}' is not a run folder",
             printable(dir));
-  for (const std::string& t : remove_stale_temporaries(dir))
-    note(fmt::format("removed '{}' left by a write that was interrupted", t));
   Run r;
   load_checkpoint(r, dir);
+  // Only in a folder that holds a valid run: a write killed before its rename left these.
+  for (const std::string& t : remove_stale_temporaries(dir))
+    note(fmt::format("removed '{}' left by a write that was interrupted", t));
   r.o.stop_after = 0;  // a stop point belongs to the session that set it
   if (override_fn) override_fn(r.o);
   r.o.validate();
