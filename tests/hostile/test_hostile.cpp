@@ -16,6 +16,7 @@
 #include "proc.h"
 #include "requirements.h"
 #include "toy/core/files.h"
+#include "toy/core/json_fields.h"
 #include "toy/core/text.h"
 
 namespace fs = std::filesystem;
@@ -577,4 +578,15 @@ TEST(Hostile, VersionNamesTheCommitCompilerAndCpuFeatures) {
   EXPECT_EQ(r.status, 0);
   EXPECT_TRUE(std::regex_search(r.out, std::regex("^toy [0-9]+\\.[0-9]+\\.[0-9]+\n")));
   EXPECT_TRUE(has(r.out, "commit: ") && has(r.out, "compiler: ") && has(r.out, "AVX2")) << r.out;
+}
+
+TEST(Hostile, AJsonNumberTooLargeForADoubleIsAnError) {
+  // Found by fuzz_model_config: nlohmann throws out_of_range (not parse_error) for 1e400,
+  // which escaped as an internal error.
+  try {
+    json_fields::parse_object("{\"lr\": 1e400}", "[train] checkpoint 'x' key toy.train.options");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "toy.train.options") && has(e.what(), "not valid JSON")) << e.what();
+  }
 }

@@ -83,8 +83,9 @@ nlohmann::json parse_object(const std::string& text, const std::string& where) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.what() quotes the offending bytes; keep only the position and reason, escaped.
+  } catch (const nlohmann::json::exception& e) {
+    // A syntax error, or a number too large for a double (out_of_range.406); e.what() quotes
+    // the offending bytes, so it is escaped.
     fail("{}: not valid JSON ({})", where, printable(e.what(), 160));
   }
   TOY_CHECK(j.is_object(), "{}: expected a JSON object, got {}", where, j.type_name());

@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include "toy/autograd/grad_mode.h"
+#include "toy/core/machine.h"
 #include "toy/ops/ops.h"
 
 namespace toy {
@@ -225,6 +226,11 @@ Tensor DecoderLM::decode(const std::vector<int32_t>& ids) {
   for (int32_t id : ids)
     TOY_CHECK(id >= 0 && id < cfg_.vocab, "[model] token id {} is out of the vocabulary [0, {})", id, cfg_.vocab);
   if (k_cache_.empty()) {
+    // The context comes from the model file: check what its cache needs before allocating.
+    const double bytes = 2.0 * double(cfg_.layers) * double(cfg_.ctx) * double(cfg_.kv_heads * cfg_.head_dim()) * 4;
+    const uint64_t avail = available_memory_bytes();
+    TOY_CHECK(bytes <= double(avail), "[model] a KV cache for the context of {} tokens needs {}, more than the {} "
+              "available", cfg_.ctx, format_bytes(bytes), format_bytes(double(avail)));
     for (int64_t l = 0; l < cfg_.layers; ++l) {
       k_cache_.push_back(zeros(Shape{1, cfg_.ctx, cfg_.kv_heads, cfg_.head_dim()}));
       v_cache_.push_back(zeros(Shape{1, cfg_.ctx, cfg_.kv_heads, cfg_.head_dim()}));

@@ -11,6 +11,7 @@
 // GGUF: tokenizer.ggml.model = "toy-char" (llama.cpp refuses it, as it should: it has no
 // such tokenizer), tokens = each character as UTF-8, or "<0xNN>" with token type 6 (byte)
 // for a raw byte, the way SentencePiece vocabularies write byte tokens.
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <unordered_map>
@@ -110,15 +111,19 @@ class CharTokenizer final : public PieceTokenizer {
 
 std::unique_ptr<Tokenizer> train_char_tokenizer(std::string_view corpus) {
   TOY_CHECK(!corpus.empty(), "[tokenizer:char] cannot train on an empty corpus");
+  // Each symbol is listed when first seen (no scan of all 1.1M code points afterwards).
   std::vector<bool> seen(kRawByte + 256, false);
+  std::vector<uint32_t> keys;
   for (size_t i = 0; i < corpus.size();) {
     uint32_t len;
-    seen[symbol_at(corpus, i, &len)] = true;
+    const uint32_t k = symbol_at(corpus, i, &len);
+    if (!seen[k]) {
+      seen[k] = true;
+      keys.push_back(k);
+    }
     i += len;
   }
-  std::vector<uint32_t> keys;
-  for (uint32_t k = 0; k < seen.size(); ++k)
-    if (seen[k]) keys.push_back(k);
+  std::sort(keys.begin(), keys.end());
   return std::make_unique<CharTokenizer>(keys);
 }
 
