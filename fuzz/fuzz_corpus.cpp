@@ -1,6 +1,9 @@
 // The text corpus reader: a folder of files (arbitrary bytes, empty files, hidden files, a
-// sub-folder) listed and read as `toy train --data` does, hashed, then a char vocabulary
-// trained on the text must encode and decode it exactly.
+// sub-folder, and as the first input byte chooses: a symlink loop, a dangling link, a FIFO,
+// a link back to the folder) listed and read as `toy train --data` does, hashed, then a
+// char vocabulary trained on the text must encode and decode it exactly.
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string_view>
@@ -17,9 +20,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string dir = root + "/data";
   fs::remove_all(dir);
   fs::create_directories(dir + "/sub");
+  if (size < 1) return 0;
+  const uint8_t odd = data[0];
+  if (odd & 1) fs::create_symlink("loop", dir + "/loop");
+  if (odd & 2) fs::create_symlink(dir + "/missing", dir + "/dangling");
+  if (odd & 4) mkfifo((dir + "/pipe").c_str(), 0644);
+  if (odd & 8) fs::create_directory_symlink(dir, dir + "/sub/up");
+  if (odd & 16) fs::create_symlink(dir + "/a.txt", dir + "/sub/same.txt");  // read once
   // Files are separated by 0xff 0xfe; names: a.txt, sub/b.txt, .hidden, c.txt, ...
   const char* names[] = {"a.txt", "sub/b.txt", ".hidden", "c.txt", "sub/d.md"};
-  std::string_view rest(reinterpret_cast<const char*>(data), size);
+  std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
   for (size_t f = 0; f < 5 && !rest.empty(); ++f) {
     const size_t cut = rest.find("\xff\xfe");
     const std::string_view part = rest.substr(0, cut);

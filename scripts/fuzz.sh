@@ -19,7 +19,9 @@ if ! [[ "$secs" =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 build=${TOY_ASAN_BUILD:-$root/build-asan}
-targets=(gguf_model gguf_vocab checkpoint tokenizer token_cache model_config corpus)
+# Every fuzz/fuzz_*.cpp is a target (fuzz/CMakeLists.txt builds them all).
+targets=()
+for f in "$root"/fuzz/fuzz_*.cpp; do t=$(basename "$f" .cpp); targets+=("${t#fuzz_}"); done
 
 "$root/scripts/deps.sh" --sanitize >&2 || exit 2
 if [ ! -f "$build/CMakeCache.txt" ]; then

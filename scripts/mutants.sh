@@ -159,7 +159,7 @@ token-cache-count-trusted
 src/toy/data/batches.cpp
 toy toy_hostile_tests
 ^Hostile\.ATokenCache
-k == key && n == (size - kHeaderBytes) / 4 && (size - kHeaderBytes) % 4 == 0;
+k == key && n == (size - kHeaderBytes) / 4 && (size - kHeaderBytes) % 4 == 0 && n <= max_tokens;
 k == key;
 config-shapes-after-allocation
 src/toy/io/model_file.cpp
@@ -195,14 +195,14 @@ resume-refuses-same-flags
 src/toy/cli/cmd_train.cpp
 toy toy_hostile_tests
 ^Hostile\.ResumeAccepts
-    TOY_CHECK(was == now,
-    TOY_CHECK(false,
+    TOY_CHECK(was == now, "[train] {} cannot change
+    TOY_CHECK(false, "[train] {} cannot change
 resume-accepts-other-flags
 src/toy/cli/cmd_train.cpp
 toy toy_hostile_tests
 ^Hostile\.ResumeAccepts
-    TOY_CHECK(was == now,
-    TOY_CHECK(true,
+    TOY_CHECK(was == now, "[train] {} cannot change
+    TOY_CHECK(true, "[train] {} cannot change
 q4k-weights
 src/toy/core/quant.cpp
 toy_core_tests

@@ -32,6 +32,7 @@ struct ProcOptions {
   double timeout_s = 120;
   uint64_t address_space = 0;    // RLIMIT_AS in bytes (0 = unlimited)
   std::string cwd;
+  bool ignore_sighup = false;    // as under nohup
 };
 
 inline std::string read_all(const std::string& path) {
@@ -51,6 +52,9 @@ inline pid_t spawn_toy(const std::vector<std::string>& args, const ProcOptions& 
     const int in = ::open("/dev/null", O_RDONLY);
     dup2(out, 1), dup2(err, 2), dup2(in, 0);
     setpgid(0, 0);
+    // Whatever the test runner ignores (nohup, CI), toy starts with the default actions.
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL);
+    if (o.ignore_sighup) signal(SIGHUP, SIG_IGN);
     for (const std::string& e : o.env) putenv(const_cast<char*>(e.c_str()));
     if (o.address_space) {
       rlimit rl{rlim_t(o.address_space), rlim_t(o.address_space)};

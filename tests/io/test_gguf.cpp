@@ -108,6 +108,13 @@ TEST(GgufReader, RejectsCorruptFilesWithClearErrors) {
   expect_rejected("dims", Bytes().header(1, 0).tensor("w", {1, 1, 1, 1, 1}, 0).b, "dims");
   expect_rejected("type", Bytes().header(1, 0).tensor("w", {1}, 0, 9999).b, "type 9999");
   expect_rejected("counts", Bytes().header(int64_t(1) << 60, 0).b, "implausible counts");
+  // general.alignment 1 puts an f32 tensor at an odd address (found by fuzz_gguf_model: UB).
+  {
+    Bytes f;
+    f.header(1, 1).str("general.alignment").put<int32_t>(4).put<uint32_t>(1).tensor("w", {2}, 1);
+    f.b += std::string(1 + 8, '\0');
+    expect_rejected("misaligned", f.b, "not aligned");
+  }
   // A string whose length runs past the end.
   expect_rejected("string", Bytes().header(0, 1).put<uint64_t>(1000).b + "abc", "truncated");
 }

@@ -1,5 +1,8 @@
 // `toy train`: train a decoder-only LM from scratch on text (see train/trainer.h).
 #include <filesystem>
+#include <functional>
+#include <map>
+#include <stdexcept>
 #include <memory>
 #include <optional>
 
@@ -68,45 +71,87 @@ bool same_path(const std::string& a, const std::string& b) {
   return !e1 && !e2 && ca == cb;
 }
 
-// What a run is cannot change on resume. A flag given again with the value the run was started
-// with is fine (a user re-runs the command line with --resume added); another value is refused,
-// naming both.
-void check_fixed_flags(const CLI::App* cmd, const TrainFlags& f, const TrainOptions& saved) {
+// What each flag of `toy train` does on --resume. Fixed flags say what the run is: given
+// again with the value the run was started with they are fine (a user re-runs the command
+// line with --resume added); another value is refused naming both. Cadence flags say how the
+// run proceeds and may change. Every flag must have a rule: add_train_command refuses to
+// start otherwise, so a new flag cannot be silently ignored on resume.
+enum class OnResume { Fixed, MayChange, NotSaved };
+struct ResumeRule {
+  OnResume what;
+  std::function<std::string(const TrainOptions&)> value;  // Fixed: the value compared
+  std::function<void(TrainOptions& saved, const TrainOptions& given)> apply;  // MayChange
+};
+
+const std::map<std::string, ResumeRule>& resume_rules() {
+  auto fixed = [](auto get) {
+    return ResumeRule{OnResume::Fixed, [get](const TrainOptions& o) { return fmt::format("{}", get(o)); }, {}};
+  };
+  auto may_change = [](auto set) { return ResumeRule{OnResume::MayChange, {}, set}; };
+  const ResumeRule not_saved{OnResume::NotSaved, {}, {}};
+  static const std::map<std::string, ResumeRule> rules = {
+      {"--preset", fixed([](const TrainOptions& o) { return o.model.preset; })},
+      {"--tokenizer", fixed([](const TrainOptions& o) { return o.tokenizer; })},
+      {"--layers", fixed([](const TrainOptions& o) { return o.model.layers; })},
+      {"--heads", fixed([](const TrainOptions& o) { return o.model.heads; })},
+      {"--kv-heads", fixed([](const TrainOptions& o) { return o.model.kv_heads; })},
+      {"--dim", fixed([](const TrainOptions& o) { return o.model.dim; })},
+      {"--ffn", fixed([](const TrainOptions& o) { return o.model.ffn; })},
+      {"--ctx", fixed([](const TrainOptions& o) { return o.model.ctx; })},
+      {"--norm", fixed([](const TrainOptions& o) { return to_string(o.model.norm); })},
+      {"--mlp", fixed([](const TrainOptions& o) { return to_string(o.model.mlp); })},
+      {"--pos", fixed([](const TrainOptions& o) { return to_string(o.model.pos); })},
+      {"--bias", fixed([](const TrainOptions& o) { return int(o.model.bias); })},
+      {"--tied", fixed([](const TrainOptions& o) { return int(o.model.tied); })},
+      {"--dropout", fixed([](const TrainOptions& o) { return o.model.dropout; })},
+      {"--init-scale", fixed([](const TrainOptions& o) { return o.model.init_scale; })},
+      {"--depth-scale", fixed([](const TrainOptions& o) { return o.model.depth_scale ? "on" : "off"; })},
+      {"--batch", fixed([](const TrainOptions& o) { return o.batch; })},
+      {"--accum", fixed([](const TrainOptions& o) { return o.accum; })},
+      {"--lr", fixed([](const TrainOptions& o) { return o.lr; })},
+      {"--min-lr", fixed([](const TrainOptions& o) { return o.min_lr; })},
+      {"--warmup", fixed([](const TrainOptions& o) { return o.warmup; })},
+      {"--wd", fixed([](const TrainOptions& o) { return o.weight_decay; })},
+      {"--beta1", fixed([](const TrainOptions& o) { return o.beta1; })},
+      {"--beta2", fixed([](const TrainOptions& o) { return o.beta2; })},
+      {"--clip", fixed([](const TrainOptions& o) { return o.clip; })},
+      {"--seed", fixed([](const TrainOptions& o) { return o.seed; })},
+      {"--data", not_saved},  // compared as paths below
+      {"--out", not_saved},   // must name the --resume folder (checked below)
+      {"--steps", may_change([](TrainOptions& s, const TrainOptions& g) { s.steps = g.steps; })},
+      {"--stop-after", may_change([](TrainOptions& s, const TrainOptions& g) { s.stop_after = g.stop_after; })},
+      {"--threads", may_change([](TrainOptions& s, const TrainOptions& g) { s.threads = g.threads; })},
+      {"--eval-every", may_change([](TrainOptions& s, const TrainOptions& g) { s.eval_every = g.eval_every; })},
+      {"--eval-batches", may_change([](TrainOptions& s, const TrainOptions& g) { s.eval_batches = g.eval_batches; })},
+      {"--sample-every", may_change([](TrainOptions& s, const TrainOptions& g) { s.sample_every = g.sample_every; })},
+      {"--sample-tokens",
+       may_change([](TrainOptions& s, const TrainOptions& g) { s.sample_tokens = g.sample_tokens; })},
+      {"--log-every", may_change([](TrainOptions& s, const TrainOptions& g) { s.log_every = g.log_every; })},
+      {"--save-every", may_change([](TrainOptions& s, const TrainOptions& g) { s.save_every = g.save_every; })},
+      {"--save-minutes", may_change([](TrainOptions& s, const TrainOptions& g) { s.save_minutes = g.save_minutes; })},
+      {"--keep", may_change([](TrainOptions& s, const TrainOptions& g) { s.keep = g.keep; })},
+      {"--quiet", may_change([](TrainOptions& s, const TrainOptions& g) { s.quiet = g.quiet; })},
+      {"--allow-data-change",
+       may_change([](TrainOptions& s, const TrainOptions& g) { s.allow_data_change = g.allow_data_change; })},
+      {"--resume", not_saved},
+      {"--force", not_saved},
+      {"--json", not_saved},
+      {"--help", not_saved},
+      {"--help-all", not_saved},
+  };
+  return rules;
+}
+
+// Applies the command line to the options saved in a checkpoint (see resume_rules()).
+void apply_resume_flags(const CLI::App* cmd, const TrainFlags& f, TrainOptions& saved) {
   TrainOptions given = f.o;
   given.model = build_model(f);
-  using Get = std::function<std::string(const TrainOptions&)>;
-  auto num = [](auto v) { return fmt::format("{}", v); };
-  const std::vector<std::pair<const char*, Get>> fixed = {
-      {"--preset", [](const TrainOptions& o) { return o.model.preset; }},
-      {"--tokenizer", [](const TrainOptions& o) { return o.tokenizer; }},
-      {"--layers", [&](const TrainOptions& o) { return num(o.model.layers); }},
-      {"--heads", [&](const TrainOptions& o) { return num(o.model.heads); }},
-      {"--kv-heads", [&](const TrainOptions& o) { return num(o.model.kv_heads); }},
-      {"--dim", [&](const TrainOptions& o) { return num(o.model.dim); }},
-      {"--ffn", [&](const TrainOptions& o) { return num(o.model.ffn); }},
-      {"--ctx", [&](const TrainOptions& o) { return num(o.model.ctx); }},
-      {"--norm", [](const TrainOptions& o) { return to_string(o.model.norm); }},
-      {"--mlp", [](const TrainOptions& o) { return to_string(o.model.mlp); }},
-      {"--pos", [](const TrainOptions& o) { return to_string(o.model.pos); }},
-      {"--bias", [](const TrainOptions& o) { return std::string(o.model.bias ? "1" : "0"); }},
-      {"--tied", [](const TrainOptions& o) { return std::string(o.model.tied ? "1" : "0"); }},
-      {"--dropout", [&](const TrainOptions& o) { return num(o.model.dropout); }},
-      {"--init-scale", [&](const TrainOptions& o) { return num(o.model.init_scale); }},
-      {"--depth-scale", [](const TrainOptions& o) { return std::string(o.model.depth_scale ? "on" : "off"); }},
-      {"--batch", [&](const TrainOptions& o) { return num(o.batch); }},
-      {"--accum", [&](const TrainOptions& o) { return num(o.accum); }},
-      {"--lr", [&](const TrainOptions& o) { return num(o.lr); }},
-      {"--min-lr", [&](const TrainOptions& o) { return num(o.min_lr); }},
-      {"--warmup", [&](const TrainOptions& o) { return num(o.warmup); }},
-      {"--wd", [&](const TrainOptions& o) { return num(o.weight_decay); }},
-      {"--beta1", [&](const TrainOptions& o) { return num(o.beta1); }},
-      {"--beta2", [&](const TrainOptions& o) { return num(o.beta2); }},
-      {"--clip", [&](const TrainOptions& o) { return num(o.clip); }},
-      {"--seed", [&](const TrainOptions& o) { return num(o.seed); }},
-  };
-  for (const auto& [flag, get] : fixed) {
+  saved.stop_after = 0;  // a stop point belongs to the session that set it
+  for (const auto& [flag, rule] : resume_rules()) {
     if (cmd->count(flag) == 0) continue;
-    const std::string was = get(saved), now = get(given);
+    if (rule.what == OnResume::MayChange) rule.apply(saved, given);
+    if (rule.what != OnResume::Fixed) continue;
+    const std::string was = rule.value(saved), now = rule.value(given);
     TOY_CHECK(was == now, "[train] {} cannot change when resuming: the run was started with {} {}, this command gives "
               "{} (leave it out, or start a new run)", flag, flag, printable(was), printable(now));
   }
@@ -134,10 +179,12 @@ Run add_train_command(CLI::App& app) {
   TrainOptions& o = f->o;
   cmd->add_option("--data", o.data, "Text file(s) or folder(s) (default: the license texts every Debian system has)");
   cmd->add_option("--out", o.out, "Run folder: model.gguf, checkpoint.gguf, events.jsonl, report.html");
-  cmd->add_option("--resume", f->resume, "Continue the run in this folder from its checkpoint");
-  cmd->add_flag("--force", o.force, "Replace the run already in --out (only toy's own run files are removed)");
+  auto* resume_opt = cmd->add_option("--resume", f->resume, "Continue the run in this folder from its checkpoint");
+  cmd->add_flag("--force", o.force, "Replace the run already in --out (only toy's own run files are removed)")
+      ->excludes(resume_opt);
   cmd->add_flag("--allow-data-change", o.allow_data_change,
-                "With --resume: continue even though the training data changed since the checkpoint");
+                "With --resume: continue even though the training data changed since the checkpoint")
+      ->needs(resume_opt);
   cmd->add_option("--preset", f->preset, "Model preset: gpt (GPT-2 shape) or llama")
       ->capture_default_str()
       ->check(CLI::IsMember({"gpt", "llama"}));
@@ -185,31 +232,16 @@ Run add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"best", "last"}));
   cmd->add_flag("--quiet", o.quiet, "No progress output");
   cmd->add_flag("--json", f->json, "Print a JSON summary as the last line of stdout");
+  for (const CLI::Option* opt : cmd->get_options())
+    if (!resume_rules().count(opt->get_name()))
+      throw std::logic_error("toy train: flag " + opt->get_name() + " has no rule for --resume (cmd_train.cpp)");
   return [cmd, f]() -> int {
     install_stop_signals();
     TrainResult r;
     if (!f->resume.empty()) {
-      TOY_CHECK(!f->o.force, "[train] --force replaces a run; it cannot be combined with --resume");
       TrainFlags* fl = f.get();
-      r = resume(f->resume, [fl, cmd](TrainOptions& saved) {
-        check_fixed_flags(cmd, *fl, saved);
-        // Only how long and how the run proceeds may change, never what it trains.
-        if (cmd->count("--steps")) saved.steps = fl->o.steps;
-        saved.stop_after = fl->o.stop_after;  // a stop point applies to one session only
-        if (cmd->count("--threads")) saved.threads = fl->o.threads;
-        if (cmd->count("--eval-every")) saved.eval_every = fl->o.eval_every;
-        if (cmd->count("--eval-batches")) saved.eval_batches = fl->o.eval_batches;
-        if (cmd->count("--sample-every")) saved.sample_every = fl->o.sample_every;
-        if (cmd->count("--sample-tokens")) saved.sample_tokens = fl->o.sample_tokens;
-        if (cmd->count("--log-every")) saved.log_every = fl->o.log_every;
-        if (cmd->count("--save-every")) saved.save_every = fl->o.save_every;
-        if (cmd->count("--save-minutes")) saved.save_minutes = fl->o.save_minutes;
-        if (cmd->count("--keep")) saved.keep = fl->o.keep;
-        saved.quiet = fl->o.quiet;
-        saved.allow_data_change = fl->o.allow_data_change;
-      });
+      r = resume(f->resume, [fl, cmd](TrainOptions& saved) { apply_resume_flags(cmd, *fl, saved); });
     } else {
-      TOY_CHECK(!f->o.allow_data_change, "[train] --allow-data-change only applies to --resume");
       f->o.model = build_model(*f);
       r = train(f->o);
     }

@@ -76,11 +76,11 @@ std::string read_regular_file(const std::string& path, const char* who, uint64_t
   return out;
 }
 
-void check_output_file(const std::string& path, const char* who) {
+void check_output_file(const std::string& path, const char* who, bool allow_char_device) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return;  // missing: it will be created
-  TOY_CHECK(S_ISREG(st.st_mode), "{} '{}' is {}: toy writes only regular files", who, printable(path),
-            file_kind(st.st_mode));
+  TOY_CHECK(S_ISREG(st.st_mode) || (allow_char_device && S_ISCHR(st.st_mode)),
+            "{} '{}' is {}: toy writes only regular files", who, printable(path), file_kind(st.st_mode));
 }
 
 }  // namespace toy

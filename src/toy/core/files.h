@@ -14,8 +14,9 @@ namespace toy {
 int open_regular_file(const std::string& path, const char* who, uint64_t* bytes = nullptr);
 // The whole file; refuses files larger than max_bytes (naming both sizes).
 std::string read_regular_file(const std::string& path, const char* who, uint64_t max_bytes = UINT64_MAX);
-// For a file about to be written: fine when missing or a regular file, else an error.
-void check_output_file(const std::string& path, const char* who);
+// For a file about to be written: fine when missing or a regular file (or, when allowed, a
+// character device such as /dev/stderr, which never blocks an open), else an error.
+void check_output_file(const std::string& path, const char* who, bool allow_char_device = false);
 // "a folder", "a FIFO", "a character device", ... for the file type bits of st_mode.
 const char* file_kind(unsigned mode);
 

@@ -6,7 +6,8 @@
 
 namespace toy {
 
-// Memory the kernel says can be given to a new process without swapping (MemAvailable).
+// Memory that can be given to this process without swapping: the kernel's MemAvailable, or
+// less when a memory cgroup (a container's limit) allows less.
 uint64_t available_memory_bytes();
 // Human-readable bytes: "1.5 GiB", "320 MiB".
 std::string format_bytes(double bytes);

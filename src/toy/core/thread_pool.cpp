@@ -167,8 +167,20 @@ int default_threads() {
   return env > 0 ? env : int(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-ThreadPool& pool() {
-  static ThreadPool* p = new ThreadPool(default_threads());  // lives until exit
+// Created on first use at the size first asked for (set_num_threads before any parallel
+// work builds it at that size directly, so a TOY_THREADS the system cannot start never
+// stands in the way of a --threads it can); lives until exit.
+std::mutex g_pool_mu;
+std::atomic<ThreadPool*> g_pool{nullptr};
+
+ThreadPool& pool(int want = 0) {
+  if (ThreadPool* p = g_pool.load(std::memory_order_acquire)) return *p;
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  ThreadPool* p = g_pool.load(std::memory_order_relaxed);
+  if (!p) {
+    p = new ThreadPool(want > 0 ? want : default_threads());  // throws when threads cannot start
+    g_pool.store(p, std::memory_order_release);
+  }
   return *p;
 }
 
@@ -188,8 +200,9 @@ int num_threads() { return pool().size(); }
 void set_num_threads(int n) {
   TOY_CHECK(n >= 0 && n <= kMaxThreads, "[threads] thread count must be in 0..{}, got {}", kMaxThreads, n);
   TOY_CHECK(!t_in_parallel, "[threads] cannot change the thread count inside a parallel region");
-  int want = n == 0 ? default_threads() : n;
-  if (want != pool().size()) pool().resize(want);
+  const int want = n == 0 ? default_threads() : n;
+  ThreadPool& p = pool(want);
+  if (want != p.size()) p.resize(want);
 }
 
 bool in_parallel_region() { return t_in_parallel; }

@@ -61,7 +61,7 @@ void open(const std::string& path) {
   close();
   Writer& w = writer();
   std::lock_guard<std::mutex> lock(w.mu);
-  check_output_file(path, "[trace]");  // a FIFO would block the open forever
+  check_output_file(path, "[trace]", true);  // a FIFO would block the open forever; /dev/stderr is fine
   w.file = std::fopen(path.c_str(), "w");
   TOY_CHECK(w.file != nullptr, "[trace] cannot write trace file '{}': {}", printable(path), std::strerror(errno));
   // JSON array form: viewers accept it even if the process dies before the closing bracket.

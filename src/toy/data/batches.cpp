@@ -59,9 +59,11 @@ uint64_t token_hash(const std::vector<int32_t>& t) {
 }
 }  // namespace
 
-bool load_token_cache(const std::string& path, uint64_t key, int64_t vocab, std::vector<int32_t>& tokens) {
+bool load_token_cache(const std::string& path, uint64_t key, int64_t vocab, uint64_t max_tokens,
+                      std::vector<int32_t>& tokens) {
   tokens.clear();
-  if (!std::filesystem::exists(path)) return false;
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return false;
   int fd = -1;
   uint64_t size = 0;
   try {
@@ -78,7 +80,7 @@ bool load_token_cache(const std::string& path, uint64_t key, int64_t vocab, std:
   uint64_t k = 0, n = 0, h = 0;
   bool ok = size >= kHeaderBytes && std::fread(magic, 1, 8, f) == 8 && std::memcmp(magic, kMagic, 8) == 0 &&
             std::fread(&k, 8, 1, f) == 1 && std::fread(&n, 8, 1, f) == 1 && std::fread(&h, 8, 1, f) == 1 &&
-            k == key && n == (size - kHeaderBytes) / 4 && (size - kHeaderBytes) % 4 == 0;
+            k == key && n == (size - kHeaderBytes) / 4 && (size - kHeaderBytes) % 4 == 0 && n <= max_tokens;
   if (ok) {
     tokens.resize(size_t(n));
     ok = std::fread(tokens.data(), 4, size_t(n), f) == size_t(n) && token_hash(tokens) == h;

@@ -34,8 +34,10 @@ class BatchSampler {
 
 // Encoded tokens cached in a file (with a key naming the corpus and tokenizer), so a rerun
 // or resume need not encode the corpus again. load returns false (and the caller rebuilds
-// the cache) when it is missing, stale, damaged, or holds ids outside [0, vocab).
-bool load_token_cache(const std::string& path, uint64_t key, int64_t vocab, std::vector<int32_t>& tokens);
+// the cache) when it is missing, stale, damaged, holds ids outside [0, vocab) or more than
+// max_tokens tokens (checked before anything is allocated).
+bool load_token_cache(const std::string& path, uint64_t key, int64_t vocab, uint64_t max_tokens,
+                      std::vector<int32_t>& tokens);
 // Written to a temporary file and renamed.
 void save_token_cache(const std::string& path, uint64_t key, const std::vector<int32_t>& tokens);
 

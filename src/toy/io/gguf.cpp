@@ -35,6 +35,13 @@ size_t scalar_size(Type t) {
   }
 }
 
+// The alignment an element of t needs in memory: its size for plain types, that of the f16
+// scales inside ggml's block structs for block types.
+size_t element_alignment(DType t) {
+  const DTypeInfo& i = dtype_info(t);
+  return i.block_size == 1 ? size_t(i.block_bytes) : 2;
+}
+
 bool is_signed(Type t) { return t == Type::I8 || t == Type::I16 || t == Type::I32 || t == Type::I64; }
 bool is_float_type(Type t) { return t == Type::F32 || t == Type::F64; }
 
@@ -290,6 +297,12 @@ void Reader::parse() {
                         ti.bytes <= size_ - data_start_ - ti.offset;
     TOY_CHECK(inside, "[gguf] '{}': tensor '{}' ({} bytes at offset {}) runs past the end of the file ({} bytes): "
               "truncated or corrupt?", shown, printable(ti.name), ti.bytes, ti.offset, size_);
+    // The mapping starts on a page, so this is the data's address alignment: an f32 at an odd
+    // address (possible with general.alignment 1) cannot be read as a float.
+    const size_t need = element_alignment(ti.dtype);
+    TOY_CHECK((data_start_ + ti.offset) % need == 0, "[gguf] '{}': tensor '{}' data at byte {} is not aligned to the "
+              "{} bytes a {} element needs (general.alignment {})", shown, printable(ti.name), data_start_ + ti.offset,
+              need, name(ti.dtype), alignment);
   }
 }
 

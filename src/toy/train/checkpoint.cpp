@@ -41,11 +41,11 @@ int64_t first_non_finite(const Tensor& t) {
   return -1;
 }
 
-void require_finite_weights(const DecoderLM& m, const std::string& what) {
+void require_finite_weights(const DecoderLM& m, const std::string& context, const std::string& consequence) {
   for (const Tensor& p : m.params().all()) {
     const int64_t i = first_non_finite(p);
-    TOY_CHECK(i < 0, "[train] weight '{}' holds {} (element {}): not writing {}", p.name(),
-              p.detach().to_f32_vector()[size_t(i)], i, what);
+    TOY_CHECK(i < 0, "{}: weight '{}' holds {} (element {}){}", context, p.name(),
+              p.detach().to_f32_vector()[size_t(i)], i, consequence);
   }
 }
 
@@ -92,7 +92,7 @@ void load_checked(const gguf::Reader& rd, const std::string& name, Tensor& dst, 
 }  // namespace
 
 void save_checkpoint(Run& r) {
-  require_finite_weights(*r.model, "checkpoint.gguf");
+  require_finite_weights(*r.model, "[train]", ": not writing checkpoint.gguf");
   gguf::Writer w;
   w.set("toy.checkpoint.version", gguf::Value::u32(kCheckpointVersion));
   add_model_to_gguf(w, *r.model, *r.tok, "toy checkpoint");
@@ -119,8 +119,9 @@ void save_checkpoint(Run& r) {
 
 void load_checkpoint(Run& r, const std::string& dir) {
   const std::string path = checkpoint_path(dir);
-  TOY_CHECK(fs::exists(path), "[train] no checkpoint to resume in '{}' (expected {})", printable(dir),
-            printable(path));
+  std::error_code ec;
+  TOY_CHECK(fs::exists(fs::symlink_status(path, ec)), "[train] no checkpoint to resume in '{}' (expected {})",
+            printable(dir), printable(path));
   gguf::Reader rd(path);
   load_checkpoint(r, rd, dir);
 }
@@ -146,11 +147,8 @@ void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir) {
             lm.model->config().to_json().dump(), r.o.model.to_json().dump());
   r.model = std::move(lm.model);
   r.tok = std::move(lm.tokenizer);
-  for (const Tensor& p : r.model->params().all()) {
-    const int64_t bad = first_non_finite(p);
-    TOY_CHECK(bad < 0, "[train] checkpoint '{}': weight '{}' holds non-finite values (element {}): the checkpoint is "
-              "damaged or was saved from a diverged run", shown, p.name(), bad);
-  }
+  require_finite_weights(*r.model, fmt::format("[train] checkpoint '{}'", shown),
+                         ", a non-finite value: the checkpoint is damaged or was saved from a diverged run");
   r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{r.o.beta1, r.o.beta2, 1e-8f, r.o.weight_decay});
   for (const Tensor& p : r.model->params().all()) {
     load_checked(rd, "opt.m." + p.name(), r.opt->m(p.name()), false);

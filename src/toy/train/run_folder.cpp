@@ -57,10 +57,11 @@ void check_new_run_folder(const std::string& dir, bool force) {
             "[train] --out '{}' is not empty and holds files that are not toy's ({}): toy writes a new run only into a "
             "missing or empty folder, or replaces one of its own runs with --force; choose another --out",
             shown, list_names(others));
-  TOY_CHECK(ours.empty() || force,
-            "[train] --out '{}' already holds a run ({}): continue it with `toy train --resume {}`, replace it with "
-            "--force, or choose another --out",
-            shown, list_names(ours), shown);
+  const bool resumable = std::find(ours.begin(), ours.end(), "checkpoint.gguf") != ours.end();
+  TOY_CHECK(ours.empty() || force, "[train] --out '{}' already holds a run ({}): {}replace it with --force, or choose "
+            "another --out", shown, list_names(ours),
+            resumable ? fmt::format("continue it with `toy train --resume {}`, ", shown)
+                      : std::string("it has no checkpoint to continue from; "));
 }
 
 void prepare_new_run_folder(const std::string& dir, bool force) {

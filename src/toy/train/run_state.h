@@ -54,7 +54,8 @@ void load_checkpoint(Run& r, const std::string& dir);
 void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir);
 // Index of the first NaN/Inf element of t, or -1.
 int64_t first_non_finite(const Tensor& t);
-// Throws when a parameter of m holds NaN/Inf (`what` names the file about to be written).
-void require_finite_weights(const DecoderLM& m, const std::string& what);
+// Throws when a parameter of m holds NaN/Inf: "<context>: weight 'NAME' holds nan (element
+// I)<consequence>".
+void require_finite_weights(const DecoderLM& m, const std::string& context, const std::string& consequence);
 
 }  // namespace toy

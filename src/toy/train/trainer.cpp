@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "toy/autograd/backward.h"
+#include "toy/core/files.h"
 #include "toy/core/json_fields.h"
 #include "toy/core/machine.h"
 #include "toy/core/text.h"
@@ -63,8 +64,8 @@ void TrainOptions::validate() const {
   TOY_CHECK(stop_after >= 0, "[train] --stop-after must be >= 0, got {}", stop_after);
   TOY_CHECK(log_every > 0, "[train] --log-every must be >= 1, got {}", log_every);
   TOY_CHECK(save_every >= 0, "[train] --save-every must be >= 0 (0 = off), got {}", save_every);
-  TOY_CHECK(std::isfinite(save_minutes) && save_minutes >= 0, "[train] --save-minutes must be >= 0 (0 = off), got {}",
-            save_minutes);
+  TOY_CHECK(std::isfinite(save_minutes) && save_minutes >= 0 && save_minutes <= 1e6,
+            "[train] --save-minutes must be in [0, 1e6] (0 = off), got {}", save_minutes);
   TOY_CHECK(keep == "best" || keep == "last", "[train] --keep must be best or last, got '{}'", printable(keep));
   TOY_CHECK(eval_batches > 0 && eval_batches <= 1 << 20, "[train] --eval-batches must be in 1..1048576, got {}",
             eval_batches);
@@ -209,7 +210,11 @@ void load_data(Run& r, const CorpusListing& listing, bool train_tokenizer, bool 
   // Cache key: the text and the tokenizer's identity.
   r.token_cache_key = fnv1a(r.o.tokenizer + ":" + std::to_string(r.tok->vocab_size()), c.hash);
   const std::string cache = (fs::path(r.o.out) / "tokens.bin").string();
-  if (!fs::is_directory(r.o.out) || !load_token_cache(cache, r.token_cache_key, r.tok->vocab_size(), r.tokens)) {
+  std::error_code ec;
+  // At most one token per byte of text (every tokenizer here), so a cache claiming more is
+  // stale before anything is allocated for it.
+  if (!fs::is_directory(r.o.out, ec) ||
+      !load_token_cache(cache, r.token_cache_key, r.tok->vocab_size(), c.text.size(), r.tokens)) {
     try {
       r.tokens = r.tok->encode(c.text);
     } catch (const Error& e) {
@@ -270,7 +275,7 @@ std::string write_model_files(Run& r) {
   const fs::path dir(r.o.out);
   const bool best_first = r.o.keep == "best" && r.best;
   const DecoderLM& main = best_first ? *r.best : *r.model;
-  require_finite_weights(main, "model.gguf");
+  require_finite_weights(main, "[train]", ": not writing model.gguf");
   std::error_code ec;
   if (r.o.keep == "best") {
     save_model((dir / "last.gguf").string(), *r.model, *r.tok, "toy (last step)");
@@ -444,11 +449,17 @@ TrainResult train(const TrainOptions& opts) {
   opts.validate();
   Run r;
   r.o = opts;
+  // Saved absolute, so `--resume DIR` finds the data from any working directory.
+  for (std::string& d : r.o.data) {
+    std::error_code ec;
+    const fs::path abs = fs::absolute(d, ec);
+    if (!ec) d = abs.lexically_normal().string();
+  }
   // Everything that can fail on bad input happens before the run folder is written.
   check_new_run_folder(opts.out, opts.force);
   if (opts.threads) set_num_threads(opts.threads);
   r.tty = isatty(fileno(stdout)) && !opts.quiet;
-  load_data(r, list_data(opts), true, false);
+  load_data(r, list_data(r.o), true, false);
   ModelConfig mc = opts.model;
   mc.vocab = r.tok->vocab_size();
   mc.resolve();
@@ -472,6 +483,9 @@ TrainResult resume(const std::string& dir, const std::function<void(TrainOptions
             printable(dir));
   Run r;
   load_checkpoint(r, dir);
+  // The run's files are rewritten or appended to: each must be a regular file (a FIFO named
+  // events.jsonl would block the run forever).
+  for (const std::string& f : run_file_names()) check_output_file((fs::path(dir) / f).string(), "[train]");
   // Only in a folder that holds a valid run: a write killed before its rename left these.
   for (const std::string& t : remove_stale_temporaries(dir))
     note(fmt::format("removed '{}' left by a write that was interrupted", t));
