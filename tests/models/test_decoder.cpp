@@ -57,17 +57,19 @@ TEST(Decoder, IncrementalDecodingMatchesTheFullForward) {
       }
       const int64_t V = m.config().vocab;
       // A 5-token prompt, then one token at a time.
-      m.reset_cache();
-      Tensor last = m.decode(std::vector<int32_t>(ids.begin(), ids.begin() + 5));
+      nn::KVCache cache = m.new_cache();
+      Tensor last = m.decode(cache, std::vector<int32_t>(ids.begin(), ids.begin() + 5));
       EXPECT_TRUE(close(last, reshape(slice(full, 1, 4, 5), Shape{V}), 1e-4, 1e-4)) << "after the prompt";
       for (int64_t t = 5; t < T; ++t) {
-        last = m.decode({ids[size_t(t)]});
+        last = m.decode(cache, {ids[size_t(t)]});
         EXPECT_TRUE(close(last, reshape(slice(full, 1, t, t + 1), Shape{V}), 1e-4, 1e-4)) << "position " << t;
       }
-      // Full cache: decode_next re-reads the last ctx/2 tokens of the history.
+      // A full cache refuses more, saying how to size it.
+      EXPECT_THROW(m.decode(cache, {1}), Error);
+      // decode_next re-reads the last capacity/2 tokens of the history.
       std::vector<int32_t> history = ids;
       history.push_back(4);
-      Tensor next = decode_next(m, history);
+      Tensor next = decode_next(m, cache, history);
       const std::vector<int32_t> tail(history.end() - T / 2, history.end());
       Tensor window;
       {

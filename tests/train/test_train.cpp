@@ -377,13 +377,13 @@ TEST(Train, StepsAndTokensAllocateNoTensorStorageOnceWarm) {
   const double news_per_step = double(g_news) / 5;
   std::printf("operator new per training step (2 layers): %.0f\n", news_per_step);
   EXPECT_LT(news_per_step, 2000) << "host allocations per step grew";
-  m.reset_cache();
-  Tensor logits = m.decode({1, 2, 3});
-  for (int i = 0; i < 3; ++i) logits = m.decode({int32_t(i)});
+  nn::KVCache cache = m.new_cache(1, 32);
+  Tensor logits = m.decode(cache, {1, 2, 3});
+  for (int i = 0; i < 3; ++i) logits = m.decode(cache, {int32_t(i)});
   before = allocator(Device::CPU).stats();
   g_news = 0;
   g_count_news = true;
-  for (int i = 0; i < 10; ++i) logits = m.decode({int32_t(i)});
+  for (int i = 0; i < 10; ++i) logits = m.decode(cache, {int32_t(i)});
   g_count_news = false;
   EXPECT_EQ(allocator(Device::CPU).stats().system_allocs, before.system_allocs) << "generated tokens";
   std::printf("operator new per generated token (2 layers): %.0f\n", double(g_news) / 10);

@@ -58,6 +58,11 @@ using Dropout = void(const Tensor& x, Tensor& y, const DropoutArgs& a);
 // batch dims of a and b already broadcast to c's. a and b may be transposed views (either
 // of their last two strides 1); float dtypes, computed in f32.
 using Matmul = void(const Tensor& a, const Tensor& b, Tensor& c, float alpha, float beta);
+// Products with a weight matrix stored in any dtype toy reads (F16, BF16, GGUF blocks), the
+// activations in f32: y [N, out] = x [N, in] W^T (+ y when accumulate), W [out, in] contiguous.
+using MatmulWeight = void(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
+// dx [N, in] = g [N, out] W: the backward of MatmulWeight with respect to x.
+using MatmulWeightT = void(const Tensor& g, const Tensor& w, Tensor& dx);
 
 // ---- reductions -------------------------------------------------------------------------
 enum class ReduceOp : uint8_t { Sum, Max };

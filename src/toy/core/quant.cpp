@@ -352,4 +352,21 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
   for (int64_t i = 0; i < n / info.block_size; ++i) c.q(src + i * info.block_size, b + i * info.block_bytes);
 }
 
+void row_to_f32(DType t, const void* src, float* dst, int64_t n) {
+  switch (t) {
+    case DType::F32: std::memcpy(dst, src, size_t(n) * 4); return;
+    case DType::F16: {
+      const uint16_t* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
+      return;
+    }
+    case DType::BF16: {
+      const uint16_t* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
+      return;
+    }
+    default: dequantize_row(t, src, dst, n);
+  }
+}
+
 }  // namespace toy

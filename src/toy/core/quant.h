@@ -10,6 +10,8 @@ namespace toy {
 
 // Decodes n elements (a multiple of the block size) of block data into f32.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+// Any stored row (F32, F16, BF16 or a block type) as n f32 values.
+void row_to_f32(DType t, const void* src, float* dst, int64_t n);
 // Encodes n f32 elements into blocks of type t.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 

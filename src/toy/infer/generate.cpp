@@ -10,14 +10,13 @@
 
 namespace toy {
 
-Tensor decode_next(DecoderLM& model, const std::vector<int32_t>& history) {
+Tensor decode_next(DecoderLM& model, nn::KVCache& cache, const std::vector<int32_t>& history) {
   TOY_CHECK(!history.empty(), "[generate] no token to continue from");
-  const int64_t ctx = model.config().ctx;
-  if (model.cache_len() < ctx) return model.decode({history.back()});
-  model.reset_cache();
-  const int64_t keep = std::min<int64_t>(int64_t(history.size()), std::max<int64_t>(1, ctx / 2));
+  if (cache.size() < cache.capacity()) return model.decode(cache, {history.back()});
+  cache.clear();
+  const int64_t keep = std::min<int64_t>(int64_t(history.size()), std::max<int64_t>(1, cache.capacity() / 2));
   std::vector<int32_t> tail(history.end() - keep, history.end());
-  return model.decode(tail);
+  return model.decode(cache, tail);
 }
 
 std::vector<int32_t> fit_prompt(std::vector<int32_t> ids, int64_t ctx) {
@@ -27,12 +26,12 @@ std::vector<int32_t> fit_prompt(std::vector<int32_t> ids, int64_t ctx) {
 }
 
 void generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler, std::vector<int32_t> prompt, int64_t n,
-              const std::function<void(const std::string&)>& on_text) {
+              const std::function<void(const std::string&)>& on_text, int64_t capacity) {
   NoGradGuard ng;
-  std::vector<int32_t> history = fit_prompt(std::move(prompt), model.config().ctx);
+  nn::KVCache cache = model.new_cache(1, capacity);
+  std::vector<int32_t> history = fit_prompt(std::move(prompt), cache.capacity());
   TOY_CHECK(!history.empty(), "[generate] empty prompt");
-  model.reset_cache();
-  Tensor logits = model.decode(history);
+  Tensor logits = model.decode(cache, history);
   Utf8StreamDecoder dec(tok);
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = sampler.sample(logits);
@@ -40,9 +39,8 @@ void generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler, std::vec
     on_text(dec.push(id));
     history.push_back(id);
     if (i + 1 == n) break;
-    logits = decode_next(model, history);
+    logits = decode_next(model, cache, history);
   }
-  model.reset_cache();
   on_text(dec.flush());
 }
 

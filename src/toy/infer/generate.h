@@ -12,22 +12,25 @@
 namespace toy {
 
 class DecoderLM;
+namespace nn {
+class KVCache;
+}
 class Sampler;
 class Tokenizer;
 
 // Logits for the token after `history` (whose last token has not been fed yet; the cache
-// holds everything before it). When the cache is full, the cache is reset and the last
-// max(1, ctx/2) tokens of history are re-read, so generation can go on past ctx.
-Tensor decode_next(DecoderLM& model, const std::vector<int32_t>& history);
+// holds everything before it). When the cache is full, it is cleared and the last
+// max(1, capacity/2) tokens of history are re-read, so generation can go on past it.
+Tensor decode_next(DecoderLM& model, nn::KVCache& cache, const std::vector<int32_t>& history);
 
 // The prompt a model with context ctx can take: the last ctx - 1 tokens (room for one
 // generated token), and never fewer than one.
 std::vector<int32_t> fit_prompt(std::vector<int32_t> ids, int64_t ctx);
 
-// Generates up to n tokens after `prompt` (fitted to the context; must not be empty) from a
-// fresh cache, stopping at end-of-text. Each decoded piece of UTF-8 text goes to on_text as
-// soon as it is complete; the cache is left reset.
+// Generates up to n tokens after `prompt` (fitted to the context; must not be empty) with a
+// cache of `capacity` tokens (0: the model's context), stopping at end-of-text. Each decoded
+// piece of UTF-8 text goes to on_text as soon as it is complete.
 void generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler, std::vector<int32_t> prompt, int64_t n,
-              const std::function<void(const std::string&)>& on_text);
+              const std::function<void(const std::string&)>& on_text, int64_t capacity = 0);
 
 }  // namespace toy

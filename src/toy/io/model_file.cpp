@@ -1,5 +1,6 @@
 #include "toy/io/model_file.h"
 
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "toy/autograd/grad_mode.h"
@@ -14,9 +15,11 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
   const ModelConfig& c = m.config();
   const std::string arch = c.gguf_arch(tok.kind() != "char");
   using gguf::Value;
+  bool all_f32 = true;
+  for (const Tensor& p : m.params().all()) all_f32 = all_f32 && p.dtype() == DType::F32;
   w.set("general.architecture", Value::str(arch));
   w.set("general.name", Value::str(name));
-  w.set("general.file_type", Value::u32(0));  // all F32
+  if (all_f32) w.set("general.file_type", Value::u32(0));  // LLAMA_FTYPE_ALL_F32
   w.set(arch + ".vocab_size", Value::u32(uint32_t(c.vocab)));
   w.set(arch + ".context_length", Value::u32(uint32_t(c.ctx)));
   w.set(arch + ".embedding_length", Value::u32(uint32_t(c.dim)));
@@ -24,14 +27,24 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
   w.set(arch + ".feed_forward_length", Value::u32(uint32_t(c.ffn)));
   w.set(arch + ".attention.head_count", Value::u32(uint32_t(c.heads)));
   w.set(arch + ".attention.head_count_kv", Value::u32(uint32_t(c.kv_heads)));
+  if (c.head_dim * c.heads != c.dim) {
+    w.set(arch + ".attention.key_length", Value::u32(uint32_t(c.head_dim)));
+    w.set(arch + ".attention.value_length", Value::u32(uint32_t(c.head_dim)));
+  }
   if (c.norm == NormKind::RMS)
     w.set(arch + ".attention.layer_norm_rms_epsilon", Value::f32(c.norm_eps));
   else
     w.set(arch + ".attention.layer_norm_epsilon", Value::f32(c.norm_eps));
   if (c.pos == PosKind::RoPE) {
-    w.set(arch + ".rope.dimension_count", Value::u32(uint32_t(c.head_dim())));
-    w.set(arch + ".rope.freq_base", Value::f32(c.rope_base));
+    w.set(arch + ".rope.dimension_count", Value::u32(uint32_t(c.rope.n_rot ? c.rope.n_rot : c.head_dim)));
+    w.set(arch + ".rope.freq_base", Value::f32(c.rope.base));
+    if (c.rope.scaling != RopeScaling::None) {
+      w.set(arch + ".rope.scaling.type", Value::str(to_string(c.rope.scaling)));
+      w.set(arch + ".rope.scaling.factor", Value::f32(c.rope.factor));
+      if (c.rope.orig_ctx) w.set(arch + ".rope.scaling.original_context_length", Value::u32(uint32_t(c.rope.orig_ctx)));
+    }
   }
+  // Only toy-only fields need toy's own key; standard keys above describe the rest.
   w.set("toy.config", Value::str(c.to_json().dump()));
   tok.save(w);
   for (const Tensor& p : m.params().all()) w.add_tensor(p.name(), p.detach());
@@ -43,40 +56,163 @@ void save_model(const std::string& path, const DecoderLM& m, const Tokenizer& to
   w.write(path);
 }
 
-LoadedModel load_model(const gguf::Reader& r) {
+namespace {
+
+// An integer key of any integer GGUF type (converters differ: u32, i32, u64).
+std::optional<int64_t> find_int(const gguf::Reader& r, const std::string& key) {
+  const gguf::Value* v = r.find(key);
+  if (!v) return std::nullopt;
+  switch (v->type) {
+    case gguf::Type::U8: case gguf::Type::U16: case gguf::Type::U32: case gguf::Type::U64:
+      TOY_CHECK(v->u <= uint64_t(1) << 40, "[model] '{}': key '{}' = {} is implausible", printable(r.path()), key, v->u);
+      return int64_t(v->u);
+    case gguf::Type::I8: case gguf::Type::I16: case gguf::Type::I32: case gguf::Type::I64:
+      return v->i;
+    default:
+      fail("[model] '{}': key '{}' has type {}, expected an integer", printable(r.path()), key, gguf::type_name(v->type));
+  }
+}
+
+int64_t need_int(const gguf::Reader& r, const std::string& key) {
+  const auto v = find_int(r, key);
+  TOY_CHECK(v.has_value(), "[model] '{}': missing key '{}'", printable(r.path()), key);
+  return *v;
+}
+
+std::optional<float> find_float(const gguf::Reader& r, const std::string& key) {
+  const gguf::Value* v = r.find(key);
+  if (!v) return std::nullopt;
+  TOY_CHECK(v->type == gguf::Type::F32 || v->type == gguf::Type::F64, "[model] '{}': key '{}' has type {}, expected "
+            "a float", printable(r.path()), key, gguf::type_name(v->type));
+  return float(v->f);
+}
+
+// The hyper-parameters a GGUF file states in llama.cpp's standard keys.
+ModelConfig config_from_standard_keys(const gguf::Reader& r, const std::string& arch) {
+  const std::string shown = printable(r.path());
+  ModelConfig c = ModelConfig::for_arch(arch);
+  const std::string a = arch + ".";
+  c.layers = need_int(r, a + "block_count");
+  c.dim = need_int(r, a + "embedding_length");
+  c.ffn = need_int(r, a + "feed_forward_length");
+  c.heads = need_int(r, a + "attention.head_count");
+  c.kv_heads = find_int(r, a + "attention.head_count_kv").value_or(c.heads);
+  c.ctx = need_int(r, a + "context_length");
+  TOY_CHECK(c.heads > 0, "[model] '{}': attention.head_count is 0", shown);
+  c.head_dim = find_int(r, a + "attention.key_length").value_or(c.dim / c.heads);
+  const int64_t value_length = find_int(r, a + "attention.value_length").value_or(c.head_dim);
+  TOY_CHECK(value_length == c.head_dim, "[model] '{}': key length {} and value length {} differ (not supported)",
+            shown, c.head_dim, value_length);
+  if (c.norm == NormKind::RMS)
+    c.norm_eps = find_float(r, a + "attention.layer_norm_rms_epsilon").value_or(1e-5f);
+  else
+    c.norm_eps = find_float(r, a + "attention.layer_norm_epsilon").value_or(1e-5f);
+  if (c.pos == PosKind::RoPE) {
+    c.rope.base = find_float(r, a + "rope.freq_base").value_or(10000.0f);
+    const int64_t n_rot = find_int(r, a + "rope.dimension_count").value_or(c.head_dim);
+    c.rope.n_rot = n_rot == c.head_dim ? 0 : n_rot;
+    std::string type = "none";
+    if (const gguf::Value* v = r.find(a + "rope.scaling.type")) {
+      TOY_CHECK(v->type == gguf::Type::STRING, "[model] '{}': key '{}rope.scaling.type' must be a string", shown, a);
+      type = v->s;
+    }
+    TOY_CHECK(type == "none" || type == "linear" || type == "yarn", "[model] '{}': RoPE scaling '{}' is not supported "
+              "(none, linear or yarn)", shown, printable(type));
+    c.rope.scaling = type == "none" ? RopeScaling::None : type == "linear" ? RopeScaling::Linear : RopeScaling::Yarn;
+    if (c.rope.scaling != RopeScaling::None) {
+      c.rope.factor = find_float(r, a + "rope.scaling.factor").value_or(1.0f);
+      c.rope.orig_ctx = find_int(r, a + "rope.scaling.original_context_length").value_or(0);
+    }
+    if (c.rope.scaling == RopeScaling::Yarn) {
+      c.rope.ext_factor = find_float(r, a + "rope.scaling.yarn_ext_factor").value_or(1.0f);
+      c.rope.attn_factor = find_float(r, a + "rope.scaling.attn_factor").value_or(1.0f);
+      c.rope.beta_fast = find_float(r, a + "rope.scaling.yarn_beta_fast").value_or(32.0f);
+      c.rope.beta_slow = find_float(r, a + "rope.scaling.yarn_beta_slow").value_or(1.0f);
+    }
+    c.rope.freq_factors = r.find_tensor("rope_freqs.weight") != nullptr;
+  }
+  c.tied = r.find_tensor("output.weight") == nullptr;
+  if (auto v = find_int(r, a + "vocab_size")) {
+    c.vocab = *v;
+  } else if (const gguf::TensorInfo* emb = r.find_tensor("token_embd.weight"); emb && emb->shape.ndim() == 2) {
+    c.vocab = emb->shape[0];
+  } else {
+    fail("[model] '{}': no {}vocab_size key and no token_embd.weight to read the vocabulary size from", shown, a);
+  }
+  return c;
+}
+
+}  // namespace
+
+ModelConfig config_from_gguf(const gguf::Reader& r) {
+  const std::string shown = printable(r.path());
+  const std::string arch = r.has("general.architecture") ? r.get_str("general.architecture") : "";
+  ModelConfig cfg;
+  if (r.has("toy.config")) {
+    // A model toy trained: its config exactly (it may say what standard keys cannot).
+    const std::string where = fmt::format("[model] '{}' key toy.config", shown);
+    cfg = ModelConfig::from_json(json_fields::parse_object(r.get_str("toy.config"), where), where);
+  } else {
+    TOY_CHECK(!arch.empty(), "[model] '{}' has no general.architecture key", shown);
+    TOY_CHECK(arch != "toy", "[model] '{}': architecture 'toy' needs its toy.config key", shown);
+    try {
+      cfg = config_from_standard_keys(r, arch);
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      if (msg.find(shown) != std::string::npos) throw;
+      fail("[model] '{}': {}", shown, msg);
+    }
+  }
+  cfg.resolve();
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    fail("[model] '{}': {}", shown, e.what());
+  }
+  return cfg;
+}
+
+LoadedModel load_model(const gguf::Reader& r, LoadMode mode) {
   LoadedModel out;
   const std::string shown = printable(r.path());
   out.arch = r.has("general.architecture") ? r.get_str("general.architecture") : "";
-  TOY_CHECK(r.has("toy.config"), "[model] '{}' has no toy.config key: only models written by toy can be loaded so far "
-            "(architecture '{}')", shown, printable(out.arch));
-  const std::string where = fmt::format("[model] '{}' key toy.config", shown);
-  ModelConfig cfg = ModelConfig::from_json(json_fields::parse_object(r.get_str("toy.config"), where), where);
+  ModelConfig cfg = config_from_gguf(r);
   // Every tensor is checked against the config before anything is allocated: a config that
   // claims a huge context or width fails here, not after allocating gigabytes.
   const auto shapes = DecoderLM::parameter_shapes(cfg);
-  uint64_t bytes = 0;
+  double copied = 0;
   for (const auto& [name, shape] : shapes) {
     const gguf::TensorInfo* ti = r.find_tensor(name);
     TOY_CHECK(ti != nullptr, "[model] '{}': missing tensor '{}'", shown, name);
     TOY_CHECK(ti->shape == shape, "[model] '{}': tensor '{}' has shape {}, the config says {}", shown, name,
               ti->shape.str(), shape.str());
-    bytes += uint64_t(shape.numel()) * sizeof(float);
+    if (mode == LoadMode::Train || shape.ndim() == 1) copied += double(shape.numel()) * sizeof(float);
   }
   const uint64_t avail = available_memory_bytes();
-  TOY_CHECK(bytes <= avail, "[model] '{}': its weights need {} as F32, more than the {} available", shown,
-            format_bytes(double(bytes)), format_bytes(double(avail)));
+  TOY_CHECK(copied <= double(avail), "[model] '{}': its weights need {} as F32, more than the {} available", shown,
+            format_bytes(copied), format_bytes(double(avail)));
   out.tokenizer = Tokenizer::load(r);
   TOY_CHECK(out.tokenizer->vocab_size() == cfg.vocab, "[model] '{}': tokenizer has {} tokens, the model {}", shown,
             out.tokenizer->vocab_size(), cfg.vocab);
-  out.model = std::make_unique<DecoderLM>(cfg);
   NoGradGuard ng;
-  for (Tensor& p : out.model->params().all()) copy_(p, r.tensor(p.name()));  // converts f16/bf16/blocks
+  if (mode == LoadMode::Train) {
+    out.model = std::make_unique<DecoderLM>(cfg);
+    for (Tensor& p : out.model->params().all()) copy_(p, r.tensor(p.name()));  // converts f16/bf16/blocks
+    return out;
+  }
+  // Inference: the file's tensors as stored (views of the mapping); vectors (norms, biases)
+  // as f32 copies, as the ops want them.
+  out.model = std::make_unique<DecoderLM>(cfg, [&](const std::string& name, const Shape&) -> Tensor {
+    Tensor t = r.tensor(name);
+    if (t.ndim() == 1 && t.dtype() != DType::F32) return cast(t, DType::F32);
+    return t;
+  });
   return out;
 }
 
-LoadedModel load_model(const std::string& path) {
+LoadedModel load_model(const std::string& path, LoadMode mode) {
   gguf::Reader r(path);
-  return load_model(r);
+  return load_model(r, mode);
 }
 
 }  // namespace toy

@@ -1,9 +1,11 @@
-// model.gguf: a DecoderLM's weights (llama.cpp tensor names, F32), its hyper-parameters as
-// the standard GGUF keys of its architecture (gpt2 / llama; "toy" for models llama.cpp cannot
-// express), the tokenizer, and toy.config (the full ModelConfig as JSON) so toy rebuilds
-// exactly what it trained.
+// Model files: a DecoderLM's weights under llama.cpp's tensor names, its hyper-parameters as
+// the standard GGUF keys of its architecture (gpt2 / llama / qwen2 / qwen3; "toy" for models
+// llama.cpp cannot express), the tokenizer, and — for models toy trains — toy.config (the
+// full ModelConfig as JSON) so toy rebuilds exactly what it trained. Files from elsewhere
+// load from the standard keys alone.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "toy/io/gguf.h"
@@ -22,8 +24,17 @@ struct LoadedModel {
 void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok, const std::string& name);
 // Writes path atomically.
 void save_model(const std::string& path, const DecoderLM& m, const Tokenizer& tok, const std::string& name = "toy");
-// Rebuilds the model from a reader (weights copied out of the mapping).
-LoadedModel load_model(const gguf::Reader& r);
-LoadedModel load_model(const std::string& path);
+// Infer: the weights stay as the file stores them (views of the mapping, any dtype, frozen;
+// loading takes milliseconds and memory only for the pages touched). Train: f32 copies that
+// train (a checkpoint continuing).
+enum class LoadMode { Infer, Train };
+
+// The model's configuration from its keys (toy.config when toy wrote it); throws naming the
+// file and key for anything missing or out of range, or an unsupported architecture.
+ModelConfig config_from_gguf(const gguf::Reader& r);
+// Builds the model and its tokenizer; every tensor is checked against the configuration
+// before anything is allocated.
+LoadedModel load_model(const gguf::Reader& r, LoadMode mode = LoadMode::Infer);
+LoadedModel load_model(const std::string& path, LoadMode mode = LoadMode::Infer);
 
 }  // namespace toy

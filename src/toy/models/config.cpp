@@ -23,7 +23,10 @@ LayerKind ModelConfig::layer_kind(int64_t l) const {
   return layer_kinds.empty() ? LayerKind::Attention : layer_kinds[size_t(l)];
 }
 
+std::string to_string(RopeScaling s) { return s == RopeScaling::None ? "none" : s == RopeScaling::Linear ? "linear" : "yarn"; }
+
 void ModelConfig::resolve() {
+  if (head_dim == 0 && heads > 0) head_dim = dim / heads;
   if (ffn == 0) {
     // SwiGLU has three matrices: 8/3 * dim (rounded up to a multiple of 8) matches the
     // parameter count of a 4 * dim GELU MLP.
@@ -36,14 +39,28 @@ void ModelConfig::validate() const {
   TOY_CHECK(dim > 0 && layers > 0 && heads > 0 && ffn > 0 && ctx > 0,
             "[model] dim, layers, heads, ffn and ctx must be > 0 (got dim {}, layers {}, heads {}, ffn {}, ctx {})", dim,
             layers, heads, ffn, ctx);
-  TOY_CHECK(dim % heads == 0, "[model] dim {} must be a multiple of heads {}", dim, heads);
+  TOY_CHECK(head_dim > 0 || dim % heads == 0, "[model] dim {} must be a multiple of heads {} (or give the head dim)",
+            dim, heads);
+  TOY_CHECK(head_dim >= 0 && head_dim <= 4096, "[model] head dim must be in 1..4096, got {}", head_dim);
   TOY_CHECK(kv_heads > 0 && heads % kv_heads == 0, "[model] heads {} must be a multiple of kv heads {}", heads,
             kv_heads);
-  TOY_CHECK(pos != PosKind::RoPE || head_dim() % 2 == 0, "[model] RoPE needs an even head dim, got {}", head_dim());
+  const int64_t hd = head_dim ? head_dim : dim / heads;
+  const int64_t n_rot = rope.n_rot ? rope.n_rot : hd;
+  TOY_CHECK(pos != PosKind::RoPE || (n_rot % 2 == 0 && n_rot <= hd && n_rot > 0),
+            "[model] RoPE rotates an even number of dims no larger than the head dim {}, got {}", hd, n_rot);
   TOY_CHECK(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1, "[model] norm eps must be in (0, 1), got {}",
             norm_eps);
-  TOY_CHECK(std::isfinite(rope_base) && rope_base > 1, "[model] rope base must be a finite number > 1, got {}",
-            rope_base);
+  TOY_CHECK(std::isfinite(rope.base) && rope.base > 1, "[model] rope base must be a finite number > 1, got {}",
+            rope.base);
+  TOY_CHECK(std::isfinite(rope.factor) && rope.factor > 0 && rope.factor <= 1024,
+            "[model] rope scaling factor must be in (0, 1024], got {}", rope.factor);
+  TOY_CHECK(rope.orig_ctx >= 0 && rope.orig_ctx <= (int64_t(1) << 24), "[model] rope original context {} is out of "
+            "range", rope.orig_ctx);
+  TOY_CHECK(std::isfinite(rope.ext_factor) && std::isfinite(rope.attn_factor) && std::isfinite(rope.beta_fast) &&
+                std::isfinite(rope.beta_slow),
+            "[model] rope yarn parameters must be finite");
+  TOY_CHECK(!(bias && qkv_bias), "[model] bias (every linear) and qkv_bias (q/k/v only) exclude each other");
+  TOY_CHECK(!qk_norm || norm == NormKind::RMS, "[model] q/k norm is an RMSNorm: it needs the rms norm kind");
   TOY_CHECK(std::isfinite(init_scale) && init_scale > 0 && init_scale <= 100, "[model] init scale must be in (0, 100], "
             "got {}", init_scale);
   TOY_CHECK(dropout >= 0 && dropout < 1, "[model] dropout must be in [0, 1), got {}", dropout);
@@ -57,12 +74,30 @@ void ModelConfig::validate() const {
 
 std::string ModelConfig::gguf_arch(bool tokenizer_ok) const {
   if (!tokenizer_ok || depth_scale || dropout < 0) return "toy";
+  const bool plain_rope = rope.scaling == RopeScaling::None && (rope.n_rot == 0 || rope.n_rot == head_dim);
   const bool gpt2 = norm == NormKind::Layer && mlp == MlpKind::GELU && pos == PosKind::Learned && bias &&
-                    kv_heads == heads;
-  const bool llama = norm == NormKind::RMS && mlp == MlpKind::SwiGLU && pos == PosKind::RoPE && !bias;
+                    kv_heads == heads && !qkv_bias && !qk_norm && head_dim * heads == dim;
+  const bool llama_like = norm == NormKind::RMS && mlp == MlpKind::SwiGLU && pos == PosKind::RoPE && !bias;
   if (gpt2) return "gpt2";
-  if (llama) return "llama";
+  if (llama_like && !rope.neox && !qkv_bias && !qk_norm) return "llama";
+  if (llama_like && rope.neox && qkv_bias && !qk_norm && plain_rope && !rope.freq_factors) return "qwen2";
+  if (llama_like && rope.neox && !qkv_bias && qk_norm && plain_rope && !rope.freq_factors) return "qwen3";
   return "toy";
+}
+
+ModelConfig ModelConfig::for_arch(const std::string& arch) {
+  ModelConfig c = from_preset(arch == "gpt2" ? "gpt" : "llama");
+  c.preset = arch;
+  if (arch == "gpt2" || arch == "llama") return c;
+  c.rope.neox = true;
+  if (arch == "qwen2") {
+    c.qkv_bias = true;
+  } else if (arch == "qwen3") {
+    c.qk_norm = true;
+  } else {
+    fail("[model] architecture '{}' is not supported (toy runs gpt2, llama, qwen2 and qwen3)", printable(arch));
+  }
+  return c;
 }
 
 ModelConfig ModelConfig::from_preset(const std::string& name) {
@@ -89,13 +124,25 @@ ModelConfig ModelConfig::from_preset(const std::string& name) {
 nlohmann::json ModelConfig::to_json() const {
   nlohmann::json kinds = nlohmann::json::array();
   for (LayerKind k : layer_kinds) kinds.push_back(k == LayerKind::Attention ? "attention" : "?");
+  const nlohmann::json r = {{"neox", rope.neox},
+                            {"base", json_float(rope.base)},
+                            {"n_rot", rope.n_rot},
+                            {"scaling", to_string(rope.scaling)},
+                            {"factor", json_float(rope.factor)},
+                            {"orig_ctx", rope.orig_ctx},
+                            {"ext_factor", json_float(rope.ext_factor)},
+                            {"attn_factor", json_float(rope.attn_factor)},
+                            {"beta_fast", json_float(rope.beta_fast)},
+                            {"beta_slow", json_float(rope.beta_slow)},
+                            {"freq_factors", rope.freq_factors}};
   return {{"preset", preset},     {"vocab", vocab},       {"dim", dim},
           {"layers", layers},     {"heads", heads},       {"kv_heads", kv_heads},
-          {"ffn", ffn},           {"ctx", ctx},           {"norm", to_string(norm)},
-          {"mlp", to_string(mlp)}, {"pos", to_string(pos)}, {"bias", bias},
-          {"tied", tied},         {"depth_scale", depth_scale}, {"norm_eps", json_float(norm_eps)},
-          {"rope_base", json_float(rope_base)}, {"init_scale", json_float(init_scale)}, {"dropout", json_float(dropout)},
-          {"layer_kinds", kinds}};
+          {"head_dim", head_dim}, {"ffn", ffn},           {"ctx", ctx},
+          {"norm", to_string(norm)}, {"mlp", to_string(mlp)}, {"pos", to_string(pos)},
+          {"rope", r},            {"bias", bias},         {"qkv_bias", qkv_bias},
+          {"qk_norm", qk_norm},   {"tied", tied},         {"depth_scale", depth_scale},
+          {"norm_eps", json_float(norm_eps)}, {"init_scale", json_float(init_scale)},
+          {"dropout", json_float(dropout)}, {"layer_kinds", kinds}};
 }
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& where) {
@@ -122,7 +169,31 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
   c.tied = get_bool(j, "tied", where);
   c.depth_scale = get_bool(j, "depth_scale", where);
   c.norm_eps = get_float(j, "norm_eps", where);
-  c.rope_base = get_float(j, "rope_base", where);
+  // Fields added after the first release are optional (a model saved before them loads with
+  // their defaults); when present they are as strict as the rest.
+  if (j.contains("head_dim")) c.head_dim = get_int(j, "head_dim", where);
+  if (j.contains("qkv_bias")) c.qkv_bias = get_bool(j, "qkv_bias", where);
+  if (j.contains("qk_norm")) c.qk_norm = get_bool(j, "qk_norm", where);
+  if (j.contains("rope")) {
+    const nlohmann::json& r = get_object(j, "rope", where);
+    const std::string rw = where + " rope";
+    c.rope.neox = get_bool(r, "neox", rw);
+    c.rope.base = get_float(r, "base", rw);
+    c.rope.n_rot = get_int(r, "n_rot", rw);
+    const std::string sc = get_string(r, "scaling", rw);
+    TOY_CHECK(sc == "none" || sc == "linear" || sc == "yarn", "{}: field 'scaling' must be none, linear or yarn, got "
+              "'{}'", rw, printable(sc));
+    c.rope.scaling = sc == "none" ? RopeScaling::None : sc == "linear" ? RopeScaling::Linear : RopeScaling::Yarn;
+    c.rope.factor = get_float(r, "factor", rw);
+    c.rope.orig_ctx = get_int(r, "orig_ctx", rw);
+    c.rope.ext_factor = get_float(r, "ext_factor", rw);
+    c.rope.attn_factor = get_float(r, "attn_factor", rw);
+    c.rope.beta_fast = get_float(r, "beta_fast", rw);
+    c.rope.beta_slow = get_float(r, "beta_slow", rw);
+    c.rope.freq_factors = get_bool(r, "freq_factors", rw);
+  } else {
+    c.rope.base = get_float(j, "rope_base", where);
+  }
   c.init_scale = get_float(j, "init_scale", where);
   c.dropout = get_float(j, "dropout", where);
   for (const auto& k : get_array(j, "layer_kinds", where)) {

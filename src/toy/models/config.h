@@ -1,9 +1,13 @@
-// DecoderLM configuration: one decoder-only model family configured by flags, with presets.
+// DecoderLM configuration: what a GGUF file states about a decoder-only model, or what a
+// preset and flags say for a model toy trains.
 //   gpt    — LayerNorm, GELU MLP, learned positions, biases, tied head (the GPT-2 shape)
 //   llama  — RMSNorm, SwiGLU MLP, RoPE, GQA-capable, no biases
-// The GGUF architecture name follows from the flags: "gpt2" or "llama" when llama.cpp can
-// run the model as it is, otherwise "toy" (our own name, so llama.cpp refuses the file
-// rather than running it wrong).
+// Models loaded from GGUF add what their architecture needs: q/k/v biases (qwen2), per-head
+// q/k RMSNorm (qwen3), an explicit head dim (qwen3), RoPE on halves (NEOX: qwen2/qwen3),
+// partial rotation and long-context scaling (Llama 3's per-frequency factors, linear, YaRN).
+// The GGUF architecture name follows from the fields: "gpt2", "llama", "qwen2" or "qwen3"
+// when llama.cpp runs the model as it is, otherwise "toy" (our own name, so llama.cpp refuses
+// the file rather than running it wrong).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,6 +22,19 @@ enum class MlpKind { SwiGLU, GELU };
 enum class PosKind { RoPE, Learned };
 // The per-layer mixer; Gated DeltaNet layers come with the hybrid-layers issue.
 enum class LayerKind { Attention };
+enum class RopeScaling { None, Linear, Yarn };
+
+// Rotary position embedding as llama.cpp applies it (ggml_rope_ext).
+struct RopeConfig {
+  bool neox = false;       // rotate the two halves of each head (qwen2/qwen3), not adjacent pairs (llama)
+  float base = 10000.0f;   // frequency base
+  int64_t n_rot = 0;       // rotated dims per head (0 = all of them)
+  RopeScaling scaling = RopeScaling::None;
+  float factor = 1.0f;     // linear: positions divided by it; yarn: the context extension factor
+  int64_t orig_ctx = 0;    // yarn: the context the model was trained for
+  float ext_factor = 0.0f, attn_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f;  // yarn ramp
+  bool freq_factors = false;  // the model has rope_freqs.weight [n_rot/2] dividing each frequency (Llama 3)
+};
 
 struct ModelConfig {
   std::string preset = "llama";
@@ -27,28 +44,33 @@ struct ModelConfig {
   int64_t heads = 4;
   int64_t kv_heads = 4;
   int64_t ffn = 0;  // 0: the preset's default for dim (gpt 4*dim, llama ~8/3*dim)
-  int64_t ctx = 64;
+  int64_t ctx = 64;         // the context the model was trained for (positions it knows)
+  int64_t head_dim = 0;     // 0: dim / heads (qwen3 states it: 1024 / 16 heads with head dim 128)
   NormKind norm = NormKind::RMS;
   MlpKind mlp = MlpKind::SwiGLU;
   PosKind pos = PosKind::RoPE;
-  bool bias = false;         // biases on linear layers and LayerNorms
+  RopeConfig rope;
+  bool bias = false;         // biases on every linear layer and LayerNorm (GPT-2)
+  bool qkv_bias = false;     // biases on the q, k and v projections only (Qwen2)
+  bool qk_norm = false;      // per-head RMSNorm of q and k before RoPE (Qwen3)
   bool tied = true;          // output head shares token_embd.weight
   bool depth_scale = false;  // "Curse of Depth": pre-norm outputs of layer l scaled by 1/sqrt(l)
   float norm_eps = 1e-5f;
-  float rope_base = 10000.0f;
   float init_scale = 1.0f;   // matrices ~ N(0, init_scale / sqrt(fan_in))
   float dropout = 0.0f;
   std::vector<LayerKind> layer_kinds;  // empty: every layer is attention
 
-  int64_t head_dim() const { return dim / heads; }
-  // Fills defaults that depend on other fields (ffn from dim).
+  // Fills defaults that depend on other fields (ffn from dim, head_dim from dim / heads).
   void resolve();
   LayerKind layer_kind(int64_t l) const;
   // Throws toy::Error naming the first nonsense value.
   void validate() const;
-  // "gpt2", "llama" or "toy" (see above); tokenizer_ok says whether the vocabulary is one
-  // llama.cpp can read (byte / bpe, not char).
+  // "gpt2", "llama", "qwen2", "qwen3" or "toy" (see above); tokenizer_ok says whether the
+  // vocabulary is one llama.cpp can read (byte / bpe, not char).
   std::string gguf_arch(bool tokenizer_ok) const;
+  // The configuration a GGUF architecture implies for the fields its keys do not state
+  // (norm, MLP, positions, biases, RoPE layout); throws for an architecture toy cannot run.
+  static ModelConfig for_arch(const std::string& arch);
 
   static ModelConfig from_preset(const std::string& name);  // throws on unknown names
   nlohmann::json to_json() const;
@@ -64,5 +86,6 @@ double json_float(float f);
 std::string to_string(NormKind k);
 std::string to_string(MlpKind k);
 std::string to_string(PosKind k);
+std::string to_string(RopeScaling s);
 
 }  // namespace toy

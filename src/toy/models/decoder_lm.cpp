@@ -6,19 +6,110 @@
 #include <fmt/core.h>
 
 #include "toy/autograd/grad_mode.h"
-#include "toy/core/machine.h"
 #include "toy/ops/ops.h"
 
 namespace toy {
 
 namespace {
 std::string blk(int64_t l, const char* name) { return fmt::format("blk.{}.{}", l, name); }
+
+// I32 [T]: start, start + 1, ...
+Tensor position_ids(int64_t start, int64_t T) {
+  std::vector<int32_t> p(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) p[size_t(t)] = int32_t(start + t);
+  return from_vector(p, Shape{T});
+}
+
+RopeOptions rope_options(const ModelConfig& c, const Tensor& freq_factors) {
+  RopeOptions o;
+  o.n_dims = int(c.rope.n_rot ? c.rope.n_rot : c.head_dim);
+  o.neox = c.rope.neox;
+  o.freq_base = c.rope.base;
+  if (c.rope.scaling != RopeScaling::None) o.freq_scale = 1.0f / c.rope.factor;
+  if (c.rope.scaling == RopeScaling::Yarn) {
+    o.ext_factor = c.rope.ext_factor;
+    o.attn_factor = c.rope.attn_factor;
+    o.beta_fast = c.rope.beta_fast;
+    o.beta_slow = c.rope.beta_slow;
+    o.n_ctx_orig = int(c.rope.orig_ctx ? c.rope.orig_ctx : c.ctx);
+  }
+  o.freq_factors = freq_factors;
+  return o;
+}
 }  // namespace
+
+template <class Add>
+void DecoderLM::declare(Add add) {
+  const int64_t D = cfg_.dim, V = cfg_.vocab, F = cfg_.ffn, d = cfg_.head_dim;
+  const int64_t H = cfg_.heads, Hkv = cfg_.kv_heads;
+  const bool gpt_qkv = cfg_.norm == NormKind::Layer && cfg_.mlp == MlpKind::GELU && cfg_.pos == PosKind::Learned;
+  const bool norm_bias = cfg_.norm == NormKind::Layer && cfg_.bias;
+  const auto norm_kind = cfg_.norm == NormKind::RMS ? nn::Norm::Kind::RMS : nn::Norm::Kind::Layer;
+  auto make_norm = [&](const std::string& base, int64_t width, bool with_bias) {
+    nn::Norm n{norm_kind, add(base + ".weight", Shape{width}, true), Tensor(), cfg_.norm_eps};
+    if (with_bias) n.bias = add(base + ".bias", Shape{width}, true);
+    return n;
+  };
+  auto make_linear = [&](const std::string& base, int64_t out, int64_t in, bool with_bias) {
+    nn::Linear lin{add(base + ".weight", Shape{out, in}, true), Tensor()};
+    if (with_bias) lin.bias = add(base + ".bias", Shape{out}, true);
+    return lin;
+  };
+  tok_emb_.weight = add("token_embd.weight", Shape{V, D}, true);
+  if (cfg_.pos == PosKind::Learned) pos_emb_.weight = add("position_embd.weight", Shape{cfg_.ctx, D}, true);
+  Tensor freq_factors;
+  if (cfg_.pos == PosKind::RoPE && cfg_.rope.freq_factors) {
+    const int64_t n_rot = cfg_.rope.n_rot ? cfg_.rope.n_rot : d;
+    freq_factors = add("rope_freqs.weight", Shape{n_rot / 2}, false);  // a constant of the model, never trained
+  }
+  blocks_.clear();
+  for (int64_t l = 0; l < cfg_.layers; ++l) {
+    Block b;
+    b.attn_norm = make_norm(blk(l, "attn_norm"), D, norm_bias);
+    nn::Attention& a = b.attn;
+    a.heads = H, a.kv_heads = Hkv, a.head_dim = d;
+    if (gpt_qkv) {
+      // GPT-2's GGUF layout: one fused projection, rows Q then K then V.
+      a.qkv = make_linear(blk(l, "attn_qkv"), (H + 2 * Hkv) * d, D, cfg_.bias);
+    } else {
+      const bool qkv_bias = cfg_.bias || cfg_.qkv_bias;  // split weights, split biases (Qwen2-style)
+      a.q = make_linear(blk(l, "attn_q"), H * d, D, qkv_bias);
+      a.k = make_linear(blk(l, "attn_k"), Hkv * d, D, qkv_bias);
+      a.v = make_linear(blk(l, "attn_v"), Hkv * d, D, qkv_bias);
+    }
+    if (cfg_.qk_norm) {
+      a.q_norm = nn::Norm{nn::Norm::Kind::RMS, add(blk(l, "attn_q_norm.weight"), Shape{d}, true), Tensor(),
+                          cfg_.norm_eps};
+      a.k_norm = nn::Norm{nn::Norm::Kind::RMS, add(blk(l, "attn_k_norm.weight"), Shape{d}, true), Tensor(),
+                          cfg_.norm_eps};
+    }
+    a.out = make_linear(blk(l, "attn_output"), D, H * d, cfg_.bias);
+    if (cfg_.pos == PosKind::RoPE) a.rope = rope_options(cfg_, freq_factors);
+    b.ffn_norm = make_norm(blk(l, "ffn_norm"), D, norm_bias);
+    b.mlp.kind = cfg_.mlp == MlpKind::SwiGLU ? nn::Mlp::Kind::SwiGLU : nn::Mlp::Kind::GELU;
+    if (cfg_.mlp == MlpKind::SwiGLU) b.mlp.gate = make_linear(blk(l, "ffn_gate"), F, D, cfg_.bias);
+    b.mlp.up = make_linear(blk(l, "ffn_up"), F, D, cfg_.bias);
+    b.mlp.down = make_linear(blk(l, "ffn_down"), D, F, cfg_.bias);
+    blocks_.push_back(std::move(b));
+  }
+  out_norm_ = make_norm("output_norm", D, norm_bias);
+  head_.weight = cfg_.tied ? tok_emb_.weight : add("output.weight", Shape{V, D}, true);
+}
 
 DecoderLM::DecoderLM(ModelConfig cfg) : cfg_(std::move(cfg)) {
   cfg_.resolve();
   cfg_.validate();
-  declare([&](const std::string& name, const Shape& s) { return params_.add(name, zeros(s)); });
+  declare([&](const std::string& name, const Shape& s, bool trainable) -> Tensor {
+    return params_.add(name, zeros(s), trainable);
+  });
+}
+
+DecoderLM::DecoderLM(ModelConfig cfg, const WeightSource& weights) : cfg_(std::move(cfg)) {
+  cfg_.resolve();
+  cfg_.validate();
+  declare([&](const std::string& name, const Shape& s, bool) -> Tensor {
+    return params_.add(name, weights(name, s), false);
+  });
 }
 
 DecoderLM::DecoderLM(ModelConfig cfg, ShapesOnly) : cfg_(std::move(cfg)) {}
@@ -28,57 +119,11 @@ std::vector<std::pair<std::string, Shape>> DecoderLM::parameter_shapes(ModelConf
   cfg.validate();
   std::vector<std::pair<std::string, Shape>> out;
   DecoderLM m(std::move(cfg), ShapesOnly{});
-  m.declare([&](const std::string& name, const Shape& s) {
+  m.declare([&](const std::string& name, const Shape& s, bool) {
     out.emplace_back(name, s);
     return Tensor();
   });
   return out;
-}
-
-template <class Add>
-void DecoderLM::declare(Add add) {
-  const int64_t D = cfg_.dim, V = cfg_.vocab, F = cfg_.ffn, d = cfg_.head_dim();
-  const int64_t H = cfg_.heads, Hkv = cfg_.kv_heads;
-  const bool gpt_qkv = cfg_.norm == NormKind::Layer && cfg_.mlp == MlpKind::GELU && cfg_.pos == PosKind::Learned;
-  tok_emb_ = add("token_embd.weight", {V, D});
-  if (cfg_.pos == PosKind::Learned) pos_emb_ = add("position_embd.weight", {cfg_.ctx, D});
-  const bool norm_bias = cfg_.norm == NormKind::Layer && cfg_.bias;
-  for (int64_t l = 0; l < cfg_.layers; ++l) {
-    Layer L;
-    L.attn_norm_w = add(blk(l, "attn_norm.weight"), {D});
-    if (norm_bias) L.attn_norm_b = add(blk(l, "attn_norm.bias"), {D});
-    if (gpt_qkv) {
-      // GPT-2's GGUF layout: one fused projection, rows Q then K then V.
-      L.qkv_w = add(blk(l, "attn_qkv.weight"), {(H + 2 * Hkv) * d, D});
-      if (cfg_.bias) L.qkv_b = add(blk(l, "attn_qkv.bias"), {(H + 2 * Hkv) * d});
-    } else {
-      L.q_w = add(blk(l, "attn_q.weight"), {H * d, D});
-      L.k_w = add(blk(l, "attn_k.weight"), {Hkv * d, D});
-      L.v_w = add(blk(l, "attn_v.weight"), {Hkv * d, D});
-      if (cfg_.bias) {
-        // Split weights have split biases (Qwen2-style attn_q/k/v biases).
-        L.q_b = add(blk(l, "attn_q.bias"), {H * d});
-        L.k_b = add(blk(l, "attn_k.bias"), {Hkv * d});
-        L.v_b = add(blk(l, "attn_v.bias"), {Hkv * d});
-      }
-    }
-    L.out_w = add(blk(l, "attn_output.weight"), {D, H * d});
-    if (cfg_.bias) L.out_b = add(blk(l, "attn_output.bias"), {D});
-    L.ffn_norm_w = add(blk(l, "ffn_norm.weight"), {D});
-    if (norm_bias) L.ffn_norm_b = add(blk(l, "ffn_norm.bias"), {D});
-    if (cfg_.mlp == MlpKind::SwiGLU) {
-      L.gate_w = add(blk(l, "ffn_gate.weight"), {F, D});
-      if (cfg_.bias) L.gate_b = add(blk(l, "ffn_gate.bias"), {F});
-    }
-    L.up_w = add(blk(l, "ffn_up.weight"), {F, D});
-    if (cfg_.bias) L.up_b = add(blk(l, "ffn_up.bias"), {F});
-    L.down_w = add(blk(l, "ffn_down.weight"), {D, F});
-    if (cfg_.bias) L.down_b = add(blk(l, "ffn_down.bias"), {D});
-    layers_.push_back(L);
-  }
-  out_norm_w_ = add("output_norm.weight", {D});
-  if (norm_bias) out_norm_b_ = add("output_norm.bias", {D});
-  if (!cfg_.tied) out_w_ = add("output.weight", {V, D});
 }
 
 void DecoderLM::init(uint64_t seed) {
@@ -88,7 +133,9 @@ void DecoderLM::init(uint64_t seed) {
     Generator g(seed, ++stream);
     const std::string& n = p.name();
     const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
-    if (n == "token_embd.weight" || n == "position_embd.weight") {
+    if (n == "rope_freqs.weight") {
+      fill_(p, 1.0);  // no scaling until a file says otherwise
+    } else if (n == "token_embd.weight" || n == "position_embd.weight") {
       fill_normal_(p, g, 0.0f, 0.02f);
     } else if (n.find("norm") != std::string::npos && !is_bias) {
       fill_(p, 1.0);
@@ -101,102 +148,57 @@ void DecoderLM::init(uint64_t seed) {
   }
 }
 
-Tensor DecoderLM::norm(const Tensor& x, const Tensor& w, const Tensor& b) const {
-  return cfg_.norm == NormKind::RMS ? rms_norm(x, w, cfg_.norm_eps) : layer_norm(x, w, b, cfg_.norm_eps);
-}
-
 Tensor DecoderLM::embed(const Tensor& ids, int64_t start, bool training, Generator* gen) {
-  Tensor x = get_rows(tok_emb_, ids);  // [B, T, D]
+  Tensor x = tok_emb_(ids);  // [B, T, D]
   if (cfg_.pos == PosKind::Learned) {
     const int64_t T = ids.size(-1);
-    Tensor pos = slice(pos_emb_, 0, start, start + T);  // [T, D] view of the table
+    TOY_CHECK(start + T <= cfg_.ctx, "[model] position {} is past the {} learned positions", start + T - 1, cfg_.ctx);
+    Tensor pos = pos_emb_.weight.dtype() == DType::F32 ? slice(pos_emb_.weight, 0, start, start + T)  // a view
+                                                       : pos_emb_(position_ids(start, T));
     x = add(x, pos);
   }
   if (training && cfg_.dropout > 0) x = dropout(x, cfg_.dropout, true, gen ? *gen : default_generator());
   return x;
 }
 
-DecoderLM::Projections DecoderLM::projections(const Layer& L) const {
-  Projections p;
-  if (L.qkv_w.defined()) {
-    p.qkv_w = L.qkv_w;
-    p.qkv_b = L.qkv_b;
-  } else {
-    p.qkv_w = concat({L.q_w, L.k_w, L.v_w}, 0);
-    if (L.q_b.defined()) p.qkv_b = concat({L.q_b, L.k_b, L.v_b}, 0);
-  }
-  if (cfg_.mlp == MlpKind::SwiGLU) {
-    p.gate_up_w = concat({L.gate_w, L.up_w}, 0);
-    if (L.gate_b.defined()) p.gate_up_b = concat({L.gate_b, L.up_b}, 0);
-  }
-  return p;
-}
-
 Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, bool training, Generator* gen,
-                        int64_t start) {
-  const Layer& L = layers_[size_t(l)];
-  const int64_t B = x.size(0), T = x.size(1), d = cfg_.head_dim();
-  const int64_t H = cfg_.heads, Hkv = cfg_.kv_heads;
+                        nn::KVCache* cache) {
+  const Block& b = blocks_[size_t(l)];
   const float depth = cfg_.depth_scale ? 1.0f / std::sqrt(float(l + 1)) : 1.0f;
   Generator& g = gen ? *gen : default_generator();
-
-  Tensor h = norm(x, L.attn_norm_w, L.attn_norm_b);
+  Tensor h = b.attn_norm(x);
   if (depth != 1.0f) h = scale(h, depth);
-  const Projections P = decode_projections_.empty() ? projections(L) : decode_projections_[size_t(l)];
-  Tensor qkv = reshape(linear(h, P.qkv_w, P.qkv_b), Shape{B, T, H + 2 * Hkv, d});
-  if (cfg_.pos == PosKind::RoPE) {
-    // RoPE rotates the q and k heads of the packed tensor: no slices, and the backward
-    // returns one packed gradient instead of three scattered ones.
-    RopeOptions ro;
-    ro.freq_base = cfg_.rope_base;
-    ro.heads_begin = 0;
-    ro.heads_end = H + Hkv;
-    qkv = rope(qkv, positions, ro);
-  }
-  Tensor o;
-  if (k_cache_.empty()) {
-    o = attention_qkv(qkv, H, Hkv);  // [B, T, H, d]
-  } else {
-    // Incremental decoding: append k and v to the cache, attend to all of it.
-    Tensor q = slice(qkv, 2, 0, H), k = slice(qkv, 2, H, H + Hkv), v = slice(qkv, 2, H + Hkv, H + 2 * Hkv);
-    Tensor& kc = k_cache_[size_t(l)];
-    Tensor& vc = v_cache_[size_t(l)];
-    Tensor kr = slice(kc, 1, start, start + T), vr = slice(vc, 1, start, start + T);
-    copy_(kr, k);
-    copy_(vr, v);
-    o = attention(q, slice(kc, 1, 0, start + T), slice(vc, 1, 0, start + T));
-  }
-  Tensor a = linear(reshape(o, Shape{B, T, H * d}), L.out_w, L.out_b);
+  Tensor a = b.attn(h, positions, cache, l);
   if (training && cfg_.dropout > 0) a = dropout(a, cfg_.dropout, true, g);
   Tensor xa = add(x, a);
-
-  Tensor h2 = norm(xa, L.ffn_norm_w, L.ffn_norm_b);
+  Tensor h2 = b.ffn_norm(xa);
   if (depth != 1.0f) h2 = scale(h2, depth);
-  Tensor m;
-  if (cfg_.mlp == MlpKind::GELU) {
-    m = linear(gelu(linear(h2, L.up_w, L.up_b)), L.down_w, L.down_b);
-  } else {
-    // One matmul for gate and up, then the split form of swiglu.
-    m = linear(swiglu(linear(h2, P.gate_up_w, P.gate_up_b)), L.down_w, L.down_b);
-  }
+  Tensor m = b.mlp(h2);
   if (training && cfg_.dropout > 0) m = dropout(m, cfg_.dropout, true, g);
   return add(xa, m);
 }
 
-Tensor DecoderLM::hidden(const Tensor& ids, bool training, Generator* gen) {
+Tensor DecoderLM::hidden(const Tensor& ids, bool training, Generator* gen, nn::KVCache* cache) {
   TOY_CHECK(ids.dtype() == DType::I32 && ids.ndim() == 2, "[model] ids must be i32 [B, T], got {}", describe(ids));
   const int64_t T = ids.size(1);
-  TOY_CHECK(T <= cfg_.ctx, "[model] sequence of {} tokens is longer than the context {}", T, cfg_.ctx);
-  Tensor x = embed(ids, 0, training, gen);
-  Tensor positions = arange(T, DType::I32);
-  for (int64_t l = 0; l < cfg_.layers; ++l) x = block(l, x, positions, training, gen, 0);
-  return norm(x, out_norm_w_, out_norm_b_);
+  int64_t start = 0;
+  if (cache) {
+    TOY_CHECK(cache->batch() == ids.size(0), "[model] the cache holds {} sequences, the batch has {}", cache->batch(),
+              ids.size(0));
+    cache->check_room(T);
+    start = cache->size();
+  } else {
+    TOY_CHECK(T <= cfg_.ctx, "[model] sequence of {} tokens is longer than the context {}", T, cfg_.ctx);
+  }
+  Tensor x = embed(ids, start, training, gen);
+  Tensor positions = position_ids(start, T);
+  for (int64_t l = 0; l < cfg_.layers; ++l) x = block(l, x, positions, training, gen, cache);
+  if (cache) cache->advance(T);
+  return out_norm_(x);
 }
 
-const Tensor& DecoderLM::head_weight() const { return cfg_.tied ? tok_emb_ : out_w_; }
-
-Tensor DecoderLM::logits(const Tensor& ids, bool training, Generator* gen) {
-  return linear(hidden(ids, training, gen), head_weight());
+Tensor DecoderLM::logits(const Tensor& ids, bool training, Generator* gen, nn::KVCache* cache) {
+  return head_(hidden(ids, training, gen, cache));
 }
 
 Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, Generator* gen) {
@@ -205,48 +207,27 @@ Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, 
   // Past ~4M logits, compute the loss in chunks of rows (each a recomputation region) so
   // that no logits-sized buffer exists; below that one pass is faster.
   constexpr int64_t kChunkElements = int64_t(1) << 22;
-  if (rows * cfg_.vocab > kChunkElements)
-    return linear_cross_entropy(h, head_weight(), targets, std::max<int64_t>(1, kChunkElements / cfg_.vocab));
-  return cross_entropy(linear(h, head_weight()), targets);
+  if (rows * cfg_.vocab > kChunkElements && head_.weight.dtype() == h.dtype())
+    return linear_cross_entropy(h, head_.weight, targets, std::max<int64_t>(1, kChunkElements / cfg_.vocab));
+  return cross_entropy(head_(h), targets);
 }
 
-void DecoderLM::reset_cache() {
-  k_cache_.clear();
-  v_cache_.clear();
-  decode_projections_.clear();
-  cache_len_ = 0;
+nn::KVCache DecoderLM::new_cache(int64_t batch, int64_t capacity, DType dtype) const {
+  if (capacity == 0) capacity = cfg_.ctx;
+  TOY_CHECK(cfg_.pos != PosKind::Learned || capacity <= cfg_.ctx,
+            "[model] a cache of {} tokens is longer than the model's {} learned positions", capacity, cfg_.ctx);
+  return nn::KVCache(cfg_.layers, batch, capacity, cfg_.kv_heads, cfg_.head_dim, dtype);
 }
 
-Tensor DecoderLM::decode(const std::vector<int32_t>& ids) {
+Tensor DecoderLM::decode(nn::KVCache& cache, const std::vector<int32_t>& ids) {
   NoGradGuard ng;
   const int64_t T = int64_t(ids.size());
   TOY_CHECK(T > 0, "[model] decode needs at least one token");
-  TOY_CHECK(cache_len_ + T <= cfg_.ctx, "[model] KV cache full: {} cached + {} new tokens exceed the context {}",
-            cache_len_, T, cfg_.ctx);
   for (int32_t id : ids)
     TOY_CHECK(id >= 0 && id < cfg_.vocab, "[model] token id {} is out of the vocabulary [0, {})", id, cfg_.vocab);
-  if (k_cache_.empty()) {
-    // The context comes from the model file: check what its cache needs before allocating.
-    const double bytes = 2.0 * double(cfg_.layers) * double(cfg_.ctx) * double(cfg_.kv_heads * cfg_.head_dim()) * 4;
-    const uint64_t avail = available_memory_bytes();
-    TOY_CHECK(bytes <= double(avail), "[model] a KV cache for the context of {} tokens needs {}, more than the {} "
-              "available", cfg_.ctx, format_bytes(bytes), format_bytes(double(avail)));
-    for (int64_t l = 0; l < cfg_.layers; ++l) {
-      k_cache_.push_back(zeros(Shape{1, cfg_.ctx, cfg_.kv_heads, cfg_.head_dim()}));
-      v_cache_.push_back(zeros(Shape{1, cfg_.ctx, cfg_.kv_heads, cfg_.head_dim()}));
-      decode_projections_.push_back(projections(layers_[size_t(l)]));
-    }
-  }
-  const int64_t start = cache_len_;
-  Tensor idt = from_vector(ids, Shape{1, T});
-  Tensor x = embed(idt, start, false, nullptr);
-  std::vector<int32_t> pos(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(start + t);
-  Tensor positions = from_vector(pos, Shape{T});
-  for (int64_t l = 0; l < cfg_.layers; ++l) x = block(l, x, positions, false, nullptr, start);
-  cache_len_ += T;
+  Tensor x = hidden(from_vector(ids, Shape{1, T}), false, nullptr, &cache);
   Tensor last = slice(x, 1, T - 1, T);  // [1, 1, D]
-  return reshape(linear(norm(last, out_norm_w_, out_norm_b_), head_weight()), Shape{cfg_.vocab});
+  return reshape(head_(last), Shape{cfg_.vocab});
 }
 
 }  // namespace toy

@@ -1,34 +1,52 @@
-// DecoderLM: one decoder-only Transformer on the engine, configured by ModelConfig.
+// DecoderLM: a decoder-only Transformer as a stack of nn modules, configured by ModelConfig.
 // Parameters are named by their GGUF tensor names:
 //   token_embd.weight [V, D]            position_embd.weight [ctx, D]  (learned positions)
 //   blk.N.attn_norm.weight/.bias [D]    blk.N.ffn_norm.weight/.bias [D]
-//   gpt (fused, as GPT-2's GGUF):  blk.N.attn_qkv.weight [3D, D] / .bias [3D]
-//   llama:  blk.N.attn_q.weight [H*d, D], attn_k/attn_v [Hkv*d, D] (concatenated in the forward
-//           so one matmul projects all three; RoPE is "normal" adjacent pairs, llama.cpp's
-//           layout for arch llama, so rows need no permutation when saved)
+//   gpt (fused, as GPT-2's GGUF):  blk.N.attn_qkv.weight [(H + 2 Hkv) d, D] / .bias
+//   others: blk.N.attn_q.weight [H*d, D], attn_k/attn_v [Hkv*d, D] (+ .bias: gpt biases, qwen2)
+//           (RoPE "normal" rotates adjacent pairs as llama.cpp does for arch llama, so rows need
+//           no permutation when saved; qwen2/qwen3 rotate halves, NEOX)
+//   blk.N.attn_q_norm.weight / attn_k_norm.weight [d]  (qwen3: per-head RMSNorm before RoPE)
 //   blk.N.attn_output.weight [D, H*d]
 //   GELU: blk.N.ffn_up.weight [F, D], ffn_down [D, F]; SwiGLU adds ffn_gate [F, D]
-//   (concatenated with ffn_up in the forward, as q/k/v are)
 //   output_norm.weight/.bias [D]        output.weight [V, D] (untied only)
+//   rope_freqs.weight [n_rot/2]         (Llama 3 long-context factors, when the file has them)
 // Shapes use B batch, T time, D dim, H heads, Hkv kv heads, d head dim, F ffn, V vocab.
+// A model toy trains owns f32 parameters; a model loaded for inference holds the file's
+// tensors as they are stored (views of the mapped file, any dtype, frozen). Generation state
+// (nn::KVCache) belongs to the caller.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "toy/core/rng.h"
 #include "toy/models/config.h"
+#include "toy/nn/attention.h"
+#include "toy/nn/embedding.h"
+#include "toy/nn/kv_cache.h"
+#include "toy/nn/linear.h"
+#include "toy/nn/mlp.h"
+#include "toy/nn/norm.h"
 #include "toy/nn/params.h"
 
 namespace toy {
 
 class DecoderLM {
  public:
-  explicit DecoderLM(ModelConfig cfg);  // parameters allocated (zero); call init()
+  // Supplies the tensor of a parameter (checked against its name and shape), e.g. from a file.
+  using WeightSource = std::function<Tensor(const std::string& name, const Shape& shape)>;
+
+  explicit DecoderLM(ModelConfig cfg);  // f32 parameters (zero), trainable; call init()
+  // Parameters taken as the source gives them (any dtype), frozen.
+  DecoderLM(ModelConfig cfg, const WeightSource& weights);
   // Every parameter's name and shape, in order, without allocating anything (for checking a
   // file's tensors and the memory a run needs before committing to it).
   static std::vector<std::pair<std::string, Shape>> parameter_shapes(ModelConfig cfg);
+
   const ModelConfig& config() const { return cfg_; }
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
@@ -39,54 +57,46 @@ class DecoderLM {
   void init(uint64_t seed);
 
   // Hidden states after the final norm: ids I32 [B, T] -> [B, T, D]. `dropout_gen` (training
-  // only) draws the dropout masks.
-  Tensor hidden(const Tensor& ids, bool training = false, Generator* dropout_gen = nullptr);
+  // only) draws the dropout masks. With a cache, the tokens continue what it holds (their
+  // positions start at cache->size()) and the cache advances by T.
+  Tensor hidden(const Tensor& ids, bool training = false, Generator* dropout_gen = nullptr,
+                nn::KVCache* cache = nullptr);
   // Logits [B, T, V].
-  Tensor logits(const Tensor& ids, bool training = false, Generator* dropout_gen = nullptr);
+  Tensor logits(const Tensor& ids, bool training = false, Generator* dropout_gen = nullptr,
+                nn::KVCache* cache = nullptr);
   // Mean next-token cross-entropy of ids [B, T] against targets [B, T] (ignore index -100),
   // computed without a full logits buffer when the vocabulary is large.
   Tensor loss(const Tensor& ids, const Tensor& targets, bool training = false, Generator* dropout_gen = nullptr);
   // The output head weight (token_embd.weight when tied).
-  const Tensor& head_weight() const;
+  const Tensor& head_weight() const { return head_.weight; }
 
-  // --- incremental decoding with a KV cache (batch 1) ---
-  // Clears the cache.
-  void reset_cache();
-  // Runs ids [T] at positions cache_len()..; returns logits of the last position [V].
-  Tensor decode(const std::vector<int32_t>& ids);
-  int64_t cache_len() const { return cache_len_; }
+  // --- generation with a caller-owned cache ---
+  // A cache for `batch` sequences of up to `capacity` tokens (0: the model's context).
+  nn::KVCache new_cache(int64_t batch = 1, int64_t capacity = 0, DType dtype = DType::F32) const;
+  // Runs ids [T] (one sequence) after what the cache holds; logits of the last position [V].
+  Tensor decode(nn::KVCache& cache, const std::vector<int32_t>& ids);
 
  private:
-  struct Layer {
-    Tensor attn_norm_w, attn_norm_b, qkv_w, qkv_b, q_w, k_w, v_w, q_b, k_b, v_b, out_w, out_b;
-    Tensor ffn_norm_w, ffn_norm_b, gate_w, gate_b, up_w, up_b, down_w, down_b;
-  };
-  // The weights each block multiplies by: q/k/v as one [(H + 2 Hkv) d, D] matrix and, for
-  // SwiGLU, gate/up as one [2F, D] matrix (views of the parameters where they are already
-  // fused, concatenations otherwise).
-  struct Projections {
-    Tensor qkv_w, qkv_b, gate_up_w, gate_up_b;
+  struct Block {
+    nn::Norm attn_norm, ffn_norm;
+    nn::Attention attn;
+    nn::Mlp mlp;
   };
   struct ShapesOnly {};
   DecoderLM(ModelConfig cfg, ShapesOnly);
-  // Declares every parameter through add(name, shape) -> Tensor and binds the result.
+  // Declares every parameter through add(name, shape, trainable) -> Tensor and binds the modules.
   template <class Add>
   void declare(Add add);
-  Projections projections(const Layer& L) const;
-  Tensor norm(const Tensor& x, const Tensor& w, const Tensor& b) const;
-  Tensor block(int64_t l, const Tensor& x, const Tensor& positions, bool training, Generator* gen, int64_t start);
-  Tensor embed(const Tensor& ids, int64_t start_pos, bool training, Generator* gen);
+  Tensor embed(const Tensor& ids, int64_t start, bool training, Generator* gen);
+  Tensor block(int64_t l, const Tensor& x, const Tensor& positions, bool training, Generator* gen,
+               nn::KVCache* cache);
 
   ModelConfig cfg_;
   ParamStore params_;
-  Tensor tok_emb_, pos_emb_, out_norm_w_, out_norm_b_, out_w_;
-  std::vector<Layer> layers_;
-  // KV cache: per layer [1, ctx, Hkv, d]. Weights must not change while it is filled (its
-  // keys and values came from them), so the concatenated projections are built once with it
-  // instead of once per token.
-  std::vector<Tensor> k_cache_, v_cache_;
-  std::vector<Projections> decode_projections_;
-  int64_t cache_len_ = 0;
+  nn::Embedding tok_emb_, pos_emb_;
+  std::vector<Block> blocks_;
+  nn::Norm out_norm_;
+  nn::Linear head_;
 };
 
 }  // namespace toy

@@ -9,6 +9,8 @@ using namespace detail;
 
 namespace {
 const KernelRef<kern::Matmul> k_matmul("matmul");
+const KernelRef<kern::MatmulWeight> k_matmul_weight("matmul_weight");
+const KernelRef<kern::MatmulWeightT> k_matmul_weight_t("matmul_weight_t");
 
 Tensor t_view(const Tensor& x) {
   // Transposed view of the last two dims, no tape record.
@@ -88,21 +90,65 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
   return c;
 }
 
+namespace {
+// linear with a weight kept in its file's dtype (F16, BF16, a GGUF block type) and f32
+// activations: the weight is widened tile by tile inside the kernel, never as a whole.
+// Gradients flow to x and the bias; such a weight is frozen (only f32 weights train).
+Tensor linear_stored(const Tensor& x, const Tensor& w, const Tensor& b) {
+  TOY_CHECK(x.dtype() == DType::F32, "[linear] a {} weight needs f32 activations, got {}", name(w.dtype()),
+            name(x.dtype()));
+  TOY_CHECK(w.is_contiguous(), "[linear] a {} weight must be contiguous", name(w.dtype()));
+  TOY_CHECK(!w.requires_grad(), "[linear] a {} weight cannot be trained: only f32 weights have gradients",
+            name(w.dtype()));
+  const int64_t in = w.size(1), out = w.size(0);
+  Tensor x2;
+  {
+    NoGradGuard ng;
+    x2 = contiguous(reshape(x, Shape{-1, in}));
+  }
+  Tensor y = empty(Shape{x2.size(0), out}, DType::F32, x.device());
+  if (b.defined()) {
+    NoGradGuard ng;
+    copy_(y, expand_view(b, y.shape()));
+  }
+  k_matmul_weight(x.device())(x2, w, y, b.defined());
+  Shape ys = x.shape();
+  ys[ys.ndim() - 1] = out;
+  y = make_view(y, ys, contiguous_strides(ys), 0);
+  if (needs_grad({&x, &b})) {
+    record("linear", y, {x, w, b}, [x, w, b](const Tensor& g_in) -> Grads {
+      Grads r(3);
+      Tensor g = contiguous_nograd(reshape(g_in, Shape{-1, w.size(0)}));
+      if (wants_grad(x)) {
+        Tensor dx = empty(Shape{g.size(0), w.size(1)}, DType::F32, g.device());
+        k_matmul_weight_t(g.device())(g, w, dx);
+        r[0] = reshape(dx, x.shape());
+      }
+      if (wants_grad(b)) r[2] = sum(g, 0);
+      return r;
+    });
+  }
+  return y;
+}
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   OpSpan span("linear", {&x, &w, &b});
   check_float(x, "linear", "x");
-  check_float(w, "linear", "weight");
-  check_same_dtype(x, w, "linear");
+  check_defined(w, "linear", "weight");
   check_same_device(x, w, "linear");
   TOY_CHECK(w.ndim() == 2, "[linear] weight must be [out, in], got {}", w.shape().str());
   TOY_CHECK(x.ndim() >= 1 && x.size(-1) == w.size(1), "[linear] x {} has {} features, weight {} expects {}",
             x.shape().str(), x.ndim() ? x.size(-1) : 0, w.shape().str(), w.size(1));
-  const int64_t in = w.size(1), out = w.size(0);
   if (b.defined()) {
     check_float(b, "linear", "bias");
     check_same_dtype(x, b, "linear");
-    TOY_CHECK(b.ndim() == 1 && b.size(0) == out, "[linear] bias must be [{}], got {}", out, b.shape().str());
+    TOY_CHECK(b.ndim() == 1 && b.size(0) == w.size(0), "[linear] bias must be [{}], got {}", w.size(0),
+              b.shape().str());
   }
+  if (w.dtype() != x.dtype()) return linear_stored(x, w, b);
+  check_float(w, "linear", "weight");
+  const int64_t in = w.size(1), out = w.size(0);
   Tensor x2;
   {
     NoGradGuard ng;
@@ -148,7 +194,8 @@ Tensor out_prod(const Tensor& a, const Tensor& b) {
 namespace detail {
 void define_matmul_ops(Registry& r) {
   r.define_op(primitive_op("matmul", {"matmul", "reduce"}, "batched a @ b, broadcasting, transposes as views"));
-  r.define_op(composite_op("linear", {"matmul", "copy", "reduce"}, "x @ W^T + b (one tape node)"));
+  r.define_op(composite_op("linear", {"matmul", "matmul_weight", "matmul_weight_t", "copy", "reduce"},
+                           "x @ W^T + b (one tape node); W in any stored dtype (F16, BF16, GGUF blocks)"));
   r.define_op(composite_op("out_prod", {"matmul", "reduce"}, "a^T b: sum of outer products of rows"));
 }
 }  // namespace detail

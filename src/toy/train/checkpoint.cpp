@@ -141,7 +141,7 @@ void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir) {
   r.o = TrainOptions::from_json(parse_object(rd.get_str("toy.train.options"), opt_where), opt_where);
   r.o.out = dir;
 
-  LoadedModel lm = load_model(rd);
+  LoadedModel lm = load_model(rd, LoadMode::Train);
   TOY_CHECK(lm.model->config().to_json() == r.o.model.to_json(),
             "[train] checkpoint '{}': its model config ({}) is not the one its training options name ({})", shown,
             lm.model->config().to_json().dump(), r.o.model.to_json().dump());

@@ -342,7 +342,6 @@ TrainResult run_loop(Run& r, bool resumed) {
     try {
       text = generate_sample(r, o.sample_tokens);
     } catch (const std::exception& e) {
-      r.model->reset_cache();
       log_line(r, fmt::format("sample at step {} failed: {}", r.step, e.what()));
       return;
     }

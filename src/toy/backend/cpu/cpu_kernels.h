@@ -17,6 +17,8 @@ kern::SwigluPacked swiglu_packed;
 kern::SwigluPackedBackward swiglu_packed_backward;
 kern::Dropout dropout;
 kern::Matmul matmul;
+kern::MatmulWeight matmul_weight;
+kern::MatmulWeightT matmul_weight_t;
 kern::Reduce reduce;
 kern::Argsort argsort;
 kern::TopK top_k;

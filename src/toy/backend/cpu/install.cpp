@@ -24,6 +24,8 @@ void install_cpu_backend(Registry& r) {
   r.add<kern::SwigluPackedBackward>("swiglu_packed_backward", d, &cpu::swiglu_packed_backward);
   r.add<kern::Dropout>("dropout", d, &cpu::dropout);
   r.add<kern::Matmul>("matmul", d, &cpu::matmul);
+  r.add<kern::MatmulWeight>("matmul_weight", d, &cpu::matmul_weight);
+  r.add<kern::MatmulWeightT>("matmul_weight_t", d, &cpu::matmul_weight_t);
   r.add<kern::Reduce>("reduce", d, &cpu::reduce);
   r.add<kern::Argsort>("argsort", d, &cpu::argsort);
   r.add<kern::TopK>("top_k", d, &cpu::top_k);

@@ -1,0 +1,63 @@
+// Products with weights stored in their file's dtype (F16, BF16, GGUF block types): the rows
+// of W are widened to f32 a tile at a time into per-thread scratch and multiplied with SGEMM,
+// so no f32 copy of the whole matrix ever exists. The forward splits W's rows (the output
+// columns) across threads; the backward splits x's rows. Deterministic for a thread count.
+// (The decode-time fast path — dot products straight from the blocks — is its own kernel.)
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/backend/cpu/scratch.h"
+#include "toy/core/quant.h"
+#include "toy/core/thread_pool.h"
+
+namespace toy::cpu {
+
+namespace {
+constexpr int64_t kTileRows = 64;
+constexpr int kSlot = 5;  // scratch slot (the other kernels use 0..4)
+
+// Widens rows [r0, r1) of w into buf (row-major f32, in values per row).
+void widen_rows(const Tensor& w, int64_t r0, int64_t r1, float* buf) {
+  const int64_t in = w.size(1);
+  const size_t rb = row_bytes(w.dtype(), in);
+  const char* base = static_cast<const char*>(w.raw_data());
+  for (int64_t r = r0; r < r1; ++r) row_to_f32(w.dtype(), base + size_t(r) * rb, buf + (r - r0) * in, in);
+}
+}  // namespace
+
+void matmul_weight(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
+  const int64_t N = x.size(0), in = w.size(1), out = w.size(0);
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  const int64_t tiles = (out + kTileRows - 1) / kTileRows;
+  parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
+    float* buf = scratch_floats(size_t(kTileRows * in), kSlot);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r0 = t * kTileRows, r1 = std::min(out, r0 + kTileRows);
+      widen_rows(w, r0, r1, buf);
+      // y[:, r0:r1] = x [N, in] @ tile^T [in, r1 - r0]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(N), int(r1 - r0), int(in), 1.0f, xp, int(in), buf,
+                  int(in), accumulate ? 1.0f : 0.0f, yp + r0, int(out));
+    }
+  });
+}
+
+void matmul_weight_t(const Tensor& g, const Tensor& w, Tensor& dx) {
+  const int64_t N = g.size(0), in = w.size(1), out = w.size(0);
+  const float* gp = g.data<float>();
+  float* dp = dx.data<float>();
+  float* buf = scratch_floats(size_t(kTileRows * in), kSlot);
+  for (int64_t r0 = 0; r0 < out; r0 += kTileRows) {
+    const int64_t r1 = std::min(out, r0 + kTileRows);
+    widen_rows(w, r0, r1, buf);
+    // dx [rows of x] (+)= g[rows, r0:r1] @ tile [r1 - r0, in]
+    parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n1 - n0), int(in), int(r1 - r0), 1.0f,
+                  gp + n0 * out + r0, int(out), buf, int(in), r0 == 0 ? 0.0f : 1.0f, dp + n0 * in, int(in));
+    });
+  }
+}
+
+}  // namespace toy::cpu
