@@ -215,6 +215,30 @@ toy_core_tests
 ^BlockCodec\.MatchesGgml
   const float iscale = -128.0f / max_scale;
   const float iscale = 128.0f / max_scale;
+rope-neox-ignored
+src/toy/models/decoder_lm.cpp
+toy_llamacpp_tests
+^LlamaCpp\.RunsQwen2
+  o.neox = c.rope.neox;
+  o.neox = false;
+qk-norm-skipped
+src/toy/nn/attention.cpp
+toy_llamacpp_tests
+^LlamaCpp\.RunsQwen2
+    if (q_norm.defined()) qh = q_norm(qh);
+    if (false) qh = q_norm(qh);
+kv-cache-overwrites-the-start
+src/toy/nn/attention.cpp
+toy_model_tests
+^Decoder\.IncrementalDecoding
+      const int64_t start = cache->size();
+      const int64_t start = 0;
+stored-weight-tile-offset
+src/toy/backend/cpu/matmul_weight.cpp
+toy_op_tests
+^Forward\.LinearWithStoredWeights
+                  int(in), accumulate ? 1.0f : 0.0f, yp + r0, int(out));
+                  int(in), accumulate ? 1.0f : 0.0f, yp, int(out));
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -13,12 +13,14 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "gguf_edit.h"
 #include "proc.h"
 #include "requirements.h"
 #include "toy/autograd/grad_mode.h"
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
 #include "toy/ops/ops.h"
+#include "toy/tokenizer/tokenizer.h"
 #include "toy/train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -106,6 +108,27 @@ void expect_same_distributions(const std::string& model_path, const std::vector<
   std::printf("%s: max |delta log p| = %.2e over %lld entries\n", model_path.c_str(), worst, (long long)compared);
 }
 
+// A random-weight model of architecture `arch` (every parameter random, norm weights too, so
+// a weight the forward forgets changes the numbers), saved with a byte vocabulary.
+std::string random_model(const std::string& name, const std::string& arch, int64_t head_dim) {
+  ModelConfig c = ModelConfig::for_arch(arch);
+  c.vocab = 257, c.dim = 64, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.ctx = 64, c.ffn = 96;
+  c.head_dim = head_dim;
+  DecoderLM m(c);
+  {
+    NoGradGuard ng;
+    uint64_t stream = 0;
+    for (Tensor& p : m.params().all()) {
+      Generator g(11, ++stream);
+      const bool norm = p.name().find("norm") != std::string::npos;
+      fill_normal_(p, g, norm ? 1.0f : 0.0f, norm ? 0.2f : 0.15f);
+    }
+  }
+  const std::string path = (fs::path(::testing::TempDir()) / ("toy_llamacpp_" + name + ".gguf")).string();
+  save_model(path, m, *Tokenizer::train("byte", ""), name);
+  return path;
+}
+
 std::vector<int32_t> encode(const std::string& model_path, const std::string& text) {
   return load_model(model_path).tokenizer->encode(text);
 }
@@ -135,4 +158,33 @@ TEST(LlamaCpp, TokenizesLikeToyWithOurBpeVocabulary) {
     EXPECT_EQ(theirs.get<std::vector<int32_t>>(), encode(m, text)) << text;
   }
   expect_same_distributions(m, encode(m, "the terms and conditions for copying, distribution and modification"));
+}
+
+// The architectures toy loads from files made elsewhere, checked where it matters most: the
+// layouts llama.cpp fixes for them (NEOX RoPE for qwen2/qwen3, q/k/v biases, per-head q/k
+// RMSNorm before RoPE, an explicit head dim that is not dim / heads).
+TEST(LlamaCpp, RunsQwen2AndQwen3ShapedModelsWithTheSameDistributions) {
+  REQUIRE_LLAMACPP();
+  const std::vector<int32_t> ids = {84, 104, 101, 32, 113, 117, 105, 99, 107, 32, 98, 114, 111, 119, 110, 32,
+                                    102, 111, 120, 10, 74, 117, 109, 112, 115};
+  for (const auto& [arch, head_dim] : std::vector<std::pair<std::string, int64_t>>{
+           {"qwen2", 0}, {"qwen3", 0}, {"qwen3", 32}, {"llama", 0}}) {
+    SCOPED_TRACE(arch + " head_dim " + std::to_string(head_dim));
+    const std::string m = random_model(arch + "_" + std::to_string(head_dim), arch, head_dim);
+    EXPECT_EQ(gguf::Reader(m).get_str("general.architecture"), arch);
+    expect_same_distributions(m, ids);
+    // Without toy.config the standard keys alone rebuild the same model.
+    const std::string bare = m + ".bare.gguf";
+    {
+      toy::test::GgufContents c = toy::test::read_gguf(m);
+      c.kv.erase(std::remove_if(c.kv.begin(), c.kv.end(), [](auto& kv) { return kv.first == "toy.config"; }),
+                 c.kv.end());
+      toy::test::write_gguf(bare, c);
+    }
+    LoadedModel a = load_model(m), b = load_model(bare);
+    NoGradGuard ng;
+    const Tensor x = from_vector(ids, Shape{1, int64_t(ids.size())});
+    EXPECT_EQ(a.model->logits(x).to_f32_vector(), b.model->logits(x).to_f32_vector());
+    EXPECT_EQ(a.model->config().to_json()["rope"], b.model->config().to_json()["rope"]);
+  }
 }

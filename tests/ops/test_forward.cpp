@@ -712,3 +712,31 @@ TEST(Forward, AttentionAcrossSeveralKeyChunks) {
   auto composed = grad(mul(o, g), {qq, kk, vv}, ones(Shape{1, 520, 1, 4}));
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(close(fused[size_t(i)], composed[size_t(i)], 1e-5, 1e-4)) << i;
 }
+
+// linear with a weight kept in its stored dtype (F16, BF16, GGUF blocks) equals linear with
+// that weight widened to f32 — forward (one row: decoding; many rows: a prompt) and the
+// gradient to x and the bias; the stored weight itself cannot train.
+TEST(Forward, LinearWithStoredWeightsMatchesTheWidenedWeight) {
+  for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    SCOPED_TRACE(std::string(name(dt)));
+    Tensor w = cast(randn_t(Shape{70, 256}, 3, 0.2f), dt);  // 70 rows: a partial tile of 64
+    Tensor wide = cast(w, DType::F32);
+    Tensor b = randn_t(Shape{70}, 4);
+    for (int64_t rows : {int64_t(1), int64_t(15)}) {
+      Tensor x = param(randn_t(Shape{rows, 256}, 5));
+      Tensor x2 = param(randn_t(Shape{rows, 256}, 5));
+      Tensor y = linear(x, w, b), y_ref = linear(x2, wide, b);
+      EXPECT_TRUE(close(y, y_ref, 1e-5, 1e-4));
+      backward(sum(square(y)));
+      backward(sum(square(y_ref)));
+      EXPECT_TRUE(close(x.grad(), x2.grad(), 1e-4, 1e-4));
+    }
+    Tensor trainable = cast(w, dt);
+    if (is_block(dt)) {
+      EXPECT_THROW(trainable.requires_grad_(), Error);
+    } else {
+      trainable.requires_grad_();
+      EXPECT_THROW(linear(randn_t(Shape{2, 256}, 6), trainable), Error);
+    }
+  }
+}
