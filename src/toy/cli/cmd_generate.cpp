@@ -1,5 +1,9 @@
-// `toy generate`: stream text from a model file. Only the generated text goes to stdout
-// (diagnostics to stderr), so the output can be piped.
+// `toy generate`: stream text from a model file. Exactly the generated text goes to stdout
+// (a final newline only on a terminal), diagnostics and the timing line to stderr, so the
+// output can be piped.
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
@@ -9,6 +13,9 @@
 #include "toy/infer/sampler.h"
 #include "toy/core/thread_pool.h"
 #include "toy/io/model_file.h"
+#include "toy/nn/kv_cache.h"
+
+#include <algorithm>
 
 namespace toy::cli {
 
@@ -20,25 +27,35 @@ struct GenerateFlags {
   int top_k = 0;
   uint64_t seed = 1;
   int threads = 0;
-  bool echo = false;
+  int64_t ctx = 0;
+  bool echo = false, quiet = false;
 };
 
 int run_generate(const GenerateFlags& f) {
   Sampler sampler({f.temperature, f.top_k, f.top_p}, f.seed);
+  const auto t0 = std::chrono::steady_clock::now();
   LoadedModel lm = load_model(f.model);
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   DecoderLM& m = *lm.model;
   const Tokenizer& tok = *lm.tokenizer;
+  // The cache: --ctx, else the model's context up to 4096 (as llama.cpp: a long-context model's
+  // full window would take gigabytes).
+  const int64_t capacity = f.ctx ? f.ctx : std::min<int64_t>(m.config().ctx, 4096);
   std::vector<int32_t> ids = f.prompt.empty() ? std::vector<int32_t>{} : tok.encode(f.prompt);
   if (ids.empty()) {
     // No prompt: start from end-of-text if the vocabulary has it, else from token 0.
     ids.push_back(tok.eos_id() >= 0 ? tok.eos_id() : 0);
   }
   if (f.echo) std::fputs(f.prompt.c_str(), stdout);
-  generate(m, tok, sampler, std::move(ids), f.n, [](const std::string& piece) {
+  const GenerateStats st = generate(m, tok, sampler, std::move(ids), f.n, [](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
-  });
-  std::fputc('\n', stdout);
+  }, capacity);
+  if (isatty(fileno(stdout))) std::fputc('\n', stdout);
+  if (!f.quiet)
+    std::fprintf(stderr, "toy generate: load %.0f ms; prompt %lld tokens, %.1f tok/s; generation %lld tokens, %.1f tok/s\n",
+                 load_ms, (long long)st.prompt_tokens, st.prompt_tokens / std::max(st.prompt_seconds, 1e-9),
+                 (long long)st.generated_tokens, st.generated_tokens / std::max(st.generate_seconds, 1e-9));
   return 0;
 }
 }  // namespace
@@ -54,7 +71,10 @@ Run add_generate_command(CLI::App& app) {
   add_real(cmd, "--top-p", f->top_p, {0, 1, true}, "Nucleus sampling mass (1 = off)");
   add_u64(cmd, "--seed", f->seed, "Sampling seed (same seed, same text)");
   add_int(cmd, "--threads", f->threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
+  add_int(cmd, "--ctx", f->ctx, 1, int64_t(1) << 24, "KV cache size in tokens (default: the model's context, at most 4096)")
+      ->default_str("");
   cmd->add_flag("--echo", f->echo, "Print the prompt before the generated text");
+  cmd->add_flag("--quiet", f->quiet, "No timing line on stderr");
   return [f]() {
     if (f->threads) set_num_threads(f->threads);
     return run_generate(*f);

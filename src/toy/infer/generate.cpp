@@ -1,6 +1,7 @@
 #include "toy/infer/generate.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "toy/autograd/grad_mode.h"
 #include "toy/core/error.h"
@@ -25,23 +26,32 @@ std::vector<int32_t> fit_prompt(std::vector<int32_t> ids, int64_t ctx) {
   return ids;
 }
 
-void generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler, std::vector<int32_t> prompt, int64_t n,
-              const std::function<void(const std::string&)>& on_text, int64_t capacity) {
+GenerateStats generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler, std::vector<int32_t> prompt,
+                       int64_t n, const std::function<void(const std::string&)>& on_text, int64_t capacity) {
+  using Clock = std::chrono::steady_clock;
   NoGradGuard ng;
+  GenerateStats st;
   nn::KVCache cache = model.new_cache(1, capacity);
   std::vector<int32_t> history = fit_prompt(std::move(prompt), cache.capacity());
   TOY_CHECK(!history.empty(), "[generate] empty prompt");
+  auto t0 = Clock::now();
   Tensor logits = model.decode(cache, history);
+  st.prompt_tokens = int64_t(history.size());
+  st.prompt_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  t0 = Clock::now();
   Utf8StreamDecoder dec(tok);
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = sampler.sample(logits);
     if (id == tok.eos_id()) break;
+    ++st.generated_tokens;
     on_text(dec.push(id));
     history.push_back(id);
     if (i + 1 == n) break;
     logits = decode_next(model, cache, history);
   }
   on_text(dec.flush());
+  st.generate_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return st;
 }
 
 }  // namespace toy

@@ -27,10 +27,17 @@ Tensor decode_next(DecoderLM& model, nn::KVCache& cache, const std::vector<int32
 // generated token), and never fewer than one.
 std::vector<int32_t> fit_prompt(std::vector<int32_t> ids, int64_t ctx);
 
+// What a generate() call did, for the timing line llama.cpp users expect.
+struct GenerateStats {
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  double prompt_seconds = 0, generate_seconds = 0;
+};
+
 // Generates up to n tokens after `prompt` (fitted to the context; must not be empty) with a
-// cache of `capacity` tokens (0: the model's context), stopping at end-of-text. Each decoded
-// piece of UTF-8 text goes to on_text as soon as it is complete.
-void generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler, std::vector<int32_t> prompt, int64_t n,
-              const std::function<void(const std::string&)>& on_text, int64_t capacity = 0);
+// cache of `capacity` tokens (0: the model's context), stopping at end-of-text. The prompt is
+// prefilled as one sequence, then tokens are decoded one at a time. Each decoded piece of
+// UTF-8 text goes to on_text as soon as it is complete.
+GenerateStats generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler, std::vector<int32_t> prompt,
+                       int64_t n, const std::function<void(const std::string&)>& on_text, int64_t capacity = 0);
 
 }  // namespace toy
