@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +19,10 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
+
+#include "toy/autograd/grad_mode.h"
+#include "toy/io/model_file.h"
+#include "toy/ops/ops.h"
 
 namespace fs = std::filesystem;
 extern char** environ;
@@ -167,4 +172,30 @@ TEST(CliTrain, BadInputExitsNonZeroAndWritesNothing) {
   EXPECT_NE(sh("train --data " + std::string(kGpl3) + " --out " + dir + " --lr nan " + kTiny).status, 0);
   EXPECT_NE(sh("train --data " + std::string(kGpl3) + " " + kTiny).status, 0);  // no --out
   EXPECT_FALSE(fs::exists(dir));
+}
+
+TEST(CliTrain, EvalDumpsRawLogitsAndInspectListsTensors) {
+  TOY_REQUIRE_FILE(kGpl3);
+  const std::string dir = run_dir("eval");
+  ASSERT_EQ(sh("train --data " + std::string(kGpl3) + " --out " + dir + " --steps 5 " + kTiny).status, 0);
+  const std::string dump = dir + "/logits.bin";
+  ASSERT_EQ(sh("eval -m " + dir + "/model.gguf --tokens 3,1,4,1,5 --dump-logits " + dump).status, 0);
+  // Raw little-endian float32 [n_tokens, vocab]: the model's own logits for those ids.
+  toy::LoadedModel lm = toy::load_model(dir + "/model.gguf");
+  toy::NoGradGuard ng;
+  const std::vector<int32_t> ids = {3, 1, 4, 1, 5};
+  const std::vector<float> want = lm.model->logits(toy::from_vector(ids, toy::Shape{1, 5})).to_f32_vector();
+  std::ifstream in(dump, std::ios::binary);
+  std::vector<float> got(want.size() + 1);
+  in.read(reinterpret_cast<char*>(got.data()), std::streamsize(got.size() * 4));
+  ASSERT_EQ(size_t(in.gcount()), want.size() * 4) << "the file must hold exactly n_tokens x vocab floats";
+  got.pop_back();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
+  EXPECT_NE(sh("eval -m " + dir + "/model.gguf --tokens 1,x").status, 0);
+  EXPECT_NE(sh("eval -m " + dir + "/model.gguf --tokens 99999").status, 0);
+  Out ins = sh("inspect " + dir + "/model.gguf");
+  ASSERT_EQ(ins.status, 0);
+  EXPECT_NE(ins.stdout_text.find("general.architecture"), std::string::npos);
+  EXPECT_NE(ins.stdout_text.find("token_embd.weight"), std::string::npos);
+  EXPECT_NE(ins.stdout_text.find("[32]"), std::string::npos);
 }

@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   auto reg = [&](toy::cli::Run r) { runs[app.get_subcommands({}).back()] = std::move(r); };
   reg(toy::cli::add_train_command(app));
   reg(toy::cli::add_generate_command(app));
+  reg(toy::cli::add_eval_command(app));
+  reg(toy::cli::add_inspect_command(app));
   reg(toy::cli::add_ops_command(app));
   reg(toy::cli::add_bench_command(app));
   reg(toy::cli::add_demo_command(app));
