@@ -199,3 +199,22 @@ TEST(CliTrain, EvalDumpsRawLogitsAndInspectListsTensors) {
   EXPECT_NE(ins.stdout_text.find("token_embd.weight"), std::string::npos);
   EXPECT_NE(ins.stdout_text.find("[32]"), std::string::npos);
 }
+
+TEST(CliTrain, TokenizePrintsIdsWithOptionalBosAndSpecialTokens) {
+  TOY_REQUIRE_FILE(kGpl3);
+  const std::string dir = run_dir("tokenize");
+  ASSERT_EQ(sh("train --data " + std::string(kGpl3) + " --out " + dir + " --steps 2 --tokenizer bpe:50:llama-bpe " +
+               kTiny).status, 0);
+  const std::string m = "tokenize -m " + dir + "/model.gguf --json ";
+  auto ids = [](const Out& o) { return nlohmann::json::parse(last_line(o.stdout_text))["ids"].get<std::vector<int>>(); };
+  const std::vector<int> plain = ids(sh(m + "-p 'the <|endoftext|>'"));
+  const std::vector<int> bos = ids(sh(m + "-p 'the <|endoftext|>' --bos"));
+  const std::vector<int> special = ids(sh(m + "-p 'the <|endoftext|>' --special"));
+  ASSERT_FALSE(plain.empty());
+  EXPECT_EQ(bos.size(), plain.size() + 1);  // BOS only when asked
+  EXPECT_EQ(std::vector<int>(bos.begin() + 1, bos.end()), plain);
+  // The special token's text is one id with --special, plain text (several ids) without.
+  EXPECT_LT(special.size(), plain.size());
+  const int eot = special.back();
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), eot), 0);
+}

@@ -152,11 +152,11 @@ TEST(LlamaCpp, RunsOurGpt2ModelWithTheSameDistributions) {
 TEST(LlamaCpp, TokenizesLikeToyWithOurBpeVocabulary) {
   REQUIRE_LLAMACPP();
   const std::string m = train_model("llama_bpe", "llama", "bpe:200");
-  for (const std::string text : {"the GNU General Public License, version 3", "  spaces  and\ttabs\nnewlines",
-                                 "caf\xc3\xa9 \xe2\x98\x83 na\xc3\xafve 123 4567", "'s 've 're don't"}) {
-    const nlohmann::json theirs = node({m, "--tokenize", text});
-    EXPECT_EQ(theirs.get<std::vector<int32_t>>(), encode(m, text)) << text;
-  }
+  const std::vector<std::string> texts = {"the GNU General Public License, version 3", "  spaces  and\ttabs\nnewlines",
+                                         "caf\xc3\xa9 \xe2\x98\x83 na\xc3\xafve 123 4567", "'s 've 're don't"};
+  const nlohmann::json theirs = node({m, "--tokenize-all", nlohmann::json(texts).dump()});
+  for (size_t i = 0; i < texts.size(); ++i)
+    EXPECT_EQ(theirs[i].get<std::vector<int32_t>>(), encode(m, texts[i])) << texts[i];
   expect_same_distributions(m, encode(m, "the terms and conditions for copying, distribution and modification"));
 }
 
@@ -186,5 +186,32 @@ TEST(LlamaCpp, RunsQwen2AndQwen3ShapedModelsWithTheSameDistributions) {
     const Tensor x = from_vector(ids, Shape{1, int64_t(ids.size())});
     EXPECT_EQ(a.model->logits(x).to_f32_vector(), b.model->logits(x).to_f32_vector());
     EXPECT_EQ(a.model->config().to_json()["rope"], b.model->config().to_json()["rope"]);
+  }
+}
+
+// Every pre-tokenizer toy implements splits text as llama.cpp does: a vocabulary trained with
+// it, in a model llama.cpp loads, must give the same ids for texts that exercise digits,
+// contractions, case, whitespace runs, newlines, punctuation and non-Latin scripts.
+TEST(LlamaCpp, TokenizesLikeToyWithEveryPreTokenizer) {
+  REQUIRE_LLAMACPP();
+  const std::string corpus = toy::test::read_all(kGpl3);
+  const std::vector<std::string> texts = {
+      "Hello, World! It's 2026; we've 1234567 reasons.", "  leading and trailing spaces   ",
+      "tabs\tand\nnew\r\nlines\n\n\nand more", "DON'T Shout 'em", "caf\xc3\xa9 na\xc3\xafve \xe2\x98\x83 \xf0\x9f\x98\x80!",
+      "\xe4\xbd\xa0\xe5\xa5\xbd\xef\xbc\x8c\xe4\xb8\x96\xe7\x95\x8c 3.14159 $100 <tag>x</tag>", "a+b=c^2 ~x | y",
+      "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 \xd0\xbc\xd0\xb8\xd1\x80 123 4.5"};
+  for (const std::string pre : {"gpt-2", "llama-bpe", "qwen2", "smollm", "default"}) {
+    SCOPED_TRACE(pre);
+    auto tok = Tokenizer::train("bpe:300:" + pre, corpus);
+    ModelConfig c = ModelConfig::for_arch("llama");
+    c.vocab = tok->vocab_size(), c.dim = 32, c.layers = 1, c.heads = 2, c.kv_heads = 2, c.ctx = 32, c.ffn = 64;
+    DecoderLM m(c);
+    m.init(1);
+    const std::string path = (fs::path(::testing::TempDir()) / ("toy_llamacpp_pre_" + pre + ".gguf")).string();
+    save_model(path, m, *tok, "pre " + pre);
+    const nlohmann::json theirs = node({path, "--tokenize-all", nlohmann::json(texts).dump()});
+    ASSERT_EQ(theirs.size(), texts.size());
+    for (size_t i = 0; i < texts.size(); ++i)
+      EXPECT_EQ(theirs[i].get<std::vector<int32_t>>(), tok->encode(texts[i])) << texts[i];
   }
 }

@@ -9,6 +9,8 @@
 //       logprobs[i][v] = log P(next token = v | tokens[0..i]): the raw softmax of
 //       llama.cpp's logits at position i (no temperature / top-k / top-p / min-p).
 //       A probability that underflowed to 0 in float32 is printed as null.
+//   node logprobs.mjs MODEL.gguf --tokenize-all '["text", ...]'
+//       The same for several texts at once (one model load): a JSON array of id arrays.
 //   node logprobs.mjs MODEL.gguf --tokenize "text"
 //       Prints the JSON array of token ids from llama.cpp's tokenizer (no BOS added,
 //       special-token text is NOT parsed as special tokens).
@@ -40,6 +42,7 @@ function usage(msg) {
     process.stderr.write(
         "usage: node logprobs.mjs MODEL.gguf TOKENS_JSON\n" +
         "       node logprobs.mjs MODEL.gguf --tokenize TEXT\n" +
+        "       node logprobs.mjs MODEL.gguf --tokenize-all JSON_ARRAY_OF_TEXTS\n" +
         "       node logprobs.mjs MODEL.gguf --generate TEXT N\n" +
         "       node logprobs.mjs MODEL.gguf --generate-ids TOKENS_JSON N\n");
     process.exit(2);
@@ -72,9 +75,19 @@ const args = process.argv.slice(2);
 if (args.length < 2) usage();
 const modelPath = args[0];
 let mode, tokens = null, text = null, count = 0;
+let texts = null;
 if (args[1] === "--tokenize") {
     if (args.length !== 3) usage();
     mode = "tokenize"; text = args[2];
+} else if (args[1] === "--tokenize-all") {
+    if (args.length !== 3) usage();
+    try {
+        texts = JSON.parse(args[2]);
+    } catch (e) {
+        usage(`--tokenize-all needs a JSON array of strings: ${e.message}`);
+    }
+    if (!Array.isArray(texts) || !texts.every((t) => typeof t === "string")) usage("--tokenize-all needs a JSON array of strings");
+    mode = "tokenize-all";
 } else if (args[1] === "--generate" || args[1] === "--generate-ids") {
     if (args.length !== 4) usage();
     mode = "generate"; count = parseCount(args[3]);
@@ -135,6 +148,8 @@ async function withSequence(nTokens, fn) {
 try {
     if (mode === "tokenize") {
         print(Array.from(model.tokenize(text, false)));
+    } else if (mode === "tokenize-all") {
+        print(texts.map((t) => Array.from(model.tokenize(t, false))));
     } else if (mode === "generate") {
         const prompt = tokens ?? Array.from(model.tokenize(text, false));
         if (prompt.length === 0) throw new Error("empty prompt");

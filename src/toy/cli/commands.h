@@ -15,5 +15,6 @@ Run add_train_command(CLI::App& app);
 Run add_generate_command(CLI::App& app);
 Run add_inspect_command(CLI::App& app);
 Run add_eval_command(CLI::App& app);
+Run add_tokenize_command(CLI::App& app);
 
 }  // namespace toy::cli

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   reg(toy::cli::add_train_command(app));
   reg(toy::cli::add_generate_command(app));
   reg(toy::cli::add_eval_command(app));
+  reg(toy::cli::add_tokenize_command(app));
   reg(toy::cli::add_inspect_command(app));
   reg(toy::cli::add_ops_command(app));
   reg(toy::cli::add_bench_command(app));

@@ -15,9 +15,6 @@
 // byte-level text, or a merge whose parts or result are not tokens, makes the file malformed.
 // Special tokens are never produced by encode (text is encoded as plain text, as llama.cpp
 // does with parse_special = false).
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <algorithm>
 #include <array>
 #include <mutex>
@@ -28,79 +25,12 @@
 #include "toy/core/text.h"
 #include "toy/io/gguf.h"
 #include "toy/tokenizer/internal.h"
+#include "toy/tokenizer/pretokenizer.h"
 
 namespace toy::tokenizer_detail {
 
-// ---- the pre-splitter ------------------------------------------------------------------------
-
-namespace {
-
-// GPT-2's pattern (openai/gpt-2 encoder.py; llama.cpp's "gpt-2" pre-tokenizer).
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-// Compiled once: UTF for code points, UCP so \s means Unicode white space, and
-// MATCH_INVALID_UTF so invalid bytes are simply unmatchable instead of failing the match.
-class Gpt2Regex {
- public:
-  Gpt2Regex() {
-    int err = 0;
-    PCRE2_SIZE at = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern), PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &at, nullptr);
-    if (!code_) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(err, msg, sizeof msg);
-      fail("[tokenizer:bpe] cannot compile the GPT-2 pre-split regex at offset {}: {}", at,
-           reinterpret_cast<const char*>(msg));
-    }
-    // JIT is a speed-up only; without it (unsupported CPU, SELinux) the interpreter runs.
-    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
-  }
-  ~Gpt2Regex() { pcre2_code_free(code_); }
-  Gpt2Regex(const Gpt2Regex&) = delete;
-  Gpt2Regex& operator=(const Gpt2Regex&) = delete;
-
-  const pcre2_code* code() const { return code_; }
-
- private:
-  pcre2_code* code_ = nullptr;
-};
-
-const Gpt2Regex& gpt2_regex() {
-  static const Gpt2Regex re;
-  return re;
-}
-
-}  // namespace
-
 void gpt2_split(std::string_view text, const std::function<void(std::string_view)>& piece) {
-  const pcre2_code* code = gpt2_regex().code();
-  // Match data is per call: the compiled pattern is shared, so encode stays thread-safe.
-  std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(pcre2_match_data_create_from_pattern(code, nullptr),
-                                                                    pcre2_match_data_free);
-  TOY_CHECK(md, "[tokenizer:bpe] out of memory creating regex match data");
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const int rc = pcre2_match(code, subject, text.size(), pos, 0, md.get(), nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH) {  // only invalid bytes are left
-      piece(text.substr(pos));
-      return;
-    }
-    if (rc < 0) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(rc, msg, sizeof msg);
-      fail("[tokenizer:bpe] pre-split failed at byte {}: {}", pos, reinterpret_cast<const char*>(msg));
-    }
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
-    const size_t start = ov[0];
-    // Every alternative consumes at least one character; the max() is a guard, not a case.
-    const size_t end = std::max<size_t>(ov[1], start + 1);
-    if (start > pos) piece(text.substr(pos, start - pos));  // invalid bytes the regex skipped
-    piece(text.substr(start, end - start));
-    pos = end;
-  }
+  PreTokenizer::get("gpt-2").split(text, piece);
 }
 
 // ---- the tokenizer ---------------------------------------------------------------------------
@@ -123,9 +53,13 @@ class BpeTokenizer final : public PieceTokenizer {
  public:
   // pieces: id -> bytes; types: id -> token type; merges in rank order.
   BpeTokenizer(std::vector<std::string> pieces, std::vector<int32_t> types, std::vector<Merge> merges, int32_t bos,
-               int32_t eos)
-      : types_(std::move(types)), merges_(std::move(merges)), bos_(bos), eos_(eos) {
+               int32_t eos, const PreTokenizer& pre, bool add_bos)
+      : types_(std::move(types)), merges_(std::move(merges)), bos_(bos), eos_(eos), pre_(&pre), add_bos_(add_bos) {
     pieces_ = std::move(pieces);
+    // Whole pieces that are tokens, for pre-tokenizers that take them as they are.
+    if (pre_->ignore_merges())
+      for (size_t id = 0; id < pieces_.size(); ++id)
+        if (types_[id] == kTokenNormal) whole_.emplace(pieces_[id], int32_t(id));
     byte_id_.fill(-1);
     // A byte's token is the normal token of that one byte (the first, if a vocabulary
     // repeats one). Missing bytes are reported when a text needs them.
@@ -137,12 +71,20 @@ class BpeTokenizer final : public PieceTokenizer {
 
   std::string kind() const override { return "bpe"; }
   int32_t eos_id() const override { return eos_; }
+  int32_t bos_id() const override { return bos_; }
+  bool adds_bos() const override { return add_bos_ && bos_ >= 0; }
+  std::vector<int32_t> special_ids() const override {
+    std::vector<int32_t> ids;
+    for (size_t id = 0; id < types_.size(); ++id)
+      if (types_[id] == kTokenControl || types_[id] == kTokenUserDefined) ids.push_back(int32_t(id));
+    return ids;
+  }
 
   std::vector<int32_t> encode(std::string_view text) const override {
     std::vector<int32_t> ids;
     ids.reserve(text.size() / 3 + 1);
     size_t offset = 0;
-    gpt2_split(text, [&](std::string_view piece) {
+    pre_->split(text, [&](std::string_view piece) {
       encode_piece(piece, offset, ids);
       offset += piece.size();
     });
@@ -156,12 +98,13 @@ class BpeTokenizer final : public PieceTokenizer {
     merges.reserve(merges_.size());
     for (const Merge& m : merges_) merges.push_back(text_of(m.left) + " " + text_of(m.right));
     w.set("tokenizer.ggml.model", gguf::Value::str("gpt2"));
-    w.set("tokenizer.ggml.pre", gguf::Value::str("gpt-2"));
+    w.set("tokenizer.ggml.pre", gguf::Value::str(pre_->name()));
     w.set("tokenizer.ggml.tokens", gguf::Value::str_array(std::move(tokens)));
     w.set("tokenizer.ggml.token_type", gguf::Value::i32_array(types_));
     w.set("tokenizer.ggml.merges", gguf::Value::str_array(std::move(merges)));
     if (bos_ >= 0) w.set("tokenizer.ggml.bos_token_id", gguf::Value::u32(uint32_t(bos_)));
     if (eos_ >= 0) w.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(uint32_t(eos_)));
+    if (add_bos_ != pre_->adds_bos()) w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(add_bos_));
     w.set("toy.tokenizer.kind", gguf::Value::str("bpe"));
   }
 
@@ -173,6 +116,12 @@ class BpeTokenizer final : public PieceTokenizer {
 
   // Appends the ids of one pre-split piece; `offset` (its byte position) is for errors.
   void encode_piece(std::string_view piece, size_t offset, std::vector<int32_t>& out) const {
+    if (!whole_.empty()) {
+      if (auto it = whole_.find(piece); it != whole_.end()) {
+        out.push_back(it->second);
+        return;
+      }
+    }
     // Pieces repeat a lot in natural text ("the", " and"), so their ids are cached. Long
     // pieces (runs of spaces or symbols) are rare and would only bloat the cache.
     constexpr size_t kMaxCachedPiece = 64;
@@ -247,6 +196,9 @@ class BpeTokenizer final : public PieceTokenizer {
   std::unordered_map<uint64_t, int32_t> rank_;  // (left, right) -> rank
   std::array<int32_t, 256> byte_id_;
   int32_t bos_, eos_;
+  const PreTokenizer* pre_;
+  bool add_bos_;
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> whole_;  // ignore_merges
 
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
@@ -270,10 +222,10 @@ struct HeapEntry {
 
 class Trainer {
  public:
-  explicit Trainer(std::string_view corpus) {
+  Trainer(std::string_view corpus, const PreTokenizer& pre) {
     // Distinct pieces and their counts; the views point into the corpus, which outlives us.
     std::unordered_map<std::string_view, int64_t> counts;
-    gpt2_split(corpus, [&](std::string_view piece) { ++counts[piece]; });
+    pre.split(corpus, [&](std::string_view piece) { ++counts[piece]; });
     // Sorted, so word indices (and everything after) do not depend on hash order.
     std::vector<std::pair<std::string_view, int64_t>> sorted(counts.begin(), counts.end());
     std::sort(sorted.begin(), sorted.end());
@@ -382,7 +334,8 @@ class Trainer {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> train_bpe_tokenizer(int64_t n_merges, std::string_view corpus) {
+std::unique_ptr<Tokenizer> train_bpe_tokenizer(int64_t n_merges, std::string_view corpus, const std::string& pre_name) {
+  const PreTokenizer& pre = PreTokenizer::get(pre_name);
   std::vector<std::string> pieces;
   std::vector<int32_t> types;
   for (int b = 0; b < 256; ++b) {
@@ -390,7 +343,7 @@ std::unique_ptr<Tokenizer> train_bpe_tokenizer(int64_t n_merges, std::string_vie
     types.push_back(kTokenNormal);
   }
   std::vector<Merge> merges;
-  Trainer trainer(corpus);
+  Trainer trainer(corpus, pre);
   Merge m;
   while (int64_t(merges.size()) < n_merges && trainer.step(int32_t(pieces.size()), &m)) {
     merges.push_back(m);
@@ -400,13 +353,20 @@ std::unique_ptr<Tokenizer> train_bpe_tokenizer(int64_t n_merges, std::string_vie
   const int32_t eos = int32_t(pieces.size());
   pieces.emplace_back(kEndOfText);
   types.push_back(kTokenControl);
-  return std::make_unique<BpeTokenizer>(std::move(pieces), std::move(types), std::move(merges), eos, eos);
+  // A Llama-3-style vocabulary starts sequences with a BOS: <|endoftext|> serves as both.
+  return std::make_unique<BpeTokenizer>(std::move(pieces), std::move(types), std::move(merges), eos, eos, pre,
+                                        pre.adds_bos());
 }
 
 std::unique_ptr<Tokenizer> load_bpe_tokenizer(const gguf::Reader& r) {
-  const std::string pre = r.has("tokenizer.ggml.pre") ? meta_str(r, "tokenizer.ggml.pre") : "(none)";
-  TOY_CHECK(pre == "gpt-2", "[tokenizer:bpe] '{}': pre-tokenizer '{}' is not supported yet (toy implements 'gpt-2')",
-            printable(r.path()), printable(pre));
+  // No pre-tokenizer named: llama.cpp's "default" (it warns that quality suffers).
+  const std::string pre_name = r.has("tokenizer.ggml.pre") ? meta_str(r, "tokenizer.ggml.pre") : "default";
+  const PreTokenizer* pre = nullptr;
+  try {
+    pre = &PreTokenizer::get(pre_name);
+  } catch (const Error& e) {
+    fail("[tokenizer:bpe] '{}': {}", printable(r.path()), e.what());
+  }
   const std::vector<std::string>& tokens = meta_str_array(r, "tokenizer.ggml.tokens");
   TOY_CHECK(!tokens.empty() && tokens.size() <= size_t(INT32_MAX), "[tokenizer:bpe] '{}': {} tokens", printable(r.path()),
             tokens.size());
@@ -447,7 +407,14 @@ std::unique_ptr<Tokenizer> load_bpe_tokenizer(const gguf::Reader& r) {
   }
   const int32_t bos = meta_token_id(r, "tokenizer.ggml.bos_token_id", tokens.size());
   const int32_t eos = meta_token_id(r, "tokenizer.ggml.eos_token_id", tokens.size());
-  return std::make_unique<BpeTokenizer>(std::move(pieces), std::move(types), std::move(merges), bos, eos);
+  bool add_bos = pre->adds_bos();
+  if (const gguf::Value* v = r.find("tokenizer.ggml.add_bos_token")) {
+    TOY_CHECK(v->type == gguf::Type::BOOL, "[tokenizer:bpe] '{}': key 'tokenizer.ggml.add_bos_token' is {}, expected bool",
+              printable(r.path()), gguf::type_name(v->type));
+    add_bos = v->u != 0;
+  }
+  return std::make_unique<BpeTokenizer>(std::move(pieces), std::move(types), std::move(merges), bos, eos, *pre,
+                                        add_bos);
 }
 
 }  // namespace toy::tokenizer_detail

@@ -24,6 +24,7 @@ class ByteTokenizer final : public PieceTokenizer {
 
   std::string kind() const override { return "byte"; }
   int32_t eos_id() const override { return kEos; }
+  std::vector<int32_t> special_ids() const override { return {kEos}; }
 
   std::vector<int32_t> encode(std::string_view text) const override {
     std::vector<int32_t> ids(text.size());

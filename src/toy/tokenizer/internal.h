@@ -53,6 +53,7 @@ void gpt2_split(std::string_view text, const std::function<void(std::string_view
 
 constexpr int32_t kTokenNormal = 1;
 constexpr int32_t kTokenControl = 3;
+constexpr int32_t kTokenUserDefined = 4;
 constexpr int32_t kTokenByte = 6;
 inline constexpr std::string_view kEndOfText = "<|endoftext|>";
 
@@ -82,7 +83,8 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer();
 std::unique_ptr<Tokenizer> load_byte_tokenizer(const gguf::Reader& r);
 std::unique_ptr<Tokenizer> train_char_tokenizer(std::string_view corpus);
 std::unique_ptr<Tokenizer> load_char_tokenizer(const gguf::Reader& r);
-std::unique_ptr<Tokenizer> train_bpe_tokenizer(int64_t n_merges, std::string_view corpus);
+std::unique_ptr<Tokenizer> train_bpe_tokenizer(int64_t n_merges, std::string_view corpus,
+                                               const std::string& pre_name = "gpt-2");
 std::unique_ptr<Tokenizer> load_bpe_tokenizer(const gguf::Reader& r);
 
 }  // namespace toy::tokenizer_detail

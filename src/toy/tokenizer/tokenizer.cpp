@@ -5,6 +5,7 @@
 // files without it (converted by llama.cpp) are chosen by tokenizer.ggml.model: "gpt2" loads
 // as bpe, "toy-char" as char, anything else ("llama" = SentencePiece, "bert", ...) is refused
 // as not supported yet.
+#include <algorithm>
 #include <charconv>
 
 #include "toy/core/error.h"
@@ -183,23 +184,61 @@ std::string PieceTokenizer::token_bytes(int32_t id) const {
 
 namespace td = tokenizer_detail;
 
+// ---- special tokens ---------------------------------------------------------------------------
+
+std::vector<int32_t> Tokenizer::encode_special(std::string_view text) const {
+  // Special tokens' texts, longest first (so "<|im_start|>" wins over a shorter prefix).
+  std::vector<std::pair<std::string, int32_t>> specials;
+  for (int32_t id : special_ids()) {
+    std::string t = token_bytes(id);
+    if (!t.empty()) specials.emplace_back(std::move(t), id);
+  }
+  std::stable_sort(specials.begin(), specials.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  std::vector<int32_t> ids;
+  size_t gap = 0, pos = 0;
+  while (pos < text.size()) {
+    const auto hit = std::find_if(specials.begin(), specials.end(),
+                                  [&](const auto& s) { return text.substr(pos, s.first.size()) == s.first; });
+    if (hit == specials.end()) {
+      ++pos;
+      continue;
+    }
+    const std::vector<int32_t> before = encode(text.substr(gap, pos - gap));
+    ids.insert(ids.end(), before.begin(), before.end());
+    ids.push_back(hit->second);
+    pos += hit->first.size();
+    gap = pos;
+  }
+  const std::vector<int32_t> rest = encode(text.substr(gap));
+  ids.insert(ids.end(), rest.begin(), rest.end());
+  return ids;
+}
+
 // ---- factories -------------------------------------------------------------------------------
 
 std::unique_ptr<Tokenizer> Tokenizer::train(const std::string& spec, std::string_view corpus) {
   if (spec == "byte") return td::make_byte_tokenizer();
   if (spec == "char") return td::train_char_tokenizer(corpus);
   if (spec.starts_with("bpe:")) {
-    const std::string_view n_text = std::string_view(spec).substr(4);
+    // bpe:N or bpe:N:PRE (a pre-tokenizer llama.cpp knows; gpt-2 by default).
+    std::string_view n_text = std::string_view(spec).substr(4);
+    std::string pre = "gpt-2";
+    if (const size_t colon = n_text.find(':'); colon != std::string_view::npos) {
+      pre = std::string(n_text.substr(colon + 1));
+      n_text = n_text.substr(0, colon);
+    }
     int64_t n = 0;
     const auto [end, ec] = std::from_chars(n_text.data(), n_text.data() + n_text.size(), n);
     // Token ids are int32: the 256 bytes, the merges and <|endoftext|> must all fit.
     constexpr int64_t kMaxMerges = int64_t(INT32_MAX) - 257;
     TOY_CHECK(ec == std::errc() && end == n_text.data() + n_text.size() && n >= 1 && n <= kMaxMerges,
-              "[tokenizer] bad spec '{}': the merge count after 'bpe:' must be an integer in 1..{}", spec,
+              "[tokenizer] bad spec '{}': the merge count after 'bpe:' must be an integer in 1..{}", printable(spec),
               kMaxMerges);
-    return td::train_bpe_tokenizer(n, corpus);
+    return td::train_bpe_tokenizer(n, corpus, pre);
   }
-  fail("[tokenizer] unknown spec '{}': expected 'byte', 'char' or 'bpe:N' (N merges)", spec);
+  fail("[tokenizer] unknown spec '{}': expected 'byte', 'char', 'bpe:N' or 'bpe:N:PRE' (N merges, PRE a pre-tokenizer)",
+       printable(spec));
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const gguf::Reader& r) {

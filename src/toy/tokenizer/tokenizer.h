@@ -1,9 +1,11 @@
 // Tokenizers: text <-> token ids. Three kinds train from a corpus:
 //   byte   — 256 ids, one per byte (plus <|endoftext|>); any input encodes.
 //   char   — one id per distinct Unicode code point of the corpus (sorted), for char-level LMs.
-//   bpe    — byte-level BPE with GPT-2's pre-split regex, N merges learned from the corpus;
-//            stored the way llama.cpp reads GPT-2-style vocabularies (tokenizer.ggml.model =
-//            "gpt2", byte-to-unicode token text, merges in rank order).
+//   bpe    — byte-level BPE with a pre-split regex (GPT-2's by default, or Llama 3's, Qwen2's,
+//            SmolLM's: "bpe:N:PRE"), N merges learned from the corpus; stored the way
+//            llama.cpp reads GPT-2-style vocabularies (tokenizer.ggml.model = "gpt2",
+//            tokenizer.ggml.pre, byte-to-unicode token text, merges in rank order), and read
+//            back from any such file.
 // A tokenizer saves itself into GGUF metadata (tokenizer.ggml.*) and loads back from it, so
 // model files carry their tokenizer. Bad input (unknown character for char, out-of-range id
 // to decode, malformed metadata) throws toy::Error naming what and where.
@@ -34,6 +36,15 @@ class Tokenizer {
   virtual std::string token_bytes(int32_t id) const = 0;
   // End-of-text id (-1 if none).
   virtual int32_t eos_id() const = 0;
+  // Beginning-of-sequence id (-1 if none), and whether the vocabulary asks for it in front of
+  // every text (tokenizer.ggml.add_bos_token, or its pre-tokenizer's default).
+  virtual int32_t bos_id() const { return -1; }
+  virtual bool adds_bos() const { return false; }
+  // Control and user-defined tokens (e.g. <|im_start|>): never produced by encode(); their
+  // text becomes their id only through encode_special().
+  virtual std::vector<int32_t> special_ids() const { return {}; }
+  // encode() with special tokens' text parsed as those tokens (llama.cpp's parse_special).
+  std::vector<int32_t> encode_special(std::string_view text) const;
   // Writes tokenizer.ggml.* keys (model, pre, tokens, token_type, merges, special ids).
   virtual void save(gguf::Writer& w) const = 0;
 
