@@ -423,9 +423,9 @@ TEST(TokenizerGguf, MalformedMetadataThrows) {
   expect_error([&] {
     load_with([](gguf::Writer& w) {
       Tokenizer::train("bpe:3", "hello")->save(w);
-      w.set("tokenizer.ggml.pre", gguf::Value::str("llama-bpe"));
+      w.set("tokenizer.ggml.pre", gguf::Value::str("tekken"));
     });
-  }, {"pre-tokenizer 'llama-bpe' is not supported yet"});
+  }, {"pre-tokenizer 'tekken' is not supported", "llama-bpe"});
   // token_type of the wrong length; an eos id out of range.
   expect_error([&] {
     load_with([](gguf::Writer& w) {
