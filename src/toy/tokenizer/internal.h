@@ -86,5 +86,6 @@ std::unique_ptr<Tokenizer> load_char_tokenizer(const gguf::Reader& r);
 std::unique_ptr<Tokenizer> train_bpe_tokenizer(int64_t n_merges, std::string_view corpus,
                                                const std::string& pre_name = "gpt-2");
 std::unique_ptr<Tokenizer> load_bpe_tokenizer(const gguf::Reader& r);
+std::unique_ptr<Tokenizer> load_spm_tokenizer(const gguf::Reader& r);
 
 }  // namespace toy::tokenizer_detail

@@ -257,8 +257,9 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const gguf::Reader& r) {
     return td::load_bpe_tokenizer(r);
   }
   if (model == "gpt2") return td::load_bpe_tokenizer(r);
+  if (model == "llama") return td::load_spm_tokenizer(r);
   if (model == "toy-char") return td::load_char_tokenizer(r);
-  fail("[tokenizer] '{}': tokenizer model '{}' is not supported yet (toy reads 'gpt2' byte-level BPE)", printable(r.path()),
+  fail("[tokenizer] '{}': tokenizer model '{}' is not supported (toy reads 'gpt2' byte-level BPE and 'llama' SentencePiece)", printable(r.path()),
        printable(model));
 }
 
