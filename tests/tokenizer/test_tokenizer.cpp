@@ -442,7 +442,7 @@ TEST(TokenizerGguf, MalformedMetadataThrows) {
   // An unknown tokenizer model.
   expect_error([&] {
     load_with([](gguf::Writer& w) { w.set("tokenizer.ggml.model", gguf::Value::str("bert")); });
-  }, {"tokenizer model 'bert' is not supported yet"});
+  }, {"tokenizer model 'bert' is not supported"});
 }
 
 // ---- foreign vocabularies (llama.cpp's vocab-only GGUFs) -----------------------------------------
