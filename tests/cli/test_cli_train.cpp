@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <chrono>
@@ -217,4 +218,27 @@ TEST(CliTrain, TokenizePrintsIdsWithOptionalBosAndSpecialTokens) {
   EXPECT_LT(special.size(), plain.size());
   const int eot = special.back();
   EXPECT_EQ(std::count(plain.begin(), plain.end(), eot), 0);
+}
+
+TEST(CliTrain, GenerateStopsAtAStopStringWithoutPrintingIt) {
+  TOY_REQUIRE_FILE(kGpl3);
+  const std::string dir = run_dir("stop");
+  ASSERT_EQ(sh("train --data " + std::string(kGpl3) + " --out " + dir + " --steps 40 " + kTiny).status, 0);
+  const std::string m = "generate -m " + dir + "/model.gguf -p \"The \" -n 60 --temp 0 --quiet ";
+  const std::string all = sh(m).stdout_text;
+  ASSERT_GE(all.size(), 20u);
+  // Stop at a string that first appears part-way through: the text before it, nothing more.
+  // (letters and spaces only, so the shell passes it as it is)
+  size_t at = 10;
+  while (at + 3 < all.size() && !std::all_of(all.begin() + long(at), all.begin() + long(at + 3),
+                                              [](char c) { return std::isalpha(uint8_t(c)) || c == ' '; }))
+    ++at;
+  ASSERT_LT(at + 3, all.size());
+  const std::string needle = all.substr(at, 3);
+  const size_t first = all.find(needle);
+  Out cut = sh(m + "--stop '" + needle + "'");
+  EXPECT_EQ(cut.status, 0);
+  EXPECT_EQ(cut.stdout_text, all.substr(0, first));
+  // A stop string that never appears changes nothing.
+  EXPECT_EQ(sh(m + "--stop 'QQQ-never'").stdout_text, all);
 }

@@ -472,3 +472,32 @@ TEST(Train, ANonFiniteGradientNormStopsTheStepBeforeTheUpdate) {
   EXPECT_EQ(m.params().get("blk.0.attn_q.weight").to_f32_vector(), before);
   EXPECT_EQ(opt.steps(), 0);
 }
+
+TEST(Sampler, MinPAndPenaltiesFollowLlamaCpp) {
+  // min-p 0.4 keeps tokens with p >= 0.4 * p_max: of p = (0.6, 0.3, 0.1), tokens 0 and 1.
+  Tensor logits = from_vector(std::vector<float>{std::log(0.6f), std::log(0.3f), std::log(0.1f)}, Shape{3});
+  Sampler s({1.0f, 0, 1.0f, 0.4f}, 3);
+  std::vector<int> counts(3, 0);
+  for (int i = 0; i < 3000; ++i) ++counts[size_t(s.sample(logits))];
+  EXPECT_EQ(counts[2], 0);
+  EXPECT_NEAR(counts[0] / 3000.0, 2.0 / 3.0, 0.03);
+  // Repetition penalty divides a positive logit and multiplies a negative one.
+  SamplerConfig rep{0.0f};
+  rep.repeat_penalty = 1.2f;
+  const std::vector<int32_t> seen = {0};
+  EXPECT_EQ(Sampler(rep, 1).sample(from_vector(std::vector<float>{2.0f, 1.9f}, Shape{2}), seen), 1);
+  EXPECT_EQ(Sampler(rep, 1).sample(from_vector(std::vector<float>{-1.0f, -1.1f}, Shape{2}), seen), 1);
+  EXPECT_EQ(Sampler(rep, 1).sample(from_vector(std::vector<float>{2.0f, 1.9f}, Shape{2})), 0);  // nothing seen
+  // Presence subtracts once, frequency once per occurrence.
+  SamplerConfig pres{0.0f};
+  pres.presence_penalty = 0.2f;
+  EXPECT_EQ(Sampler(pres, 1).sample(from_vector(std::vector<float>{1.0f, 0.9f}, Shape{2}), seen), 1);
+  SamplerConfig freq{0.0f};
+  freq.frequency_penalty = 0.04f;
+  const std::vector<int32_t> twice = {0, 0}, thrice = {0, 0, 0};
+  EXPECT_EQ(Sampler(freq, 1).sample(from_vector(std::vector<float>{1.0f, 0.9f}, Shape{2}), twice), 0);   // 0.92
+  EXPECT_EQ(Sampler(freq, 1).sample(from_vector(std::vector<float>{1.0f, 0.9f}, Shape{2}), thrice), 1);  // 0.88
+  // Only the last penalty_last_n tokens count.
+  freq.penalty_last_n = 1;
+  EXPECT_EQ(Sampler(freq, 1).sample(from_vector(std::vector<float>{1.0f, 0.9f}, Shape{2}), thrice), 0);
+}

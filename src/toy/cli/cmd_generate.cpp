@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
@@ -23,8 +25,10 @@ namespace {
 struct GenerateFlags {
   std::string model, prompt;
   int64_t n = 200;
-  float temperature = 0.8f, top_p = 1.0f;
-  int top_k = 0;
+  float temperature = 0.8f, top_p = 1.0f, min_p = 0.0f, repeat_penalty = 1.0f;
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  int top_k = 0, repeat_last_n = 64;
+  std::vector<std::string> stop;
   uint64_t seed = 1;
   int threads = 0;
   int64_t ctx = 0;
@@ -32,7 +36,11 @@ struct GenerateFlags {
 };
 
 int run_generate(const GenerateFlags& f) {
-  Sampler sampler({f.temperature, f.top_k, f.top_p}, f.seed);
+  SamplerConfig sc;
+  sc.temperature = f.temperature, sc.top_k = f.top_k, sc.top_p = f.top_p, sc.min_p = f.min_p;
+  sc.repeat_penalty = f.repeat_penalty, sc.presence_penalty = f.presence_penalty;
+  sc.frequency_penalty = f.frequency_penalty, sc.penalty_last_n = f.repeat_last_n;
+  Sampler sampler(sc, f.seed);
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel lm = load_model(f.model);
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -41,7 +49,12 @@ int run_generate(const GenerateFlags& f) {
   // The cache: --ctx, else the model's context up to 4096 (as llama.cpp: a long-context model's
   // full window would take gigabytes).
   const int64_t capacity = f.ctx ? f.ctx : std::min<int64_t>(m.config().ctx, 4096);
-  std::vector<int32_t> ids = f.prompt.empty() ? std::vector<int32_t>{} : tok.encode(f.prompt);
+  std::vector<int32_t> ids;
+  if (tok.adds_bos()) ids.push_back(tok.bos_id());  // exactly when the file's vocabulary says so
+  if (!f.prompt.empty()) {
+    const std::vector<int32_t> body = tok.encode(f.prompt);
+    ids.insert(ids.end(), body.begin(), body.end());
+  }
   if (ids.empty()) {
     // No prompt: start from end-of-text if the vocabulary has it, else from token 0.
     ids.push_back(tok.eos_id() >= 0 ? tok.eos_id() : 0);
@@ -50,7 +63,7 @@ int run_generate(const GenerateFlags& f) {
   const GenerateStats st = generate(m, tok, sampler, std::move(ids), f.n, [](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
-  }, capacity);
+  }, capacity, f.stop);
   if (isatty(fileno(stdout))) std::fputc('\n', stdout);
   if (!f.quiet)
     std::fprintf(stderr, "toy generate: load %.0f ms; prompt %lld tokens, %.1f tok/s; generation %lld tokens, %.1f tok/s\n",
@@ -69,6 +82,13 @@ Run add_generate_command(CLI::App& app) {
   add_real(cmd, "--temp,--temperature", f->temperature, {0, 100}, "Sampling temperature (0 = greedy)");
   add_int(cmd, "--top-k", f->top_k, 0, INT32_MAX, "Keep the k most likely tokens (0 = off)");
   add_real(cmd, "--top-p", f->top_p, {0, 1, true}, "Nucleus sampling mass (1 = off)");
+  add_real(cmd, "--min-p", f->min_p, {0, 1}, "Drop tokens below this fraction of the most likely one's probability");
+  add_real(cmd, "--repeat-penalty", f->repeat_penalty, {0, 100, true}, "Penalty on recently seen tokens (1 = off)");
+  add_int(cmd, "--repeat-last-n", f->repeat_last_n, 0, 1 << 20, "How many recent tokens the penalties look at");
+  add_real(cmd, "--presence-penalty", f->presence_penalty, {-100, 100}, "Subtracted from recent tokens' logits");
+  add_real(cmd, "--frequency-penalty", f->frequency_penalty, {-100, 100},
+           "Subtracted per occurrence in the recent tokens");
+  cmd->add_option("--stop", f->stop, "Stop where the text contains this string (may be given several times)");
   add_u64(cmd, "--seed", f->seed, "Sampling seed (same seed, same text)");
   add_int(cmd, "--threads", f->threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
   add_int(cmd, "--ctx", f->ctx, 1, int64_t(1) << 24, "KV cache size in tokens (default: the model's context, at most 4096)")

@@ -26,8 +26,54 @@ std::vector<int32_t> fit_prompt(std::vector<int32_t> ids, int64_t ctx) {
   return ids;
 }
 
+namespace {
+
+// Holds back generated text while it could still be the start of a stop string.
+class StopFilter {
+ public:
+  StopFilter(const std::vector<std::string>& stop, const std::function<void(const std::string&)>& out)
+      : stop_(stop), out_(out) {}
+  // Adds text; returns true when a stop string was found (the text before it is output).
+  bool push(const std::string& text) {
+    pending_ += text;
+    size_t cut = std::string::npos;
+    for (const std::string& s : stop_)
+      if (!s.empty()) cut = std::min(cut, pending_.find(s));
+    if (cut != std::string::npos) {
+      out_(pending_.substr(0, cut));
+      pending_.clear();
+      return true;
+    }
+    // Keep the longest tail that is a prefix of some stop string; output the rest.
+    size_t keep = 0;
+    for (const std::string& s : stop_)
+      for (size_t k = std::min(s.size() - (s.empty() ? 0 : 1), pending_.size()); k > keep; --k)
+        if (pending_.compare(pending_.size() - k, k, s, 0, k) == 0) {
+          keep = k;
+          break;
+        }
+    if (pending_.size() > keep) {
+      out_(pending_.substr(0, pending_.size() - keep));
+      pending_.erase(0, pending_.size() - keep);
+    }
+    return false;
+  }
+  void flush() {
+    if (!pending_.empty()) out_(pending_);
+    pending_.clear();
+  }
+
+ private:
+  const std::vector<std::string>& stop_;
+  const std::function<void(const std::string&)>& out_;
+  std::string pending_;
+};
+
+}  // namespace
+
 GenerateStats generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler, std::vector<int32_t> prompt,
-                       int64_t n, const std::function<void(const std::string&)>& on_text, int64_t capacity) {
+                       int64_t n, const std::function<void(const std::string&)>& on_text, int64_t capacity,
+                       const std::vector<std::string>& stop) {
   using Clock = std::chrono::steady_clock;
   NoGradGuard ng;
   GenerateStats st;
@@ -40,16 +86,26 @@ GenerateStats generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler,
   st.prompt_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   t0 = Clock::now();
   Utf8StreamDecoder dec(tok);
+  StopFilter filter(stop, on_text);
+  bool stop_string = false;
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t id = sampler.sample(logits);
-    if (id == tok.eos_id()) break;
+    const int32_t id = sampler.sample(logits, history);
+    if (id == tok.eos_id()) {
+      st.finish_reason = "stop";
+      break;
+    }
     ++st.generated_tokens;
-    on_text(dec.push(id));
     history.push_back(id);
+    if ((stop_string = filter.push(dec.push(id)))) break;
     if (i + 1 == n) break;
     logits = decode_next(model, cache, history);
   }
-  on_text(dec.flush());
+  // What is still held back: an unfinished character, text that might have begun a stop string.
+  if (!stop_string) stop_string = filter.push(dec.flush());
+  if (stop_string)
+    st.finish_reason = "stop";
+  else
+    filter.flush();
   st.generate_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return st;
 }

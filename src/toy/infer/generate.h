@@ -31,13 +31,16 @@ std::vector<int32_t> fit_prompt(std::vector<int32_t> ids, int64_t ctx);
 struct GenerateStats {
   int64_t prompt_tokens = 0, generated_tokens = 0;
   double prompt_seconds = 0, generate_seconds = 0;
+  std::string finish_reason = "length";  // "stop" (end of text or a stop string) or "length"
 };
 
 // Generates up to n tokens after `prompt` (fitted to the context; must not be empty) with a
-// cache of `capacity` tokens (0: the model's context), stopping at end-of-text. The prompt is
-// prefilled as one sequence, then tokens are decoded one at a time. Each decoded piece of
-// UTF-8 text goes to on_text as soon as it is complete.
+// cache of `capacity` tokens (0: the model's context), stopping at end-of-text or where the
+// text contains one of `stop` (the stop string itself is not output). The prompt is prefilled
+// as one sequence, then tokens are decoded one at a time. Each piece of complete UTF-8 text
+// goes to on_text as soon as no stop string can still begin in it.
 GenerateStats generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler, std::vector<int32_t> prompt,
-                       int64_t n, const std::function<void(const std::string&)>& on_text, int64_t capacity = 0);
+                       int64_t n, const std::function<void(const std::string&)>& on_text, int64_t capacity = 0,
+                       const std::vector<std::string>& stop = {});
 
 }  // namespace toy

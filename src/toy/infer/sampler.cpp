@@ -14,21 +14,46 @@ Sampler::Sampler(SamplerConfig cfg, uint64_t seed) : cfg_(cfg), gen_(seed, 0x5a3
             cfg.temperature);
   TOY_CHECK(cfg.top_k >= 0, "[sample] top-k must be >= 0, got {}", cfg.top_k);
   TOY_CHECK(cfg.top_p > 0 && cfg.top_p <= 1, "[sample] top-p must be in (0, 1], got {}", cfg.top_p);
+  TOY_CHECK(cfg.min_p >= 0 && cfg.min_p <= 1, "[sample] min-p must be in [0, 1], got {}", cfg.min_p);
+  TOY_CHECK(std::isfinite(cfg.repeat_penalty) && cfg.repeat_penalty > 0, "[sample] repeat penalty must be > 0, got {}",
+            cfg.repeat_penalty);
+  TOY_CHECK(std::isfinite(cfg.presence_penalty) && std::isfinite(cfg.frequency_penalty),
+            "[sample] presence and frequency penalties must be finite");
+  TOY_CHECK(cfg.penalty_last_n >= 0, "[sample] penalty window must be >= 0, got {}", cfg.penalty_last_n);
 }
 
-int32_t Sampler::sample(const Tensor& logits_t) {
+int32_t Sampler::sample(const Tensor& logits_t, std::span<const int32_t> recent) {
   std::vector<float> z = logits_t.to_f32_vector();
   TOY_CHECK(!z.empty(), "[sample] empty logits");
   const int32_t V = int32_t(z.size());
   for (int32_t i = 0; i < V; ++i)
     TOY_CHECK(!std::isnan(z[size_t(i)]), "[sample] logit {} is NaN (did the model diverge?)", i);
+  // Penalties over the last penalty_last_n tokens (as llama.cpp applies them, first).
+  const bool penalize = cfg_.repeat_penalty != 1.0f || cfg_.presence_penalty != 0 || cfg_.frequency_penalty != 0;
+  if (penalize && cfg_.penalty_last_n > 0 && !recent.empty()) {
+    const size_t n = std::min(recent.size(), size_t(cfg_.penalty_last_n));
+    std::vector<std::pair<int32_t, int>> counts;  // small: the window is short
+    for (int32_t id : recent.subspan(recent.size() - n)) {
+      if (id < 0 || id >= V) continue;
+      auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == id; });
+      if (it == counts.end())
+        counts.emplace_back(id, 1);
+      else
+        ++it->second;
+    }
+    for (const auto& [id, count] : counts) {
+      float& l = z[size_t(id)];
+      l = l > 0 ? l / cfg_.repeat_penalty : l * cfg_.repeat_penalty;
+      l -= float(count) * cfg_.frequency_penalty + cfg_.presence_penalty;
+    }
+  }
   if (cfg_.temperature == 0.0f) return int32_t(std::max_element(z.begin(), z.end()) - z.begin());
   // Candidates: every id, or when top-k / top-p cut them, sorted by logit (descending, ties
   // by id) and cut by top-k.
   std::vector<int32_t> idx(static_cast<size_t>(V));
   std::iota(idx.begin(), idx.end(), 0);
   const int32_t k = cfg_.top_k > 0 ? std::min(cfg_.top_k, V) : V;
-  if (k < V || cfg_.top_p < 1.0f) {
+  if (k < V || cfg_.top_p < 1.0f || cfg_.min_p > 0) {
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
       return z[size_t(a)] > z[size_t(b)] || (z[size_t(a)] == z[size_t(b)] && a < b);
     });
@@ -40,6 +65,18 @@ int32_t Sampler::sample(const Tensor& logits_t) {
   double total = 0;
   for (size_t i = 0; i < idx.size(); ++i) total += p[i] = std::exp((z[size_t(idx[i])] - mx) / cfg_.temperature);
   for (double& v : p) v /= total;
+  // Min-p: drop the tail below min_p times the most likely token's probability (p is sorted).
+  if (cfg_.min_p > 0) {
+    size_t keep = 1;
+    while (keep < p.size() && p[keep] >= cfg_.min_p * p[0]) ++keep;
+    if (keep < p.size()) {
+      p.resize(keep);
+      idx.resize(keep);
+      double s = 0;
+      for (double v : p) s += v;
+      for (double& v : p) v /= s;
+    }
+  }
   // Top-p: the smallest prefix whose mass reaches top_p.
   if (cfg_.top_p < 1.0f) {
     double cum = 0;

@@ -1,7 +1,9 @@
-// Next-token sampling: temperature (0 = greedy argmax), then top-k, then top-p (nucleus), then
-// a draw from a counter-based generator — the same seed gives the same text.
+// Next-token sampling, a chain as llama.cpp's: repetition / presence / frequency penalties
+// over the recent tokens, then temperature (0 = greedy argmax), top-k, top-p (nucleus) and
+// min-p cuts, then a draw from a counter-based generator — the same seed gives the same text.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "toy/core/rng.h"
 #include "toy/core/tensor.h"
@@ -10,16 +12,22 @@ namespace toy {
 
 struct SamplerConfig {
   float temperature = 0.8f;
-  int top_k = 0;      // 0 = off
-  float top_p = 1.0f; // 1 = off
+  int top_k = 0;               // 0 = off
+  float top_p = 1.0f;          // 1 = off
+  float min_p = 0.0f;          // keep tokens with p >= min_p * p(most likely); 0 = off
+  float repeat_penalty = 1.0f; // recent tokens' logits divided (positive) or multiplied (negative) by it; 1 = off
+  float presence_penalty = 0.0f;   // subtracted once from each recent token's logit
+  float frequency_penalty = 0.0f;  // subtracted per occurrence in the recent tokens
+  int penalty_last_n = 64;     // how many recent tokens the penalties look at
 };
 
 class Sampler {
  public:
   Sampler(SamplerConfig cfg, uint64_t seed);  // throws on nonsense values
-  // logits [V] (F32) -> token id.
-  int32_t sample(const Tensor& logits);
+  // logits [V] (F32) -> token id; `recent` are the tokens so far (for the penalties).
+  int32_t sample(const Tensor& logits, std::span<const int32_t> recent = {});
   Generator& generator() { return gen_; }
+  const SamplerConfig& config() const { return cfg_; }
 
  private:
   SamplerConfig cfg_;
