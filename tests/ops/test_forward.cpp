@@ -717,7 +717,8 @@ TEST(Forward, AttentionAcrossSeveralKeyChunks) {
 // that weight widened to f32 — forward (one row: decoding; many rows: a prompt) and the
 // gradient to x and the bias; the stored weight itself cannot train.
 TEST(Forward, LinearWithStoredWeightsMatchesTheWidenedWeight) {
-  for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                   DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(std::string(name(dt)));
     Tensor w = cast(randn_t(Shape{70, 256}, 3, 0.2f), dt);  // 70 rows: a partial tile of 64
     Tensor wide = cast(w, DType::F32);

@@ -3,8 +3,8 @@
 
 Quantizes seeded float32 rows with ggml's own reference quantizers and dequantizers, taken
 from the prebuilt libggml-base.so that the npm package node-llama-cpp ships (llama.cpp as
-pinned by node-llama-cpp 3.21.1), so toy's Q8_0 / Q4_0 / Q4_K / Q6_K code can be checked
-byte for byte against ggml.
+pinned by node-llama-cpp 3.21.1), so toy's block codecs (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) can be checked byte for byte against ggml.
 
 Regenerate (any python3 >= 3.8; standard library only, no numpy needed):
 
@@ -28,12 +28,15 @@ ggml functions used (all exported by libggml-base.so):
 File format (all little-endian):
     header:  8 bytes magic b"GGQBLK01", u32 n_cases
     n_cases times:
-        u32      type       ggml type id: Q4_0 = 2, Q8_0 = 8, Q4_K = 12, Q6_K = 14
+        u32      type       ggml type id: Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
+                            Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14
         u32      n          number of values (a multiple of 256, so of every block size)
         char[16] name       case name, ASCII, NUL-padded (e.g. "gauss", "zero", "neg")
         f32[n]   input      the values given to quantize_row_<t>_ref
         u8[n / B * S]       the blocks quantize_row_<t>_ref wrote, (B, S) = block values, bytes:
-                            Q8_0 (32, 34), Q4_0 (32, 18), Q4_K (256, 144), Q6_K (256, 210)
+                            Q8_0 (32, 34), Q4_0 (32, 18), Q4_1 (32, 20), Q5_0 (32, 22),
+                            Q5_1 (32, 24), Q2_K (256, 84), Q3_K (256, 110), Q4_K (256, 144),
+                            Q5_K (256, 176), Q6_K (256, 210)
         f32[n]   output     dequantize_row_<t> of those blocks
 Block layouts (ggml-common.h): q8_0 {f16 d; i8 qs[32]}, q4_0 {f16 d; u8 qs[16]},
 q4_K {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}, q6_K {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}.
@@ -44,8 +47,9 @@ magnitude and offset drawn per 16 values over 2.5 decades, so that the 6-bit Q4_
 mins cover 0..63, including >= 16 in sub-blocks 4..7 whose high bits are packed into
 scales[0..7], and Q6_K scales of both signs), outlier (512, a few spikes), zero (256, all 0),
 tiny (256, ~1e-7, where the f16 scales underflow). The script asserts that, over each type,
-every 4-bit (Q4_0, Q4_K) / 6-bit (Q6_K) code value occurs in every nibble half, Q8_0 codes reach
-+-127, and the Q4_K high scale/min bits are exercised, and that the file stays under 200 KB.
+every 4-bit (Q4_0, Q4_1, Q4_K) / 5-bit (Q5_0, Q5_1, Q5_K) / 6-bit (Q6_K) code value
+occurs in every position class, Q8_0 codes reach
++-127, and the Q4_K high scale/min bits are exercised, and that the file stays under 600 KB.
 """
 import argparse
 import ctypes
@@ -69,6 +73,12 @@ TYPES = {
     "q4_0": (2, 32, 18),
     "q4_K": (12, 256, 144),
     "q6_K": (14, 256, 210),
+    "q4_1": (3, 32, 20),
+    "q5_0": (6, 32, 22),
+    "q5_1": (7, 32, 24),
+    "q2_K": (10, 256, 84),
+    "q3_K": (11, 256, 110),
+    "q5_K": (13, 256, 176),
 }
 
 
@@ -227,6 +237,46 @@ def coverage(tname, all_blocks):
         cov.update(distinct_q6=len(q6), min_scale=min(scales), max_scale=max(scales),
                    negative_scales=sum(1 for s in scales if s < 0))
         assert len(q6) == 64 and min(scales) < 0 < max(scales), cov
+    elif tname in ("q4_1",):
+        lo, hi = set(), set()
+        for b in all_blocks:
+            for o in range(0, len(b), nbytes):
+                for q in b[o + 4:o + 20]:
+                    lo.add(q & 15)
+                    hi.add(q >> 4)
+        cov["low_nibbles"], cov["high_nibbles"] = len(lo), len(hi)
+        assert len(lo) == 16 and len(hi) == 16, cov
+    elif tname in ("q5_0", "q5_1"):
+        off = 2 if tname == "q5_0" else 4
+        first, second = set(), set()
+        for b in all_blocks:
+            for o in range(0, len(b), nbytes):
+                qh = struct.unpack_from("<I", b, o + off)[0]
+                qs = b[o + off + 4:o + off + 20]
+                for j in range(16):
+                    first.add((qs[j] & 15) | (((qh >> j) & 1) << 4))
+                    second.add((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4))
+        cov["first_half_codes"], cov["second_half_codes"] = len(first), len(second)
+        assert len(first) == 32 and len(second) == 32, cov
+    elif tname == "q5_K":
+        codes = set()
+        for b in all_blocks:
+            for o in range(0, len(b), nbytes):
+                qh, ql = b[o + 16:o + 48], b[o + 48:o + 176]
+                for c in range(4):
+                    for l in range(32):
+                        codes.add((c, 0, (ql[32 * c + l] & 15) | (((qh[l] >> (2 * c)) & 1) << 4)))
+                        codes.add((c, 1, (ql[32 * c + l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4)))
+        cov["codes_per_position_class"] = len(codes)
+        assert len(codes) >= 4 * 2 * 30, cov  # every fifth bit of qh, nearly every code
+    elif tname in ("q2_K", "q3_K"):
+        # decode-only in toy: coverage of the scale bytes is what matters
+        sc = set()
+        for b in all_blocks:
+            for o in range(0, len(b), nbytes):
+                sc.update(b[o:o + 16] if tname == "q2_K" else b[o + 96:o + 108])
+        cov["distinct_scale_bytes"] = len(sc)
+        assert len(sc) >= 64, cov
     return cov
 
 
@@ -260,7 +310,7 @@ def main():
               % (tname, tid, ", ".join(errs), coverage(tname, blocks_all)))
 
     assert sys.byteorder == "little"
-    assert len(out) < 200 * 1024, len(out)
+    assert len(out) < 600 * 1024, len(out)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "wb") as f:
         f.write(out)

@@ -1,6 +1,6 @@
-// Element types. F32/F16/BF16/I32 are plain element types; Q8_0, Q4_0, Q4_K and Q6_K are
-// GGUF block types, stored as whole rows of blocks (a 2-D weight [rows, cols] with cols a
-// multiple of the block size).
+// Element types. F32/F16/BF16/I32 are plain element types; the Q* types are GGUF block
+// types, stored as whole rows of blocks (a 2-D weight [rows, cols] with cols a multiple of
+// the block size). New types are appended so existing ordinals never change.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -9,8 +9,8 @@
 
 namespace toy {
 
-enum class DType : uint8_t { F32, F16, BF16, I32, Q8_0, Q4_0, Q4_K, Q6_K };
-inline constexpr int kNumDTypes = 8;
+enum class DType : uint8_t { F32, F16, BF16, I32, Q8_0, Q4_0, Q4_K, Q6_K, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K };
+inline constexpr int kNumDTypes = 14;
 
 struct DTypeInfo {
   std::string_view name;

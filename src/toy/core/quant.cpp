@@ -64,6 +64,136 @@ void q_q4_0(const float* x, uint8_t* b) {
   }
 }
 
+// --- Q4_1: d, m (half), qs[16]; x = d*q + m; q in 0..15, same nibble order as Q4_0 ---
+void dq_q4_1(const uint8_t* b, float* y) {
+  const float d = half(b), m = half(b + 2);
+  const uint8_t* qs = b + 4;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = float(qs[j] & 0xf) * d + m;
+    y[j + 16] = float(qs[j] >> 4) * d + m;
+  }
+}
+void q_q4_1(const float* x, uint8_t* b) {
+  float lo = x[0], hi = x[0];
+  for (int j = 1; j < 32; ++j) {
+    lo = std::min(lo, x[j]);
+    hi = std::max(hi, x[j]);
+  }
+  const float d = (hi - lo) / 15.0f;
+  const float id = d ? 1.0f / d : 0.0f;
+  put_half(b, d);
+  put_half(b + 2, lo);
+  uint8_t* qs = b + 4;
+  for (int j = 0; j < 16; ++j) {
+    const int q0 = std::min(15, int(int8_t((x[j] - lo) * id + 0.5f)));
+    const int q1 = std::min(15, int(int8_t((x[j + 16] - lo) * id + 0.5f)));
+    qs[j] = uint8_t(q0 | (q1 << 4));
+  }
+}
+
+// --- Q5_0 / Q5_1: d (+ m), qh (32 fifth bits, element j at bit j), qs[16] low nibbles ---
+inline int fifth_bit(uint32_t qh, int j) { return int((qh >> j) & 1u) << 4; }
+void dq_q5_0(const uint8_t* b, float* y) {
+  const float d = half(b);
+  uint32_t qh;
+  std::memcpy(&qh, b + 2, 4);
+  const uint8_t* qs = b + 6;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = float(((qs[j] & 0xf) | fifth_bit(qh, j)) - 16) * d;
+    y[j + 16] = float(((qs[j] >> 4) | fifth_bit(qh, j + 16)) - 16) * d;
+  }
+}
+// Packs 32 five-bit levels into qh and qs.
+void pack_5bit(const int* q, uint8_t* qh_out, uint8_t* qs) {
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = uint8_t((q[j] & 0xf) | ((q[j + 16] & 0xf) << 4));
+    qh |= uint32_t((q[j] >> 4) & 1) << j;
+    qh |= uint32_t((q[j + 16] >> 4) & 1) << (j + 16);
+  }
+  std::memcpy(qh_out, &qh, 4);
+}
+void q_q5_0(const float* x, uint8_t* b) {
+  // As Q4_0: the element of largest magnitude maps to -16 exactly.
+  float amax = 0, maxv = 0;
+  for (int j = 0; j < 32; ++j)
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      maxv = x[j];
+    }
+  const float d = maxv / -16.0f;
+  const float id = d ? 1.0f / d : 0.0f;
+  put_half(b, d);
+  int q[32];
+  for (int j = 0; j < 32; ++j) q[j] = std::min(31, int(int8_t(x[j] * id + 16.5f)));
+  pack_5bit(q, b + 2, b + 6);
+}
+void dq_q5_1(const uint8_t* b, float* y) {
+  const float d = half(b), m = half(b + 2);
+  uint32_t qh;
+  std::memcpy(&qh, b + 4, 4);
+  const uint8_t* qs = b + 8;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = float((qs[j] & 0xf) | fifth_bit(qh, j)) * d + m;
+    y[j + 16] = float((qs[j] >> 4) | fifth_bit(qh, j + 16)) * d + m;
+  }
+}
+void q_q5_1(const float* x, uint8_t* b) {
+  float lo = x[0], hi = x[0];
+  for (int j = 1; j < 32; ++j) {
+    lo = std::min(lo, x[j]);
+    hi = std::max(hi, x[j]);
+  }
+  const float d = (hi - lo) / 31.0f;
+  const float id = d ? 1.0f / d : 0.0f;
+  put_half(b, d);
+  put_half(b + 2, lo);
+  int q[32];
+  for (int j = 0; j < 32; ++j) q[j] = int(uint8_t((x[j] - lo) * id + 0.5f));
+  pack_5bit(q, b + 4, b + 8);
+}
+
+// --- Q2_K: scales[16] (low nibble scale, high nibble min), qs[64] (2-bit), d, dmin ---
+void dq_q2_k(const uint8_t* b, float* y) {
+  const uint8_t* scales = b;
+  const uint8_t* q = b + 16;
+  const float d = half(b + 80), dmin = half(b + 82);
+  int is = 0;
+  for (int half_block = 0; half_block < 2; ++half_block, q += 32)
+    for (int shift = 0; shift < 8; shift += 2)
+      for (int part = 0; part < 2; ++part) {
+        const uint8_t sc = scales[is++];
+        const float dl = d * float(sc & 0xf), ml = dmin * float(sc >> 4);
+        for (int l = 0; l < 16; ++l) *y++ = dl * float((q[l + 16 * part] >> shift) & 3) - ml;
+      }
+}
+
+// --- Q3_K: hmask[32] (third bit, set = no -4), qs[64] (2-bit), scales[12] (6-bit, -32), d ---
+void dq_q3_k(const uint8_t* b, float* y) {
+  const uint8_t* hm = b;
+  const uint8_t* q = b + 32;
+  const uint8_t* packed = b + 96;
+  const float d = half(b + 108);
+  // 16 six-bit scales: low 4 bits from packed[0..7] (nibbles), high 2 bits from packed[8..11].
+  int scales[16];
+  for (int i = 0; i < 16; ++i) {
+    const int lo = (packed[i % 8] >> (4 * (i / 8))) & 0xf;
+    const int hi = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
+    scales[i] = (lo | (hi << 4)) - 32;
+  }
+  int is = 0;
+  uint8_t m = 1;
+  for (int half_block = 0; half_block < 2; ++half_block, q += 32)
+    for (int shift = 0; shift < 8; shift += 2, m = uint8_t(m << 1))
+      for (int part = 0; part < 2; ++part) {
+        const float dl = d * float(scales[is++]);
+        for (int l = 0; l < 16; ++l) {
+          const int k = l + 16 * part;
+          *y++ = dl * float(((q[k] >> shift) & 3) - ((hm[k] & m) ? 0 : 4));
+        }
+      }
+}
+
 // --- Q4_K: d, dmin (half), scales[12] (6-bit sc/m per 32-sub-block), qs[128] ---
 void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
   if (j < 4) {
@@ -165,8 +295,9 @@ float fit_scale_and_min(int n, int nmax, const float* x, const float* w, uint8_t
   return scale;
 }
 
-void q_q4_k(const float* x, uint8_t* b) {
-  uint8_t L[256];
+// Q4_K and Q5_K share the super-block scheme: 8 sub-blocks of 32 with a fitted scale and
+// min each, both quantized to 6 bits; fills b's d, dmin and scales and the levels L (0..nmax).
+void fit_k_scales_mins(const float* x, uint8_t* b, uint8_t* L, int nmax, float rmin, int nstep) {
   float scales[8], mins[8], w[32];
   float max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
@@ -174,7 +305,7 @@ void q_q4_k(const float* x, uint8_t* b) {
     for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
     const float av_x = std::sqrt(sum_x2 / 32);
     for (int l = 0; l < 32; ++l) w[l] = av_x + std::fabs(x[32 * j + l]);
-    scales[j] = fit_scale_and_min(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], -1.0f, 0.1f, 20);
+    scales[j] = fit_scale_and_min(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], rmin, 0.1f, nstep);
     max_scale = std::max(max_scale, scales[j]);
     max_min = std::max(max_min, mins[j]);
   }
@@ -202,11 +333,48 @@ void q_q4_k(const float* x, uint8_t* b) {
     const float d = half(b) * float(sc);
     if (d == 0.0f) continue;  // keeps the levels of the fit
     const float dm = half(b + 2) * float(m);
-    for (int l = 0; l < 32; ++l) L[32 * j + l] = uint8_t(std::max(0, std::min(15, nearest_int((x[32 * j + l] + dm) / d))));
+    for (int l = 0; l < 32; ++l)
+      L[32 * j + l] = uint8_t(std::max(0, std::min(nmax, nearest_int((x[32 * j + l] + dm) / d))));
   }
+}
+
+void q_q4_k(const float* x, uint8_t* b) {
+  uint8_t L[256];
+  fit_k_scales_mins(x, b, L, 15, -1.0f, 20);
   uint8_t* qs = b + 16;
   for (int c = 0; c < 4; ++c)
     for (int l = 0; l < 32; ++l) qs[32 * c + l] = uint8_t(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
+}
+
+void q_q5_k(const float* x, uint8_t* b) {
+  uint8_t L[256];
+  fit_k_scales_mins(x, b, L, 31, -0.5f, 15);
+  uint8_t* qh = b + 16;
+  uint8_t* ql = b + 48;
+  std::memset(qh, 0, 32);
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l) {
+      const int q1 = L[64 * c + l], q2 = L[64 * c + 32 + l];
+      qh[l] = uint8_t(qh[l] | ((q1 >> 4) << (2 * c)) | ((q2 >> 4) << (2 * c + 1)));
+      ql[32 * c + l] = uint8_t((q1 & 0xf) | ((q2 & 0xf) << 4));
+    }
+}
+
+// --- Q5_K: d, dmin, scales[12] (as Q4_K), qh[32] (fifth bits), qs[128] (low nibbles) ---
+void dq_q5_k(const uint8_t* b, float* y) {
+  const float d = half(b), dmin = half(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* ql = b + 48;
+  for (int c = 0; c < 4; ++c, ql += 32) {
+    int sc0, m0, sc1, m1;
+    scale_min_k4(2 * c, scales, &sc0, &m0);
+    scale_min_k4(2 * c + 1, scales, &sc1, &m1);
+    const float d1 = d * float(sc0), n1 = dmin * float(m0), d2 = d * float(sc1), n2 = dmin * float(m1);
+    const int u1 = 1 << (2 * c), u2 = 2 << (2 * c);
+    for (int l = 0; l < 32; ++l) y[64 * c + l] = d1 * float((ql[l] & 0xf) + ((qh[l] & u1) ? 16 : 0)) - n1;
+    for (int l = 0; l < 32; ++l) y[64 * c + 32 + l] = d2 * float((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - n2;
+  }
 }
 
 // --- Q6_K: ql[128], qh[64], scales[16] int8, d (half) at the end ---
@@ -328,6 +496,13 @@ Codec codec(DType t) {
     case DType::Q4_0: return {dq_q4_0, q_q4_0};
     case DType::Q4_K: return {dq_q4_k, q_q4_k};
     case DType::Q6_K: return {dq_q6_k, q_q6_k};
+    case DType::Q4_1: return {dq_q4_1, q_q4_1};
+    case DType::Q5_0: return {dq_q5_0, q_q5_0};
+    case DType::Q5_1: return {dq_q5_1, q_q5_1};
+    case DType::Q5_K: return {dq_q5_k, q_q5_k};
+    // Decode only: toy reads these from files but does not write them.
+    case DType::Q2_K: return {dq_q2_k, nullptr};
+    case DType::Q3_K: return {dq_q3_k, nullptr};
     default: fail("[quant] {} is not a block type", name(t));
   }
 }
@@ -348,6 +523,8 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
   TOY_CHECK(n % info.block_size == 0, "[quantize] {} needs a multiple of {} elements, got {}", info.name,
             info.block_size, n);
   Codec c = codec(t);
+  TOY_CHECK(c.q != nullptr, "[quantize] toy reads {} but does not write it (write q4_k, q5_k, q6_k or q8_0)",
+            info.name);
   uint8_t* b = static_cast<uint8_t*>(dst);
   for (int64_t i = 0; i < n / info.block_size; ++i) c.q(src + i * info.block_size, b + i * info.block_bytes);
 }

@@ -1,5 +1,5 @@
-// GGUF block formats (Q8_0, Q4_0, Q4_K, Q6_K): the byte layouts of ggml-common.h, decoded
-// and encoded row by row. See ../shared/docs/GGUF.md §4 for the layouts. These are the
+// GGUF block formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K): the byte layouts of
+// ggml-common.h, decoded and encoded row by row (Q2_K and Q3_K decode only). See ../shared/docs/GGUF.md §4 for the layouts. These are the
 // portable reference codecs; fast quantized dot products live in the CPU backend.
 #pragma once
 #include <cstdint>
