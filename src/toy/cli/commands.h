@@ -16,5 +16,7 @@ Run add_generate_command(CLI::App& app);
 Run add_inspect_command(CLI::App& app);
 Run add_eval_command(CLI::App& app);
 Run add_tokenize_command(CLI::App& app);
+Run add_init_command(CLI::App& app);
+Run add_quantize_command(CLI::App& app);
 
 }  // namespace toy::cli

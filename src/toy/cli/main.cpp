@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
   reg(toy::cli::add_eval_command(app));
   reg(toy::cli::add_tokenize_command(app));
   reg(toy::cli::add_inspect_command(app));
+  reg(toy::cli::add_init_command(app));
+  reg(toy::cli::add_quantize_command(app));
   reg(toy::cli::add_ops_command(app));
   reg(toy::cli::add_bench_command(app));
   reg(toy::cli::add_demo_command(app));

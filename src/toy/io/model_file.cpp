@@ -11,7 +11,8 @@
 
 namespace toy {
 
-void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok, const std::string& name) {
+void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok, const std::string& name,
+                       const ModelWriteOptions& options) {
   const ModelConfig& c = m.config();
   const std::string arch = c.gguf_arch(tok.kind() != "char");
   using gguf::Value;
@@ -19,7 +20,12 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
   for (const Tensor& p : m.params().all()) all_f32 = all_f32 && p.dtype() == DType::F32;
   w.set("general.architecture", Value::str(arch));
   w.set("general.name", Value::str(name));
-  if (all_f32) w.set("general.file_type", Value::u32(0));  // LLAMA_FTYPE_ALL_F32
+  if (options.quant) {
+    w.set("general.file_type", Value::u32(options.quant->file_type));
+    if (is_block(options.quant->base)) w.set("general.quantization_version", Value::u32(2));
+  } else if (all_f32) {
+    w.set("general.file_type", Value::u32(0));  // LLAMA_FTYPE_ALL_F32
+  }
   w.set(arch + ".vocab_size", Value::u32(uint32_t(c.vocab)));
   w.set(arch + ".context_length", Value::u32(uint32_t(c.ctx)));
   w.set(arch + ".embedding_length", Value::u32(uint32_t(c.dim)));
@@ -45,9 +51,21 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
     }
   }
   // Only toy-only fields need toy's own key; standard keys above describe the rest.
-  w.set("toy.config", Value::str(c.to_json().dump()));
+  if (options.toy_config || arch == "toy") w.set("toy.config", Value::str(c.to_json().dump()));
   tok.save(w);
-  for (const Tensor& p : m.params().all()) w.add_tensor(p.name(), p.detach());
+  if (!options.chat_template.empty()) w.set("tokenizer.chat_template", Value::str(options.chat_template));
+  if (!options.quant) {
+    for (const Tensor& p : m.params().all()) w.add_tensor(p.name(), p.detach());
+    return;
+  }
+  std::vector<TensorPlan> plan;
+  for (const Tensor& p : m.params().all()) plan.push_back({p.name(), p.shape(), p.dtype(), p.dtype(), false});
+  plan = plan_quantization(*options.quant, std::move(plan), c.layers);
+  NoGradGuard ng;
+  for (const TensorPlan& t : plan) {
+    const Tensor p = m.params().get(t.name).detach();
+    w.add_tensor(t.name, t.to == t.from ? p : cast(p, t.to));
+  }
 }
 
 void save_model(const std::string& path, const DecoderLM& m, const Tokenizer& tok, const std::string& name) {

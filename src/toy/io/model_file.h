@@ -9,6 +9,7 @@
 #include <string>
 
 #include "toy/io/gguf.h"
+#include "toy/io/quantize.h"
 #include "toy/models/decoder_lm.h"
 #include "toy/tokenizer/tokenizer.h"
 
@@ -20,8 +21,17 @@ struct LoadedModel {
   std::string arch;
 };
 
+struct ModelWriteOptions {
+  // false: the standard keys alone, as llama.cpp's converter writes a file (toy init); a
+  // model only toy can express ("toy" architecture) always carries toy.config.
+  bool toy_config = true;
+  std::string chat_template;         // tokenizer.chat_template, when not empty
+  const QuantKind* quant = nullptr;  // weights converted as llama-quantize would
+};
+
 // Adds the model's metadata, tokenizer and weights to w (checkpoints add more on top).
-void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok, const std::string& name);
+void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok, const std::string& name,
+                       const ModelWriteOptions& options = {});
 // Writes path atomically.
 void save_model(const std::string& path, const DecoderLM& m, const Tokenizer& tok, const std::string& name = "toy");
 // Infer: the weights stay as the file stores them (views of the mapping, any dtype, frozen;

@@ -15,6 +15,8 @@
 // byte-level text, or a merge whose parts or result are not tokens, makes the file malformed.
 // Special tokens are never produced by encode (text is encoded as plain text, as llama.cpp
 // does with parse_special = false).
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <array>
 #include <mutex>
@@ -24,6 +26,8 @@
 #include "toy/core/error.h"
 #include "toy/core/text.h"
 #include "toy/io/gguf.h"
+#include <fmt/core.h>
+
 #include "toy/tokenizer/internal.h"
 #include "toy/tokenizer/pretokenizer.h"
 
@@ -356,6 +360,41 @@ std::unique_ptr<Tokenizer> train_bpe_tokenizer(int64_t n_merges, std::string_vie
   // A Llama-3-style vocabulary starts sequences with a BOS: <|endoftext|> serves as both.
   return std::make_unique<BpeTokenizer>(std::move(pieces), std::move(types), std::move(merges), eos, eos, pre,
                                         pre.adds_bos());
+}
+
+std::unique_ptr<Tokenizer> train_fixed_size_bpe(std::string_view corpus, const std::string& pre_name,
+                                                int64_t vocab_size) {
+  static constexpr std::string_view kChatTokens[] = {kEndOfText, "<|im_start|>", "<|im_end|>"};
+  const int64_t n_chat = int64_t(std::size(kChatTokens));
+  TOY_CHECK(vocab_size >= 256 + n_chat && vocab_size <= INT32_MAX,
+            "[tokenizer:bpe] a vocabulary of {} tokens cannot hold the 256 bytes and {} chat tokens", vocab_size, n_chat);
+  const PreTokenizer& pre = PreTokenizer::get(pre_name);
+  std::vector<std::string> pieces;
+  std::vector<int32_t> types;
+  for (int b = 0; b < 256; ++b) {
+    pieces.emplace_back(1, char(b));
+    types.push_back(kTokenNormal);
+  }
+  std::vector<Merge> merges;
+  Trainer trainer(corpus, pre);
+  Merge m;
+  while (int64_t(pieces.size()) < vocab_size - n_chat && trainer.step(int32_t(pieces.size()), &m)) {
+    merges.push_back(m);
+    pieces.push_back(pieces[size_t(m.left)] + pieces[size_t(m.right)]);
+    types.push_back(kTokenNormal);
+  }
+  const int32_t first_chat = int32_t(pieces.size());
+  for (std::string_view t : kChatTokens) {
+    pieces.emplace_back(t);
+    types.push_back(kTokenControl);
+  }
+  for (int64_t i = 0; int64_t(pieces.size()) < vocab_size; ++i) {
+    pieces.push_back(fmt::format("<|ctrl_{}|>", i));
+    types.push_back(kTokenControl);
+  }
+  // BOS <|endoftext|>, EOS <|im_end|> (a chat turn ends the reply), as Qwen's files have them.
+  return std::make_unique<BpeTokenizer>(std::move(pieces), std::move(types), std::move(merges), first_chat,
+                                        first_chat + 2, pre, pre.adds_bos());
 }
 
 std::unique_ptr<Tokenizer> load_bpe_tokenizer(const gguf::Reader& r) {

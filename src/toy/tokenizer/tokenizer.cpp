@@ -217,6 +217,11 @@ std::vector<int32_t> Tokenizer::encode_special(std::string_view text) const {
 
 // ---- factories -------------------------------------------------------------------------------
 
+std::unique_ptr<Tokenizer> Tokenizer::train_fixed_size(std::string_view corpus, const std::string& pre,
+                                                       int64_t vocab_size) {
+  return td::train_fixed_size_bpe(corpus, pre, vocab_size);
+}
+
 std::unique_ptr<Tokenizer> Tokenizer::train(const std::string& spec, std::string_view corpus) {
   if (spec == "byte") return td::make_byte_tokenizer();
   if (spec == "char") return td::train_char_tokenizer(corpus);
