@@ -2,6 +2,8 @@
 // dtypes, broadcasting, strided views and odd sizes that exercise vector tails.
 #include <gtest/gtest.h>
 
+#include "toy/backend/cpu/gemv_blocks.h"
+
 #include <cstring>
 
 #include <algorithm>
@@ -724,6 +726,7 @@ TEST(Forward, LinearWithStoredWeightsMatchesTheWidenedWeight) {
     Tensor wide = cast(w, DType::F32);
     Tensor b = randn_t(Shape{70}, 4);
     for (int64_t rows : {int64_t(1), int64_t(15)}) {
+      if (rows <= cpu::kGemvMaxRows && cpu::gemv_blocks_supports(dt)) continue;  // see the next test
       Tensor x = param(randn_t(Shape{rows, 256}, 5));
       Tensor x2 = param(randn_t(Shape{rows, 256}, 5));
       Tensor y = linear(x, w, b), y_ref = linear(x2, wide, b);
@@ -740,4 +743,62 @@ TEST(Forward, LinearWithStoredWeightsMatchesTheWidenedWeight) {
       EXPECT_THROW(linear(randn_t(Shape{2, 256}, 6), trainable), Error);
     }
   }
+}
+
+// The decode path (up to kGemvMaxRows rows; F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K read
+// straight from the blocks): F16/BF16 equal the widened product; the block types round the
+// activations to 8-bit blocks first, as llama.cpp does, so they are checked twice: against
+// the product of the rounded activations and the widened weight computed in double (only
+// summation order differs: 1e-5), and against the f32 product within the bound the rounding
+// implies — each activation moves by at most half its block's step d / 2, so
+// |y - y_f32| <= sum_k |w_k| d_k / 2.
+TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
+  for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q6_K}) {
+    SCOPED_TRACE(std::string(name(dt)));
+    ASSERT_TRUE(cpu::gemv_blocks_supports(dt));
+    const int64_t K = 512, out = 37;
+    Tensor w = cast(randn_t(Shape{out, K}, 13, 0.2f), dt);
+    const std::vector<float> wv = cast(w, DType::F32).to_f32_vector();
+    Tensor b = randn_t(Shape{out}, 14);
+    const std::vector<float> bv = b.to_f32_vector();
+    for (int64_t rows : {int64_t(1), int64_t(3), cpu::kGemvMaxRows}) {
+      Tensor x = randn_t(Shape{rows, K}, 15 + uint64_t(rows), 1.5f);
+      const std::vector<float> xv = x.to_f32_vector();
+      const std::vector<float> y = linear(x, w, b).to_f32_vector();
+      for (int64_t n = 0; n < rows; ++n) {
+        std::vector<float> d(static_cast<size_t>(K / 32));
+        std::vector<int8_t> q(static_cast<size_t>(K));
+        std::vector<int16_t> s16(static_cast<size_t>(K / 16));
+        cpu::quantize_activations_q8(xv.data() + n * K, K, d.data(), q.data(), s16.data());
+        for (int64_t i = 0; i < K / 16; ++i) {
+          int s = 0;
+          for (int j = 0; j < 16; ++j) s += q[size_t(16 * i + j)];
+          ASSERT_EQ(s, s16[size_t(i)]);
+        }
+        for (int64_t r = 0; r < out; ++r) {
+          double exact = bv[size_t(r)], rounded = bv[size_t(r)], bound = 0, scale = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double wk = wv[size_t(r * K + k)], xk = xv[size_t(n * K + k)];
+            exact += wk * xk;
+            rounded += wk * double(d[size_t(k / 32)]) * double(q[size_t(k)]);
+            bound += std::fabs(wk) * double(d[size_t(k / 32)]) / 2;
+            scale += std::fabs(wk * xk);
+          }
+          const double got = y[size_t(n * out + r)];
+          if (!is_block(dt)) {
+            EXPECT_NEAR(got, exact, 1e-5 * scale) << n << "," << r;
+          } else {
+            EXPECT_NEAR(got, rounded, 1e-5 * scale) << n << "," << r;
+            EXPECT_LE(std::fabs(got - exact), bound + 1e-5 * scale) << n << "," << r;
+          }
+        }
+      }
+    }
+  }
+  // A non-finite activation poisons its outputs as in f32, instead of vanishing in the rounding.
+  Tensor w = cast(randn_t(Shape{4, 64}, 16, 0.2f), DType::Q8_0);
+  std::vector<float> xv(64, 1.0f);
+  xv[40] = NAN;
+  const std::vector<float> y = linear(from_vector(xv, Shape{1, 64}), w).to_f32_vector();
+  for (float v : y) EXPECT_TRUE(std::isnan(v));
 }

@@ -138,8 +138,9 @@ int run_ops_bench(const OpsBenchOptions& o) {
 
 }  // namespace
 
-// `toy bench train` lives in bench_train.cpp.
+// `toy bench train` lives in bench_train.cpp, `toy bench run` in bench_run.cpp.
 Run add_bench_train_command(CLI::App& bench);
+Run add_bench_run_command(CLI::App& bench);
 
 Run add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Benchmarks with ratios against baselines measured in the same run");
@@ -152,9 +153,12 @@ Run add_bench_command(CLI::App& app) {
   ops->add_option("--case", o->only, "Run one case only");
   Run train = add_bench_train_command(*cmd);
   CLI::App* train_cmd = cmd->get_subcommand("train");
-  return [ops, o, train, train_cmd]() -> int {
+  Run run = add_bench_run_command(*cmd);
+  CLI::App* run_cmd = cmd->get_subcommand("run");
+  return [ops, o, train, train_cmd, run, run_cmd]() -> int {
     if (ops->parsed()) return run_ops_bench(*o);
     if (train_cmd->parsed()) return train();
+    if (run_cmd->parsed()) return run();
     return 1;
   };
 }

@@ -2,12 +2,13 @@
 // of W are widened to f32 a tile at a time into per-thread scratch and multiplied with SGEMM,
 // so no f32 copy of the whole matrix ever exists. The forward splits W's rows (the output
 // columns) across threads; the backward splits x's rows. Deterministic for a thread count.
-// (The decode-time fast path — dot products straight from the blocks — is its own kernel.)
+// A few rows (decoding) go to gemv_blocks instead: dot products straight from the blocks.
 #include <cblas.h>
 
 #include <algorithm>
 
 #include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/backend/cpu/gemv_blocks.h"
 #include "toy/backend/cpu/scratch.h"
 #include "toy/core/quant.h"
 #include "toy/core/thread_pool.h"
@@ -29,6 +30,7 @@ void widen_rows(const Tensor& w, int64_t r0, int64_t r1, float* buf) {
 
 void matmul_weight(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   const int64_t N = x.size(0), in = w.size(1), out = w.size(0);
+  if (N <= kGemvMaxRows && gemv_blocks_supports(w.dtype())) return gemv_blocks(x, w, y, accumulate);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   const int64_t tiles = (out + kTileRows - 1) / kTileRows;

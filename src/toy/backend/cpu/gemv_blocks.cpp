@@ -1,0 +1,323 @@
+// Products of a few activation rows with a weight kept in its stored dtype, straight from
+// the blocks: the decode-time path, which is bound by reading the weights, so each weight
+// row is read once and dotted with every activation row while it is in L1.
+//   - Block types (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K): the activations are first quantized to
+//     8-bit blocks of 32 (one f32 scale each, plus the sums of every 16 values), as llama.cpp
+//     does, and each block product is an integer dot product (maddubs: 32 multiply-adds per
+//     instruction) scaled once. Per-32 activation scales are finer than llama.cpp's per-256
+//     scales for the K types, so the result is at least as close to the f32 product.
+//   - F16 / BF16: widened 8 at a time in registers and multiplied in f32.
+// Rows are split across threads; each thread writes only its own outputs, so the result does
+// not depend on the thread count.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "toy/backend/cpu/gemv_blocks.h"
+#include "toy/backend/cpu/scratch.h"
+#include "toy/core/error.h"
+#include "toy/core/quant.h"
+#include "toy/core/thread_pool.h"
+
+namespace toy::cpu {
+
+namespace {
+
+inline float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Activations of one row as 8-bit blocks of 32.
+struct Q8Row {
+  const float* d;       // [K / 32] scales
+  const int8_t* q;      // [K] values
+  const int16_t* sum16; // [K / 16] sums of 16 values
+};
+
+}  // namespace
+
+void quantize_activations_q8(const float* x, int64_t K, float* d, int8_t* q, int16_t* sum16) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < K / 32; ++b) {
+    const float* xb = x + b * 32;
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(xb + 8 * i);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, v[i]));
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float am = _mm_cvtss_f32(m);
+    // A NaN or infinite activation makes the block's scale NaN / inf, so every product with
+    // it is NaN, as in f32, instead of vanishing.
+    const float scale = _mm256_movemask_ps(nan) ? NAN : am / 127.0f;
+    d[b] = scale;
+    const __m256 inv = _mm256_set1_ps(scale != 0.0f && std::isfinite(scale) ? 127.0f / am : 0.0f);
+    __m256i qi[4];
+    for (int i = 0; i < 4; ++i)
+      qi[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    // int32 x 32 -> int8 x 32 in element order (packs interleave 128-bit lanes; permute back).
+    __m256i p01 = _mm256_packs_epi32(qi[0], qi[1]);
+    __m256i p23 = _mm256_packs_epi32(qi[2], qi[3]);
+    __m256i p = _mm256_packs_epi16(p01, p23);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), p);
+    int s0 = 0, s1 = 0;
+    for (int i = 0; i < 16; ++i) s0 += q[b * 32 + i], s1 += q[b * 32 + 16 + i];
+    sum16[2 * b] = int16_t(s0);
+    sum16[2 * b + 1] = int16_t(s1);
+  }
+}
+
+namespace {
+
+// Sum of the 32 products of signed bytes w and x, as 8 int32 lanes (w may be -128..127).
+inline __m256i dot_i8(__m256i w, __m256i x) {
+  const __m256i ax = _mm256_sign_epi8(w, w);
+  const __m256i sx = _mm256_sign_epi8(x, w);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sx), _mm256_set1_epi16(1));
+}
+
+inline __m256i load32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31).
+inline __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+// 32 bits -> 32 bytes, byte j = 0xff where bit j is set.
+inline __m256i bits_to_bytes(uint32_t bits) {
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
+                                          0x0303030303030303);
+  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), shuf);
+  const __m256i bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);  // all bits but bit j of each byte
+  v = _mm256_or_si256(v, bit);
+  return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
+}
+
+float dot_q8_0(const uint8_t* w, const Q8Row& x, int64_t K) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < K / 32; ++b, w += 34) {
+    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+    const __m256 s = _mm256_cvtepi32_ps(dot_i8(wq, load32(x.q + 32 * b)));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * x.d[b]), s, acc);
+  }
+  return hsum(acc);
+}
+
+float dot_q4_0(const uint8_t* w, const Q8Row& x, int64_t K) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < K / 32; ++b, w += 18) {
+    const __m256i wq = _mm256_sub_epi8(unpack_nibbles(w + 2), _mm256_set1_epi8(8));
+    const __m256 s = _mm256_cvtepi32_ps(dot_i8(wq, load32(x.q + 32 * b)));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * x.d[b]), s, acc);
+  }
+  return hsum(acc);
+}
+
+float dot_q5_0(const uint8_t* w, const Q8Row& x, int64_t K) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < K / 32; ++b, w += 22) {
+    uint32_t qh;
+    std::memcpy(&qh, w + 2, 4);
+    // (nibble | fifth bit << 4) - 16 = nibble - (fifth bit clear ? 16 : 0)
+    const __m256i clear = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(16));
+    const __m256i wq = _mm256_sub_epi8(unpack_nibbles(w + 6), clear);
+    const __m256 s = _mm256_cvtepi32_ps(dot_i8(wq, load32(x.q + 32 * b)));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * x.d[b]), s, acc);
+  }
+  return hsum(acc);
+}
+
+inline void k4_scale_min(int j, const uint8_t* s, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+float dot_q4_k(const uint8_t* w, const Q8Row& x, int64_t K) {
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  for (int64_t sb = 0; sb < K / 256; ++sb, w += 144) {
+    const float d = half_at(w), dmin = half_at(w + 2);
+    const uint8_t* scales = w + 4;
+    const uint8_t* qs = w + 16;
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * c + h;  // sub-block of 32
+        const int64_t xb = sb * 8 + j;
+        int sc, m;
+        k4_scale_min(j, scales, &sc, &m);
+        const __m256i wq = h == 0 ? _mm256_and_si256(q, low) : _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, load32(x.q + 32 * xb)), ones);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc) * x.d[xb]), _mm256_cvtepi32_ps(p), acc);
+        mins += dmin * float(m) * x.d[xb] * float(int(x.sum16[2 * xb]) + int(x.sum16[2 * xb + 1]));
+      }
+    }
+  }
+  return hsum(acc) - mins;
+}
+
+float dot_q6_k(const uint8_t* w, const Q8Row& x, int64_t K) {
+  __m256 acc = _mm256_setzero_ps();
+  float offset = 0;
+  const __m256i low = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
+  for (int64_t sb = 0; sb < K / 256; ++sb, w += 210) {
+    const uint8_t* ql = w;
+    const uint8_t* qh = w + 128;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+    const float d = half_at(w + 208);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i A = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
+      const __m256i B = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
+      const __m256i H = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
+      // The four 32-value runs of this half: elements 128h + 32r .. + 31, values 0..63.
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(A, low), _mm256_slli_epi16(_mm256_and_si256(H, two), 4)),
+          _mm256_or_si256(_mm256_and_si256(B, low), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), low),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), low),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 6), two), 4)),
+      };
+      for (int r = 0; r < 4; ++r) {
+        const int64_t xb = sb * 8 + 4 * h + r;  // activation block of 32
+        const int is = 8 * h + 2 * r;           // the two 16-value scales
+        const int s0 = sc[is], s1 = sc[is + 1];
+        const __m256i scales = _mm256_setr_epi16(int16_t(s0), int16_t(s0), int16_t(s0), int16_t(s0), int16_t(s0),
+                                                 int16_t(s0), int16_t(s0), int16_t(s0), int16_t(s1), int16_t(s1),
+                                                 int16_t(s1), int16_t(s1), int16_t(s1), int16_t(s1), int16_t(s1),
+                                                 int16_t(s1));
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q[r], load32(x.q + 32 * xb)), scales);
+        const float dx = d * x.d[xb];
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dx), _mm256_cvtepi32_ps(p), acc);
+        offset += 32.0f * dx * float(s0 * int(x.sum16[2 * xb]) + s1 * int(x.sum16[2 * xb + 1]));
+      }
+    }
+  }
+  return hsum(acc) - offset;
+}
+
+float dot_f16(const uint8_t* w, const float* x, int64_t K) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(w);
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= K; i += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))),
+                         _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i + 8))),
+                         _mm256_loadu_ps(x + i + 8), a1);
+  }
+  float s = hsum(_mm256_add_ps(a0, a1));
+  for (; i < K; ++i) s += _cvtsh_ss(h[i]) * x[i];
+  return s;
+}
+
+inline __m256 bf16x8(const uint16_t* p) {
+  const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+float dot_bf16(const uint8_t* w, const float* x, int64_t K) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(w);
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= K; i += 16) {
+    a0 = _mm256_fmadd_ps(bf16x8(h + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(bf16x8(h + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+  }
+  float s = hsum(_mm256_add_ps(a0, a1));
+  for (; i < K; ++i) {
+    uint32_t u = uint32_t(h[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    s += f * x[i];
+  }
+  return s;
+}
+
+using BlockDot = float (*)(const uint8_t*, const Q8Row&, int64_t);
+using FloatDot = float (*)(const uint8_t*, const float*, int64_t);
+
+BlockDot block_dot(DType t) {
+  switch (t) {
+    case DType::Q8_0: return dot_q8_0;
+    case DType::Q4_0: return dot_q4_0;
+    case DType::Q5_0: return dot_q5_0;
+    case DType::Q4_K: return dot_q4_k;
+    case DType::Q6_K: return dot_q6_k;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+bool gemv_blocks_supports(DType t) { return t == DType::F16 || t == DType::BF16 || block_dot(t) != nullptr; }
+
+void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
+  const int64_t N = x.size(0), K = w.size(1), out = w.size(0);
+  TOY_CHECK(N <= kGemvMaxRows && gemv_blocks_supports(w.dtype()), "[gemv] {} rows of a {} weight", N,
+            name(w.dtype()));
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  const size_t rb = row_bytes(w.dtype(), K);
+  const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
+  constexpr int64_t kGrain = 16;  // rows per task: a few KB of weights
+  if (w.dtype() == DType::F16 || w.dtype() == DType::BF16) {
+    const FloatDot dot = w.dtype() == DType::F16 ? dot_f16 : dot_bf16;
+    parallel_for(0, out, kGrain, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t n = 0; n < N; ++n) {
+          const float v = dot(wp + size_t(r) * rb, xp + n * K, K);
+          yp[n * out + r] = accumulate ? yp[n * out + r] + v : v;
+        }
+    });
+    return;
+  }
+  const BlockDot dot = block_dot(w.dtype());
+  // The activations, quantized once (K / 32 scales, K values, K / 16 sums per row), in one
+  // scratch buffer of floats.
+  const int64_t row_floats = K / 32 + K / 4 + K / 32;
+  float* buf = scratch_floats(size_t(N * row_floats), 5);  // slot of matmul_weight: never live at once
+  Q8Row rows[kGemvMaxRows];
+  for (int64_t n = 0; n < N; ++n) {
+    float* base = buf + n * row_floats;
+    float* d = base;
+    int8_t* q = reinterpret_cast<int8_t*>(base + K / 32);
+    int16_t* s16 = reinterpret_cast<int16_t*>(base + K / 32 + K / 4);
+    quantize_activations_q8(xp + n * K, K, d, q, s16);
+    rows[n] = {d, q, s16};
+  }
+  parallel_for(0, out, kGrain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t n = 0; n < N; ++n) {
+        const float v = dot(wp + size_t(r) * rb, rows[n], K);
+        yp[n * out + r] = accumulate ? yp[n * out + r] + v : v;
+      }
+  });
+}
+
+}  // namespace toy::cpu

@@ -1,0 +1,19 @@
+// Products of a few activation rows with a stored-dtype weight, read straight from its
+// blocks (see gemv_blocks.cpp). matmul_weight uses it for up to kGemvMaxRows rows.
+#pragma once
+#include "toy/core/tensor.h"
+
+namespace toy::cpu {
+
+inline constexpr int64_t kGemvMaxRows = 8;
+
+// Whether gemv_blocks handles weights of type t (F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K).
+bool gemv_blocks_supports(DType t);
+// The activation rounding the block products use (llama.cpp's Q8 blocks, with f32 scales):
+// per block of 32, d = max|x| / 127 and q = round(x / d) (ties to even); sum16 holds the
+// sums of each 16 q. A block with a NaN or infinity gets a NaN scale. K a multiple of 32.
+void quantize_activations_q8(const float* x, int64_t K, float* d, int8_t* q, int16_t* sum16);
+// y [N, out] (+)= x [N, K] @ w [out, K]^T, N <= kGemvMaxRows; x and y f32 contiguous.
+void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
+
+}  // namespace toy::cpu

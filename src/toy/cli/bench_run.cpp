@@ -1,0 +1,141 @@
+// `toy bench run -m M [--threads N] [--json]`: inference speed as llama-bench measures it —
+// prompt processing (pp: 512 tokens prefilled as one sequence, logits for the last position
+// only) and text generation (tg: 128 tokens decoded one at a time from an empty cache), in
+// tokens per second (medians over --reps) — plus what decoding is limited by: the bytes of
+// weights read per generated token over the time one token takes, against the memory read
+// bandwidth measured in the same process.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "toy/autograd/grad_mode.h"
+#include "toy/cli/bench_util.h"
+#include "toy/cli/commands.h"
+#include "toy/cli/flags.h"
+#include "toy/core/rng.h"
+#include "toy/core/text.h"
+#include "toy/core/thread_pool.h"
+#include "toy/io/model_file.h"
+#include "toy/nn/kv_cache.h"
+#include "toy/obs/events.h"
+
+namespace toy::cli {
+
+namespace {
+
+// Bytes of weights one decoded token reads: every parameter, except lookup tables that only
+// give one row per token (an untied token embedding, learned positions).
+double weight_bytes_per_token(const DecoderLM& m) {
+  double bytes = 0;
+  for (const Tensor& p : m.params().all()) {
+    if (p.name() == "position_embd.weight") continue;
+    if (p.name() == "token_embd.weight" && !m.config().tied) continue;
+    const int64_t cols = p.shape()[p.ndim() - 1];
+    bytes += double(row_bytes(p.dtype(), cols)) * double(p.numel() / cols);
+  }
+  return bytes;
+}
+
+// Memory read bandwidth (GB/s): all threads summing disjoint parts of a buffer far larger than
+// the caches (median of 5 passes). Integer sums: the compiler vectorizes them as they are.
+double read_bandwidth_gbs() {
+  const size_t words = size_t(512) << 20 >> 3;  // 512 MiB
+  std::vector<uint64_t> buf(words);
+  for (size_t i = 0; i < words; i += 512) buf[i] = i;  // touch every page
+  std::vector<uint64_t> sums(size_t(num_threads()) * 8);
+  const double s = median_seconds(
+      [&] {
+        parallel_for(0, int64_t(words), 1 << 16, [&](int64_t b, int64_t e) {
+          uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+          int64_t i = b;
+          for (; i + 4 <= e; i += 4) a0 += buf[size_t(i)], a1 += buf[size_t(i + 1)], a2 += buf[size_t(i + 2)], a3 += buf[size_t(i + 3)];
+          for (; i < e; ++i) a0 += buf[size_t(i)];
+          sums[size_t(b >> 16) % sums.size()] += a0 + a1 + a2 + a3;
+        });
+      },
+      5, 1);
+  volatile uint64_t keep = sums[0];
+  (void)keep;
+  return double(words * 8) / s / 1e9;
+}
+
+}  // namespace
+
+Run add_bench_run_command(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand("run", "Inference speed of a model: prompt processing and generation, as llama-bench");
+  struct Flags {
+    std::string model;
+    int threads = 0, reps = 3;
+    int64_t pp = 512, tg = 128;
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  cmd->add_option("-m,--model", f->model, "Model file (GGUF)")->required();
+  add_int(cmd, "--threads", f->threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
+  add_int(cmd, "--reps", f->reps, 1, 100, "Timed repetitions of each test (median reported; default 3)");
+  add_int(cmd, "-p,--n-prompt", f->pp, 1, 1 << 20, "Prompt tokens (default 512)");
+  add_int(cmd, "-n,--n-gen", f->tg, 1, 1 << 20, "Generated tokens (default 128)");
+  cmd->add_flag("--json", f->json, "One JSON object");
+  return [f]() {
+    if (f->threads) set_num_threads(f->threads);
+    const auto t0 = std::chrono::steady_clock::now();
+    LoadedModel lm = load_model(f->model);
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    DecoderLM& m = *lm.model;
+    const int64_t V = m.config().vocab;
+    NoGradGuard ng;
+    // Random token ids, as llama-bench uses.
+    std::vector<int32_t> prompt(size_t(f->pp));
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(philox4x32(1, 0, i)[0] % uint32_t(V));
+    nn::KVCache cache = m.new_cache(1, f->pp + f->tg);
+    const double pp_s = median_seconds(
+        [&] {
+          cache.clear();
+          (void)m.decode(cache, prompt);
+        },
+        f->reps, 1);
+    const double tg_s = median_seconds(
+        [&] {
+          cache.clear();
+          int32_t id = prompt[0];
+          for (int64_t i = 0; i < f->tg; ++i) {
+            const std::vector<float> logits = m.decode(cache, {id}).to_f32_vector();
+            id = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+          }
+        },
+        f->reps, 1);
+    const double bw = read_bandwidth_gbs();
+    const double wbytes = weight_bytes_per_token(m);
+    nlohmann::json j = provenance();
+    j["model"] = f->model;
+    j["arch"] = lm.arch;
+    j["load_seconds"] = load_s;
+    j["pp_tokens"] = f->pp;
+    j["pp_tokens_per_s"] = double(f->pp) / pp_s;
+    j["tg_tokens"] = f->tg;
+    j["tg_tokens_per_s"] = double(f->tg) / tg_s;
+    j["weight_bytes_per_token"] = wbytes;
+    j["tg_weight_gbs"] = wbytes * double(f->tg) / tg_s / 1e9;
+    j["bandwidth_gbs"] = bw;
+    j["tg_bandwidth_fraction"] = wbytes * double(f->tg) / tg_s / 1e9 / bw;
+    j["reps"] = f->reps;
+    if (f->json) {
+      std::printf("%s\n", j.dump().c_str());
+      return 0;
+    }
+    std::printf("model %s (%s), %d threads, %s\n", printable(f->model).c_str(), lm.arch.c_str(), num_threads(),
+                j.value("cpu", std::string("?")).c_str());
+    std::printf("pp%-5lld %10.1f tok/s\n", static_cast<long long>(f->pp), j["pp_tokens_per_s"].get<double>());
+    std::printf("tg%-5lld %10.1f tok/s   weights %.1f MB/token -> %.1f GB/s = %.2f of the %.1f GB/s measured\n",
+                static_cast<long long>(f->tg), j["tg_tokens_per_s"].get<double>(), wbytes / 1e6,
+                j["tg_weight_gbs"].get<double>(), j["tg_bandwidth_fraction"].get<double>(), bw);
+    return 0;
+  };
+}
+
+}  // namespace toy::cli
