@@ -425,6 +425,12 @@ std::vector<double> attention_ref(const Tensor& q, const Tensor& k, const Tensor
 }
 }  // namespace
 
+// [B, S, 1, D] -> [B, S, n, D]: the one KV head shared by n query heads, as a differentiable copy.
+Tensor repeat_kv_for_test(const Tensor& x, int64_t n) {
+  std::vector<Tensor> parts(size_t(n), x);
+  return concat(parts, 2);
+}
+
 TEST(Forward, AttentionCausalGqaSegmentsAndKvOffset) {
   Tensor q = randn_t(Shape{2, 150, 4, 8}, 70), k = randn_t(Shape{2, 150, 2, 8}, 71), v = randn_t(Shape{2, 150, 2, 5}, 72);
   const float sc = 1.0f / std::sqrt(8.0f);
@@ -436,6 +442,26 @@ TEST(Forward, AttentionCausalGqaSegmentsAndKvOffset) {
   // Decode-style: 3 new queries against 150 cached keys.
   Tensor q3 = slice(q, 1, 147, 150);
   EXPECT_TRUE(close(attention(q3, k, v), attention_ref(q3, k, v, true, {}, sc), 1e-5, 1e-4));
+  // One query (the decode path: dot products per key, no tiles), head dims that are not a
+  // multiple of 8, causal and not, one key, and through the backward.
+  for (int64_t D : {int64_t(8), int64_t(13)}) {
+    Tensor q1 = randn_t(Shape{2, 1, 4, D}, 73), k1 = randn_t(Shape{2, 37, 2, D}, 74), v1 = randn_t(Shape{2, 37, 2, 11}, 75);
+    const float s1 = 1.0f / std::sqrt(float(D));
+    EXPECT_TRUE(close(attention(q1, k1, v1), attention_ref(q1, k1, v1, true, {}, s1), 1e-5, 1e-4)) << D;
+    EXPECT_TRUE(close(attention(q1, k1, v1, nc), attention_ref(q1, k1, v1, false, {}, 0.3f), 1e-5, 1e-4)) << D;
+    Tensor k0 = slice(k1, 1, 0, 1), v0 = slice(v1, 1, 0, 1);
+    EXPECT_TRUE(close(attention(q1, k0, v0), attention_ref(q1, k0, v0, true, {}, s1), 1e-5, 1e-4)) << D;
+  }
+  {
+    Tensor qa = param(randn_t(Shape{1, 1, 2, 8}, 76)), ka = param(randn_t(Shape{1, 9, 1, 8}, 77)),
+           va = param(randn_t(Shape{1, 9, 1, 8}, 78));
+    auto fused = grad(sum(square(attention(qa, ka, va))), {qa, ka, va});
+    Tensor kr = repeat_kv_for_test(ka, 2), vr = repeat_kv_for_test(va, 2);
+    Tensor qh = permute(qa, {0, 2, 1, 3}), kh = permute(kr, {0, 2, 1, 3}), vh = permute(vr, {0, 2, 1, 3});
+    Tensor o = permute(matmul(softmax(matmul(qh, kh, false, true), 1.0f / std::sqrt(8.0f)), vh), {0, 2, 1, 3});
+    auto composed = grad(sum(square(o)), {qa, ka, va});
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(close(fused[size_t(i)], composed[size_t(i)], 1e-5, 1e-4)) << i;
+  }
   // Packed segments (monotone in batch 0, interleaved in batch 1).
   std::vector<int> seg(300);
   for (int t = 0; t < 150; ++t) seg[size_t(t)] = t / 40, seg[size_t(150 + t)] = (t / 7) % 3;

@@ -11,6 +11,7 @@
 
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
+#include "toy/cli/sampler_flags.h"
 #include "toy/infer/generate.h"
 #include "toy/infer/sampler.h"
 #include "toy/core/thread_pool.h"
@@ -25,22 +26,15 @@ namespace {
 struct GenerateFlags {
   std::string model, prompt;
   int64_t n = 200;
-  float temperature = 0.8f, top_p = 1.0f, min_p = 0.0f, repeat_penalty = 1.0f;
-  float presence_penalty = 0.0f, frequency_penalty = 0.0f;
-  int top_k = 0, repeat_last_n = 64;
+  SamplingFlags sampling;
   std::vector<std::string> stop;
-  uint64_t seed = 1;
   int threads = 0;
   int64_t ctx = 0;
   bool echo = false, quiet = false;
 };
 
 int run_generate(const GenerateFlags& f) {
-  SamplerConfig sc;
-  sc.temperature = f.temperature, sc.top_k = f.top_k, sc.top_p = f.top_p, sc.min_p = f.min_p;
-  sc.repeat_penalty = f.repeat_penalty, sc.presence_penalty = f.presence_penalty;
-  sc.frequency_penalty = f.frequency_penalty, sc.penalty_last_n = f.repeat_last_n;
-  Sampler sampler(sc, f.seed);
+  Sampler sampler(f.sampling.config, f.sampling.seed);
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel lm = load_model(f.model);
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -79,17 +73,8 @@ Run add_generate_command(CLI::App& app) {
   cmd->add_option("-m,--model", f->model, "Model file (model.gguf)")->required();
   cmd->add_option("-p,--prompt", f->prompt, "Prompt text");
   add_int(cmd, "-n,--tokens", f->n, 0, int64_t(1) << 30, "Tokens to generate");
-  add_real(cmd, "--temp,--temperature", f->temperature, {0, 100}, "Sampling temperature (0 = greedy)");
-  add_int(cmd, "--top-k", f->top_k, 0, INT32_MAX, "Keep the k most likely tokens (0 = off)");
-  add_real(cmd, "--top-p", f->top_p, {0, 1, true}, "Nucleus sampling mass (1 = off)");
-  add_real(cmd, "--min-p", f->min_p, {0, 1}, "Drop tokens below this fraction of the most likely one's probability");
-  add_real(cmd, "--repeat-penalty", f->repeat_penalty, {0, 100, true}, "Penalty on recently seen tokens (1 = off)");
-  add_int(cmd, "--repeat-last-n", f->repeat_last_n, 0, 1 << 20, "How many recent tokens the penalties look at");
-  add_real(cmd, "--presence-penalty", f->presence_penalty, {-100, 100}, "Subtracted from recent tokens' logits");
-  add_real(cmd, "--frequency-penalty", f->frequency_penalty, {-100, 100},
-           "Subtracted per occurrence in the recent tokens");
+  add_sampling_flags(cmd, f->sampling);
   cmd->add_option("--stop", f->stop, "Stop where the text contains this string (may be given several times)");
-  add_u64(cmd, "--seed", f->seed, "Sampling seed (same seed, same text)");
   add_int(cmd, "--threads", f->threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
   add_int(cmd, "--ctx", f->ctx, 1, int64_t(1) << 24, "KV cache size in tokens (default: the model's context, at most 4096)")
       ->default_str("");

@@ -17,6 +17,8 @@ Run add_inspect_command(CLI::App& app);
 Run add_eval_command(CLI::App& app);
 Run add_tokenize_command(CLI::App& app);
 Run add_init_command(CLI::App& app);
+Run add_chat_command(CLI::App& app);
+Run add_perplexity_command(CLI::App& app);
 Run add_quantize_command(CLI::App& app);
 
 }  // namespace toy::cli

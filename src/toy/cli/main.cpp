@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   auto reg = [&](toy::cli::Run r) { runs[app.get_subcommands({}).back()] = std::move(r); };
   reg(toy::cli::add_train_command(app));
   reg(toy::cli::add_generate_command(app));
+  reg(toy::cli::add_chat_command(app));
+  reg(toy::cli::add_perplexity_command(app));
   reg(toy::cli::add_eval_command(app));
   reg(toy::cli::add_tokenize_command(app));
   reg(toy::cli::add_inspect_command(app));

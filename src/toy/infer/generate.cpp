@@ -88,9 +88,10 @@ GenerateStats generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler,
   Utf8StreamDecoder dec(tok);
   StopFilter filter(stop, on_text);
   bool stop_string = false;
+  const std::vector<int32_t> ends = tok.end_of_generation_ids();
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = sampler.sample(logits, history);
-    if (id == tok.eos_id()) {
+    if (std::find(ends.begin(), ends.end(), id) != ends.end()) {
       st.finish_reason = "stop";
       break;
     }

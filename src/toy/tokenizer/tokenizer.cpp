@@ -186,6 +186,20 @@ namespace td = tokenizer_detail;
 
 // ---- special tokens ---------------------------------------------------------------------------
 
+std::vector<int32_t> Tokenizer::end_of_generation_ids() const {
+  static constexpr std::string_view kEnds[] = {"<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>",
+                                               "</s>", "<|eom_id|>"};
+  std::vector<int32_t> ids;
+  if (eos_id() >= 0) ids.push_back(eos_id());
+  for (int32_t id : special_ids()) {
+    const std::string t = token_bytes(id);
+    if (std::find(std::begin(kEnds), std::end(kEnds), t) != std::end(kEnds) &&
+        std::find(ids.begin(), ids.end(), id) == ids.end())
+      ids.push_back(id);
+  }
+  return ids;
+}
+
 std::vector<int32_t> Tokenizer::encode_special(std::string_view text) const {
   // Special tokens' texts, longest first (so "<|im_start|>" wins over a shorter prefix).
   std::vector<std::pair<std::string, int32_t>> specials;

@@ -40,6 +40,10 @@ class Tokenizer {
   // every text (tokenizer.ggml.add_bos_token, or its pre-tokenizer's default).
   virtual int32_t bos_id() const { return -1; }
   virtual bool adds_bos() const { return false; }
+  // Tokens that end a reply: EOS, and the special tokens that end a turn in the chat
+  // formats (<|im_end|>, <|eot_id|>, <|endoftext|>, <|end_of_text|>, </s>), as llama.cpp
+  // treats them. Computed on each call: ask once per generation.
+  std::vector<int32_t> end_of_generation_ids() const;
   // Control and user-defined tokens (e.g. <|im_start|>): never produced by encode(); their
   // text becomes their id only through encode_special().
   virtual std::vector<int32_t> special_ids() const { return {}; }

@@ -133,6 +133,50 @@ std::vector<char> monotone_segments(const Geometry& g) {
   return mono;
 }
 
+// One query row per sequence (decoding with a cache): the tiles, K transposes and GEMMs of
+// the general path cost more than the work, so each head's scores are dot products over the
+// keys' contiguous rows, a softmax, and a weighted sum of value rows. The same numbers as the
+// tiled path (same exp, max-subtracted sums), computed in one pass per head.
+void attention_one_query(const Geometry& g, float* po, float* pl) {
+  parallel_tasks(g.B * g.H, [&](int64_t task) {
+    const int64_t b = task / g.H, h = task % g.H, hk = h / g.group;
+    const int64_t S = g.key_end(1);
+    float* s = scratch_floats(size_t(std::max<int64_t>(S, 1)), 0);
+    const float* q = g.qrow(b, 0, h);
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < S; ++j) {
+      const float* kr = g.krow(b, j, hk);
+      __m256 acc = _mm256_setzero_ps();
+      int64_t d = 0;
+      for (; d + 8 <= g.D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kr + d), acc);
+      float dot = hsum256(acc);
+      for (; d < g.D; ++d) dot += q[d] * kr[d];
+      s[j] = dot * g.scale;
+      mx = std::max(mx, s[j]);
+    }
+    float* orow = po + (b * g.H + h) * g.Dv;
+    std::fill_n(orow, g.Dv, 0.0f);
+    if (S == 0) {
+      pl[b * g.H + h] = -INFINITY;
+      return;
+    }
+    float sum = 0;
+    for (int64_t j = 0; j < S; ++j) {
+      const float p = exp_nonpos_scalar(s[j] - mx);
+      sum += p;
+      const float* vr = g.vrow(b, j, hk);
+      const __m256 vp = _mm256_set1_ps(p);
+      int64_t d = 0;
+      for (; d + 8 <= g.Dv; d += 8)
+        _mm256_storeu_ps(orow + d, _mm256_fmadd_ps(vp, _mm256_loadu_ps(vr + d), _mm256_loadu_ps(orow + d)));
+      for (; d < g.Dv; ++d) orow[d] += p * vr[d];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t d = 0; d < g.Dv; ++d) orow[d] *= inv;
+    pl[b * g.H + h] = mx + std::log(sum);
+  });
+}
+
 }  // namespace
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seg, const kern::AttentionArgs& a,
@@ -140,6 +184,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   const Geometry g = geometry(q, k, v, seg, a);
   float* po = out.data<float>();
   float* pl = lse.data<float>();
+  if (g.T == 1 && !g.seg) return attention_one_query(g, po, pl);
   const auto mono = monotone_segments(g);
   parallel_tasks(g.B * g.H, [&](int64_t task) {
     const int64_t b = task / g.H, h = task % g.H, hk = h / g.group;

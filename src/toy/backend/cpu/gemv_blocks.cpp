@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -112,13 +113,24 @@ inline __m256i bits_to_bytes(uint32_t bits) {
 }
 
 float dot_q8_0(const uint8_t* w, const Q8Row& x, int64_t K) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < K / 32; ++b, w += 34) {
-    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
-    const __m256 s = _mm256_cvtepi32_ps(dot_i8(wq, load32(x.q + 32 * b)));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * x.d[b]), s, acc);
+  // Two accumulators: the blocks' products are independent, the additions need not queue.
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const int64_t nb = K / 32;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2, w += 68) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 36));
+    const __m256 s0 = _mm256_cvtepi32_ps(dot_i8(w0, load32(x.q + 32 * b)));
+    const __m256 s1 = _mm256_cvtepi32_ps(dot_i8(w1, load32(x.q + 32 * b + 32)));
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * x.d[b]), s0, acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w + 34) * x.d[b + 1]), s1, acc1);
   }
-  return hsum(acc);
+  if (b < nb) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * x.d[b]), _mm256_cvtepi32_ps(dot_i8(w0, load32(x.q + 32 * b))),
+                           acc0);
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
 }
 
 float dot_q4_0(const uint8_t* w, const Q8Row& x, int64_t K) {
@@ -273,6 +285,38 @@ BlockDot block_dot(DType t) {
   }
 }
 
+// Runs fn over [0, rows) in blocks of rows. Each thread owns a contiguous share (so it streams
+// its weights in order, as the hardware prefetcher wants) and, when done, takes blocks left
+// in the others' shares: on a shared machine one core is often slower, and a fixed split
+// would make every product wait for it. Counters sit on separate cache lines, so a thread
+// touches another's only when it steals. Each row is computed by one thread, the same way
+// whichever, so results do not depend on the schedule.
+template <class F>
+void for_row_blocks(int64_t rows, F&& fn) {
+  constexpr int64_t kRowBlock = 16;
+  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+  const int64_t shares = std::min<int64_t>(num_threads(), blocks);
+  if (shares <= 1) return fn(int64_t(0), rows);
+  struct alignas(64) Share {
+    std::atomic<int64_t> next;
+    int64_t end;
+  };
+  Share share[64];
+  const int64_t n_shares = std::min<int64_t>(shares, 64);
+  for (int64_t t = 0; t < n_shares; ++t) {
+    share[t].next.store(blocks * t / n_shares, std::memory_order_relaxed);
+    share[t].end = blocks * (t + 1) / n_shares;
+  }
+  parallel_for(0, n_shares, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t k = 0; k < n_shares; ++k) {
+        Share& s = share[(t + k) % n_shares];
+        for (int64_t b; (b = s.next.fetch_add(1, std::memory_order_relaxed)) < s.end;)
+          fn(b * kRowBlock, std::min(rows, (b + 1) * kRowBlock));
+      }
+  });
+}
+
 }  // namespace
 
 bool gemv_blocks_supports(DType t) { return t == DType::F16 || t == DType::BF16 || block_dot(t) != nullptr; }
@@ -285,10 +329,9 @@ void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   float* yp = y.data<float>();
   const size_t rb = row_bytes(w.dtype(), K);
   const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
-  constexpr int64_t kGrain = 16;  // rows per task: a few KB of weights
   if (w.dtype() == DType::F16 || w.dtype() == DType::BF16) {
     const FloatDot dot = w.dtype() == DType::F16 ? dot_f16 : dot_bf16;
-    parallel_for(0, out, kGrain, [&](int64_t r0, int64_t r1) {
+    for_row_blocks(out, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t n = 0; n < N; ++n) {
           const float v = dot(wp + size_t(r) * rb, xp + n * K, K);
@@ -311,7 +354,7 @@ void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
     quantize_activations_q8(xp + n * K, K, d, q, s16);
     rows[n] = {d, q, s16};
   }
-  parallel_for(0, out, kGrain, [&](int64_t r0, int64_t r1) {
+  for_row_blocks(out, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t n = 0; n < N; ++n) {
         const float v = dot(wp + size_t(r) * rb, rows[n], K);

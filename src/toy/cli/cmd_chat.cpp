@@ -1,0 +1,114 @@
+// `toy chat -m M [--system TEXT] [-p TEXT]`: talk to a model through its chat template.
+// Interactive: each line read from stdin is a user turn; the reply streams to stdout and the
+// conversation goes on (/reset starts over, /exit or end of input ends). With -p, one turn:
+// exactly the reply on stdout. The template is recognised from tokenizer.chat_template
+// (ChatML or Llama 3's header format); a file with none gets ChatML, said on stderr.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "toy/cli/commands.h"
+#include "toy/cli/flags.h"
+#include "toy/cli/sampler_flags.h"
+#include "toy/core/text.h"
+#include "toy/core/thread_pool.h"
+#include "toy/infer/chat.h"
+#include "toy/infer/generate.h"
+#include "toy/io/model_file.h"
+
+namespace toy::cli {
+
+namespace {
+
+struct ChatFlags {
+  std::string model, prompt, system;
+  int64_t n = 512;
+  SamplingFlags sampling;
+  int threads = 0;
+  int64_t ctx = 0;
+};
+
+// One assistant turn after `messages`: rendered, tokenized with the format's special tokens,
+// generated until the end of the turn; returns the reply text (also streamed to stdout).
+std::string reply(DecoderLM& m, const Tokenizer& tok, const ChatTemplate& tmpl, Sampler& sampler,
+                  const std::vector<ChatMessage>& messages, const ChatFlags& f, int64_t capacity) {
+  std::vector<int32_t> ids;
+  if (tok.adds_bos()) ids.push_back(tok.bos_id());
+  const std::vector<int32_t> body = tok.encode_special(tmpl.render(messages, true));
+  ids.insert(ids.end(), body.begin(), body.end());
+  if (int64_t(ids.size()) >= capacity)
+    std::fprintf(stderr, "toy chat: the conversation (%zu tokens) is longer than the context (%lld): the model sees "
+                 "its end only; /reset starts over\n", ids.size(), static_cast<long long>(capacity));
+  std::string text;
+  generate(m, tok, sampler, std::move(ids), f.n, [&](const std::string& piece) {
+    text += piece;
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  }, capacity);
+  return text;
+}
+
+int run_chat(const ChatFlags& f) {
+  gguf::Reader r(f.model);
+  LoadedModel lm = load_model(r);
+  const ChatTemplate tmpl = ChatTemplate::from_model(r);
+  if (tmpl.defaulted) std::fprintf(stderr, "toy chat: the model has no chat template; using ChatML\n");
+  Sampler sampler(f.sampling.config, f.sampling.seed);
+  const int64_t capacity = f.ctx ? f.ctx : std::min<int64_t>(lm.model->config().ctx, 4096);
+  std::vector<ChatMessage> messages;
+  auto start = [&] {
+    messages.clear();
+    if (!f.system.empty()) messages.push_back({"system", f.system});
+  };
+  start();
+  if (!f.prompt.empty()) {
+    messages.push_back({"user", f.prompt});
+    reply(*lm.model, *lm.tokenizer, tmpl, sampler, messages, f, capacity);
+    if (isatty(fileno(stdout))) std::fputc('\n', stdout);
+    return 0;
+  }
+  const bool tty = isatty(fileno(stdin));
+  if (tty) std::fprintf(stderr, "toy chat (%s template): type a message; /reset starts over, /exit ends\n", tmpl.name().c_str());
+  std::string line;
+  while (true) {
+    if (tty) std::fprintf(stderr, "> ");
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      start();
+      continue;
+    }
+    if (line.empty()) continue;
+    messages.push_back({"user", line});
+    messages.push_back({"assistant", reply(*lm.model, *lm.tokenizer, tmpl, sampler, messages, f, capacity)});
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Run add_chat_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("chat", "Chat with a model through its chat template");
+  auto f = std::make_shared<ChatFlags>();
+  f->sampling.config.temperature = 0.7f;
+  cmd->add_option("-m,--model", f->model, "Model file (GGUF)")->required();
+  cmd->add_option("-p,--prompt", f->prompt, "One user message: print the reply and exit");
+  cmd->add_option("--system", f->system, "A system message first");
+  add_int(cmd, "-n,--tokens", f->n, 1, int64_t(1) << 30, "Most tokens per reply (default 512)");
+  add_sampling_flags(cmd, f->sampling);
+  add_int(cmd, "--threads", f->threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
+  add_int(cmd, "--ctx", f->ctx, 1, int64_t(1) << 24, "KV cache size in tokens (default: the model's context, at most 4096)")
+      ->default_str("");
+  return [f]() {
+    if (f->threads) set_num_threads(f->threads);
+    return run_chat(*f);
+  };
+}
+
+}  // namespace toy::cli
