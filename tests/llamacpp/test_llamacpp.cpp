@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <tuple>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -251,4 +253,104 @@ TEST(LlamaCpp, RunsToyInitModelsOfEveryArchitectureAndType) {
     const double tolerance = exact ? 1e-3 : c.type == "f16" || c.type == "q8_0" ? 0.05 : 0.1;
     expect_same_distributions(path, ids, tolerance, exact ? 0.0 : 2 * tolerance);
   }
+}
+
+namespace {
+// (name, type, data bytes) of every tensor, sorted by name (llama.cpp's quantizer writes them
+// in its own order).
+std::vector<std::tuple<std::string, std::string, std::string>> tensor_listing(const std::string& path) {
+  gguf::Reader r(path);
+  std::vector<std::tuple<std::string, std::string, std::string>> out;
+  for (const gguf::TensorInfo& t : r.tensors()) {
+    const Tensor x = r.tensor(t.name);
+    out.emplace_back(t.name, std::string(name(t.dtype)), std::string(static_cast<const char*>(x.raw_data()), t.bytes));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+}  // namespace
+
+// `toy quantize` writes what llama.cpp's own quantizer (llama_model_quantize, called through
+// tools/llamacpp/quantize.py) writes: the same type for every tensor — the Q4_K_M and Q5_K_M
+// mixes over 16 layers, the output rule, the fallback of 288-wide rows to 32-block types —
+// and, since toy's encoders reproduce ggml's, the same bytes.
+TEST(LlamaCpp, QuantizesTensorForTensorLikeLlamaQuantize) {
+  REQUIRE_LLAMACPP();
+  TOY_REQUIRE(std::system("python3 --version >/dev/null 2>&1") == 0, "python3");
+  ModelConfig c = ModelConfig::for_arch("llama");
+  c.vocab = 257, c.dim = 288, c.layers = 16, c.heads = 4, c.kv_heads = 2, c.ctx = 64, c.ffn = 512;
+  DecoderLM m(c);
+  m.init(9);
+  const fs::path dir = fs::path(::testing::TempDir()) / "toy_quantize_vs_llama";
+  fs::create_directories(dir);
+  const std::string f32 = (dir / "f32.gguf").string();
+  save_model(f32, m, *Tokenizer::train("byte", ""), "quantize-test");
+  const std::vector<std::pair<std::string, int>> kinds = {{"q4_k_m", 15}, {"q5_k_m", 17}, {"q4_k", 14}, {"q6_k", 18},
+                                                          {"q8_0", 7},    {"q4_0", 2},    {"q5_0", 8},  {"f16", 1}};
+  for (const auto& [kind, ftype] : kinds) {
+    SCOPED_TRACE(kind);
+    const std::string ours = (dir / (kind + ".toy.gguf")).string(), theirs = (dir / (kind + ".llama.gguf")).string();
+    const auto r = toy::test::run_toy({"quantize", f32, ours, kind});
+    ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+    const std::string cmd = "python3 " + shell_quote(kTools + "/quantize.py") + " " + shell_quote(f32) + " " +
+                            shell_quote(theirs) + " " + std::to_string(ftype) + " >/dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    const auto a = tensor_listing(ours), b = tensor_listing(theirs);
+    ASSERT_EQ(a.size(), b.size());
+    int q6 = 0, fallback = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const auto& [name_a, type_a, bytes_a] = a[i];
+      const auto& [name_b, type_b, bytes_b] = b[i];
+      ASSERT_EQ(name_a, name_b);
+      EXPECT_EQ(type_a, type_b) << name_a;
+      // Q5_K and Q5_1 are written by toy's own encoders as well; all of them match ggml's.
+      if (type_a == type_b) EXPECT_TRUE(bytes_a == bytes_b) << name_a << " (" << type_a << ") bytes differ";
+      q6 += type_a == "q6_k";
+      fallback += type_a == "q5_0" || type_a == "q5_1" || type_a == "q8_0";
+    }
+    if (kind == "q4_k_m") {
+      EXPECT_GT(q6, 0) << "the mix gave no tensor more bits";
+      EXPECT_GT(fallback, 0) << "no 288-wide row fell back";
+    }
+    EXPECT_EQ(gguf::Reader(ours).get_u32("general.file_type"), uint32_t(ftype));
+  }
+}
+
+// `toy perplexity` follows llama-perplexity's method; here the method is applied to llama.cpp's
+// own next-token distributions (chunks of N tokens, BOS first when the vocabulary adds one,
+// the second half of each chunk scored) and the two perplexities must agree.
+TEST(LlamaCpp, PerplexityAgreesWithLlamaCppsDistributions) {
+  REQUIRE_LLAMACPP();
+  const fs::path dir = fs::path(::testing::TempDir()) / "toy_ppl";
+  fs::create_directories(dir);
+  const std::string model = (dir / "m.gguf").string(), text_path = (dir / "text.txt").string();
+  auto r = toy::test::run_toy({"init", "--arch", "llama", "--shape", "tiny", "--seed", "3", "--out", model});
+  ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+  const std::string text = toy::test::read_all(kGpl3).substr(0, 6000);
+  { std::ofstream(text_path, std::ios::binary) << text; }
+  const int64_t N = 64, chunks = 3;
+  r = toy::test::run_toy({"perplexity", "-m", model, "-f", text_path, "--ctx", std::to_string(N), "--chunks",
+                          std::to_string(chunks), "--json"});
+  ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+  const nlohmann::json ours = nlohmann::json::parse(r.out);
+  LoadedModel lm = load_model(model);
+  std::vector<int32_t> ids;
+  if (lm.tokenizer->adds_bos()) ids.push_back(lm.tokenizer->bos_id());
+  const std::vector<int32_t> body = node({model, "--tokenize", text}).get<std::vector<int32_t>>();
+  ids.insert(ids.end(), body.begin(), body.end());
+  double nll = 0;
+  int64_t count = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    std::vector<int32_t> chunk(ids.begin() + c * N, ids.begin() + (c + 1) * N);
+    if (lm.tokenizer->adds_bos()) chunk[0] = lm.tokenizer->bos_id();
+    const nlohmann::json lp = node({model, nlohmann::json(chunk).dump()});
+    for (int64_t j = N / 2; j < N - 1; ++j) {
+      nll -= lp["logprobs"][size_t(j)][size_t(chunk[size_t(j + 1)])].get<double>();
+      ++count;
+    }
+  }
+  EXPECT_EQ(ours["chunks"], chunks);
+  EXPECT_EQ(ours["tokens"], count);
+  const double theirs = std::exp(nll / double(count));
+  EXPECT_NEAR(ours["ppl"].get<double>(), theirs, 1e-3 * theirs) << "toy " << ours["ppl"] << " vs llama.cpp " << theirs;
 }

@@ -23,6 +23,9 @@
 #include "toy/infer/sampler.h"
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
+#include "toy/io/quantize.h"
+#include "toy/nn/kv_cache.h"
+#include "toy/autograd/grad_mode.h"
 #include "toy/models/decoder_lm.h"
 #include "toy/train/optimizer.h"
 #include "toy/train/step.h"
@@ -388,6 +391,40 @@ TEST(Train, StepsAndTokensAllocateNoTensorStorageOnceWarm) {
   EXPECT_EQ(allocator(Device::CPU).stats().system_allocs, before.system_allocs) << "generated tokens";
   std::printf("operator new per generated token (2 layers): %.0f\n", double(g_news) / 10);
   EXPECT_LT(double(g_news) / 10, 500) << "host allocations per token grew";
+}
+
+// The same for a model read from a quantized file (weights used in place, as the file stores
+// them: Q4_K, Q6_K, Q8_0 through the block products): no tensor storage per generated token.
+TEST(Train, QuantizedDecodingAllocatesNoTensorStorageOnceWarm) {
+  ModelConfig c = ModelConfig::for_arch("llama");
+  c.vocab = 257, c.dim = 256, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.ctx = 64, c.ffn = 512;
+  DecoderLM m(c);
+  m.init(4);
+  const std::string path = (fs::path(::testing::TempDir()) / "toy_quant_alloc.gguf").string();
+  for (const char* type : {"q4_k_m", "q8_0", "f16"}) {
+    SCOPED_TRACE(type);
+    gguf::Writer w;
+    ModelWriteOptions o;
+    o.quant = &quant_kind(type);
+    add_model_to_gguf(w, m, *Tokenizer::train("byte", ""), "alloc", o);
+    w.write(path);
+    LoadedModel lm = load_model(path);
+    bool stored = false;
+    for (const Tensor& p : lm.model->params().all()) stored = stored || p.dtype() != DType::F32;
+    EXPECT_TRUE(stored);
+    NoGradGuard ng;
+    nn::KVCache cache = lm.model->new_cache(1, 64);
+    Tensor logits = lm.model->decode(cache, {1, 2, 3});
+    for (int i = 0; i < 3; ++i) logits = lm.model->decode(cache, {int32_t(i)});
+    const auto before = allocator(Device::CPU).stats();
+    g_news = 0;
+    g_count_news = true;
+    for (int i = 0; i < 10; ++i) logits = lm.model->decode(cache, {int32_t(i)});
+    g_count_news = false;
+    EXPECT_EQ(allocator(Device::CPU).stats().system_allocs, before.system_allocs);
+    std::printf("%s: operator new per generated token (2 layers): %.0f\n", type, double(g_news) / 10);
+    EXPECT_LT(double(g_news) / 10, 500) << "host allocations per token grew";
+  }
 }
 
 TEST(Sampler, TemperatureDividesTheLogits) {

@@ -16,11 +16,11 @@ namespace {
 
 // LLAMA_FTYPE_* codes (llama.h).
 constexpr QuantKind kKinds[] = {
-    {"f32", DType::F32, 0, false},     {"f16", DType::F16, 1, false},     {"bf16", DType::BF16, 32, false},
-    {"q8_0", DType::Q8_0, 7, false},   {"q4_0", DType::Q4_0, 2, false},   {"q4_1", DType::Q4_1, 3, false},
-    {"q5_0", DType::Q5_0, 8, false},   {"q5_1", DType::Q5_1, 9, false},   {"q4_k", DType::Q4_K, 14, false},
-    {"q5_k", DType::Q5_K, 16, false},  {"q6_k", DType::Q6_K, 18, false},  {"q4_k_m", DType::Q4_K, 15, true},
-    {"q5_k_m", DType::Q5_K, 17, true},
+    {"f32", DType::F32, 0, 0},      {"f16", DType::F16, 1, 0},      {"bf16", DType::BF16, 32, 0},
+    {"q8_0", DType::Q8_0, 7, 0},    {"q4_0", DType::Q4_0, 2, 0},    {"q4_1", DType::Q4_1, 3, 0},
+    {"q5_0", DType::Q5_0, 8, 0},    {"q5_1", DType::Q5_1, 9, 0},    {"q4_k", DType::Q4_K, 14, 'S'},
+    {"q4_k_s", DType::Q4_K, 14, 'S'}, {"q4_k_m", DType::Q4_K, 15, 'M'}, {"q5_k", DType::Q5_K, 16, 'S'},
+    {"q5_k_s", DType::Q5_K, 16, 'S'}, {"q5_k_m", DType::Q5_K, 17, 'M'}, {"q6_k", DType::Q6_K, 18, 0},
 };
 
 bool ends_with(std::string_view s, std::string_view suffix) {
@@ -91,10 +91,12 @@ std::vector<TensorPlan> plan_quantization(const QuantKind& kind, std::vector<Ten
         if (cols % dtype_info(kind.base).block_size != 0) type = DType::Q8_0;
         else if (kind.base != DType::Q8_0) type = DType::Q6_K;
       } else if (is_attn_v) {
-        if (kind.k_mix && use_more_bits(i_attn_v, n_attn_v)) type = DType::Q6_K;
+        if (kind.mix == 'M' && use_more_bits(i_attn_v, n_attn_v)) type = DType::Q6_K;
+        if (kind.mix == 'S' && kind.base == DType::Q4_K && i_attn_v < 4) type = DType::Q5_K;
         ++i_attn_v;
       } else if (contains(t.name, "ffn_down")) {
-        if (kind.k_mix && use_more_bits(i_ffn_down, n_layers)) type = DType::Q6_K;
+        if (kind.mix == 'M' && use_more_bits(i_ffn_down, n_layers)) type = DType::Q6_K;
+        if (kind.mix == 'S' && kind.base == DType::Q4_K && i_ffn_down < n_layers / 8) type = DType::Q5_K;
         ++i_ffn_down;
       }
       type = fallback_type(type, cols, &t.fallback);

@@ -1,7 +1,7 @@
 // Model quantization as llama.cpp's llama-quantize does it: which tensors change type
 // (matrices whose name ends in "weight"; never norms, biases, position tables or 1-D
-// tensors), the per-tensor mixes of the _M types (Q4_K_M: attn_v and ffn_down of the
-// "more bits" layers and the output in Q6_K), and the fallback for rows whose length the
+// tensors), the output in Q6_K, the per-tensor mixes (Q4_K_M: attn_v and ffn_down of the
+// "more bits" layers in Q6_K; Q4_K_S: the first attn_v and ffn_down in Q5_K), and the fallback for rows whose length the
 // block type cannot divide (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16), so toy's
 // files match llama.cpp's tensor for tensor.
 #pragma once
@@ -24,11 +24,11 @@ struct QuantKind {
   std::string_view name;  // "q4_k_m"
   DType base;             // the type most tensors get
   uint32_t file_type;     // llama.cpp's LLAMA_FTYPE_* (general.file_type)
-  bool k_mix;             // _M: more bits where llama.cpp gives them
+  char mix;               // 'M' or 'S': llama.cpp's per-tensor choices of that mix; 0: none
 };
 
-// Parses f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m (any
-// case); throws naming the valid ones.
+// Parses f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k (= llama.cpp's Q4_K_S), q4_k_s,
+// q4_k_m, q5_k (= Q5_K_S), q5_k_s, q5_k_m, q6_k (any case); throws naming the valid ones.
 const QuantKind& quant_kind(std::string_view name);
 std::string quant_kind_names();
 
