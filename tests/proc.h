@@ -33,6 +33,7 @@ struct ProcOptions {
   uint64_t address_space = 0;    // RLIMIT_AS in bytes (0 = unlimited)
   std::string cwd;
   bool ignore_sighup = false;    // as under nohup
+  std::string stdin_path;        // standard input (default /dev/null)
 };
 
 inline std::string read_all(const std::string& path) {
@@ -49,7 +50,7 @@ inline pid_t spawn_toy(const std::vector<std::string>& args, const ProcOptions& 
   if (pid == 0) {
     const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int in = ::open("/dev/null", O_RDONLY);
+    const int in = ::open(o.stdin_path.empty() ? "/dev/null" : o.stdin_path.c_str(), O_RDONLY);
     dup2(out, 1), dup2(err, 2), dup2(in, 0);
     setpgid(0, 0);
     // Whatever the test runner ignores (nohup, CI), toy starts with the default actions.

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -648,5 +651,131 @@ TEST(Hostile, AJsonNumberTooLargeForADoubleIsAnError) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_TRUE(has(e.what(), "toy.train.options") && has(e.what(), "not valid JSON")) << e.what();
+  }
+}
+
+// ---- model files from elsewhere (the inference issue) --------------------------------------
+
+namespace {
+// A valid random-weight qwen2 file (toy init), copied to `name` for editing.
+std::string init_model(const std::string& name) {
+  const std::string dir = fresh_dir("model_" + name);
+  fs::create_directories(dir);
+  const std::string path = dir + "/m.gguf";
+  const ProcResult r = run_toy({"init", "--arch", "qwen2", "--shape", "tiny", "--type", "q8_0", "--out", path});
+  EXPECT_EQ(r.status, 0) << describe(r);
+  return path;
+}
+
+// Runs `toy generate` on the file: a clean error (exit 1, "toy: ..." naming `expect`), never a
+// crash or a hang.
+void expect_clean_refusal(const std::string& path, const std::string& expect) {
+  const ProcResult r = run_toy({"generate", "-m", path, "-p", "hi", "-n", "2", "--quiet"});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_EQ(r.signal, 0) << describe(r);
+  EXPECT_EQ(r.err.rfind("toy: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(expect), std::string::npos) << "expected '" << expect << "' in: " << r.err;
+}
+}  // namespace
+
+TEST(HostileModel, TruncatedAtEverySectionIsACleanError) {
+  const std::string path = init_model("truncated");
+  const std::string bytes = read_all(path);
+  gguf::Reader g(path);
+  // Cut points: inside the header, the metadata (keys, the long token arrays), the tensor
+  // table, between tensors' data and just before the end.
+  std::vector<size_t> cuts = {0, 3, 4, 8, 16, 23, 40, 200, 5000, 30000, 60000};
+  for (size_t i = 1; i < 12; ++i) cuts.push_back(bytes.size() * i / 12);
+  cuts.push_back(bytes.size() - 1);
+  const std::string cut_path = path + ".cut.gguf";
+  for (size_t n : cuts) {
+    SCOPED_TRACE(n);
+    { std::ofstream(cut_path, std::ios::binary) << bytes.substr(0, n); }
+    const ProcResult r = run_toy({"generate", "-m", cut_path, "-p", "hi", "-n", "2", "--quiet"});
+    EXPECT_EQ(r.status, 1) << describe(r);
+    EXPECT_EQ(r.signal, 0) << describe(r);
+    EXPECT_EQ(r.err.rfind("toy: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find("cut.gguf"), std::string::npos) << "the message names the file: " << r.err;
+  }
+}
+
+TEST(HostileModel, WrongMagicAndAbsurdCounts) {
+  const std::string path = init_model("magic");
+  std::string bytes = read_all(path);
+  bytes[0] = 'X';
+  { std::ofstream(path, std::ios::binary) << bytes; }
+  expect_clean_refusal(path, "not a GGUF file");
+  bytes[0] = 'G';
+  // The tensor count (u64 at byte 8) and the key count (u64 at byte 16) set absurdly high.
+  for (size_t at : {size_t(8), size_t(16)}) {
+    std::string b = bytes;
+    const uint64_t huge = uint64_t(1) << 50;
+    std::memcpy(b.data() + at, &huge, 8);
+    { std::ofstream(path, std::ios::binary) << b; }
+    expect_clean_refusal(path, "implausible counts");
+  }
+}
+
+TEST(HostileModel, OverlappingTensorDataIsRefused) {
+  const std::string path = init_model("overlap");
+  std::string bytes = read_all(path);
+  gguf::Reader g(path);
+  // Point the second tensor's offset at the first tensor's data: find its entry in the table
+  // (name, u32 dims, u64 ne[dims], i32 type, u64 offset).
+  const gguf::TensorInfo& first = g.tensors()[0];
+  const gguf::TensorInfo& second = g.tensors()[1];
+  const size_t at = bytes.find(second.name + std::string(1, char(second.shape.ndim())));
+  ASSERT_NE(at, std::string::npos);
+  const size_t offset_at = at + second.name.size() + 4 + 8 * size_t(second.shape.ndim()) + 4;
+  uint64_t was = 0;
+  std::memcpy(&was, bytes.data() + offset_at, 8);
+  ASSERT_EQ(was, second.offset);
+  std::memcpy(bytes.data() + offset_at, &first.offset, 8);
+  { std::ofstream(path, std::ios::binary) << bytes; }
+  expect_clean_refusal(path, "overlap");
+}
+
+TEST(HostileModel, KeysOfTheWrongTypeShapesThatDisagreeAndUnknownArchitectures) {
+  struct Case {
+    std::string what, expect;
+    std::function<void(GgufContents&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"block_count as a string", "qwen2.block_count",
+       [](GgufContents& c) { *c.find("qwen2.block_count") = gguf::Value::str("2"); }},
+      {"rms epsilon as an integer", "layer_norm_rms_epsilon",
+       [](GgufContents& c) { *c.find("qwen2.attention.layer_norm_rms_epsilon") = gguf::Value::u32(1); }},
+      {"a width that disagrees with the tensors", "the config says",
+       [](GgufContents& c) { *c.find("qwen2.feed_forward_length") = gguf::Value::u32(512); }},
+      {"more layers than tensors", "missing tensor 'blk.2.",
+       [](GgufContents& c) { *c.find("qwen2.block_count") = gguf::Value::u32(3); }},
+      {"a missing tensor", "missing tensor 'blk.1.ffn_up.weight'",
+       [](GgufContents& c) {
+         c.tensors.erase(std::remove_if(c.tensors.begin(), c.tensors.end(),
+                                        [](auto& t) { return t.first == "blk.1.ffn_up.weight"; }),
+                         c.tensors.end());
+       }},
+      {"an unknown architecture", "architecture 'mamba' is not supported",
+       [](GgufContents& c) { *c.find("general.architecture") = gguf::Value::str("mamba"); }},
+      {"heads that do not divide", "head",
+       [](GgufContents& c) { *c.find("qwen2.attention.head_count_kv") = gguf::Value::u32(3); }},
+      {"a chat template of the wrong type", "",  // generate does not read it; chat does (below)
+       [](GgufContents& c) { *c.find("tokenizer.chat_template") = gguf::Value::u32(7); }},
+      {"a RoPE scaling toy does not know", "RoPE scaling 'llama3'",
+       [](GgufContents& c) { c.kv.emplace_back("qwen2.rope.scaling.type", gguf::Value::str("llama3")); }},
+      {"a token id out of range", "tokenizer.ggml.eos_token_id",
+       [](GgufContents& c) { *c.find("tokenizer.ggml.eos_token_id") = gguf::Value::u32(5000); }},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    const std::string path = init_model("keys");
+    edit_gguf(path, k.edit);
+    if (k.expect.empty()) {
+      const ProcResult r = run_toy({"chat", "-m", path, "-p", "hi", "-n", "1"});
+      EXPECT_EQ(r.status, 1) << describe(r);
+      EXPECT_NE(r.err.find("tokenizer.chat_template has type"), std::string::npos) << r.err;
+      continue;
+    }
+    expect_clean_refusal(path, k.expect);
   }
 }

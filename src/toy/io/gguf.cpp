@@ -1,5 +1,7 @@
 #include "toy/io/gguf.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -303,6 +305,18 @@ void Reader::parse() {
     TOY_CHECK((data_start_ + ti.offset) % need == 0, "[gguf] '{}': tensor '{}' data at byte {} is not aligned to the "
               "{} bytes a {} element needs (general.alignment {})", shown, printable(ti.name), data_start_ + ti.offset,
               need, name(ti.dtype), alignment);
+  }
+  // Two tensors sharing bytes is a corrupt (or crafted) table: an in-place edit of one would
+  // change the other. llama.cpp refuses it too (it wants them packed in order).
+  std::vector<const TensorInfo*> by_offset;
+  for (const TensorInfo& ti : tensors_) by_offset.push_back(&ti);
+  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& a = *by_offset[i - 1];
+    const TensorInfo& b = *by_offset[i];
+    TOY_CHECK(a.offset + a.bytes <= b.offset || a.bytes == 0 || b.bytes == 0,
+              "[gguf] '{}': tensors '{}' (bytes {}..{}) and '{}' (from byte {}) overlap", shown, printable(a.name),
+              a.offset, a.offset + a.bytes, printable(b.name), b.offset);
   }
 }
 

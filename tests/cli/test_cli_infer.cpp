@@ -1,0 +1,183 @@
+// The inference commands end to end: toy init (shapes, types, the arch x shape table), toy
+// quantize, toy chat (templates), toy perplexity and toy bench run — as a user runs them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "proc.h"
+#include "toy/infer/chat.h"
+#include "toy/io/gguf.h"
+#include "toy/io/model_file.h"
+#include "toy/tokenizer/tokenizer.h"
+
+namespace fs = std::filesystem;
+using namespace toy;
+using toy::test::describe;
+using toy::test::run_toy;
+
+namespace {
+std::string temp(const std::string& name) { return (fs::path(::testing::TempDir()) / ("toy_infer_" + name)).string(); }
+
+std::string init_tiny(const std::string& arch, const std::string& type = "f32") {
+  const std::string path = temp(arch + "_" + type + ".gguf");
+  if (!fs::exists(path)) {
+    const auto r = run_toy({"init", "--arch", arch, "--shape", "tiny", "--type", type, "--out", path});
+    EXPECT_EQ(r.status, 0) << describe(r);
+  }
+  return path;
+}
+}  // namespace
+
+TEST(CliInit, WritesEveryArchitectureWithStandardKeysOnly) {
+  for (const char* arch : {"llama", "qwen2", "qwen3", "gpt2"}) {
+    SCOPED_TRACE(arch);
+    gguf::Reader r(init_tiny(arch));
+    EXPECT_EQ(r.get_str("general.architecture"), arch);
+    EXPECT_FALSE(r.has("toy.config")) << "toy init writes files as llama.cpp's converter does";
+    EXPECT_EQ(r.get_u32(std::string(arch) + ".embedding_length"), 256u);
+    EXPECT_TRUE(r.has("tokenizer.chat_template"));
+    LoadedModel lm = load_model(r);
+    EXPECT_EQ(lm.tokenizer->vocab_size(), 1024);
+    const std::vector<int32_t> ends = lm.tokenizer->end_of_generation_ids();
+    EXPECT_EQ(lm.tokenizer->token_bytes(lm.tokenizer->eos_id()), "<|im_end|>");
+    EXPECT_NE(std::find(ends.begin(), ends.end(), lm.tokenizer->eos_id()), ends.end());
+    if (std::string(arch) == "qwen3") EXPECT_EQ(lm.model->config().head_dim, 128);  // not dim / heads
+    if (std::string(arch) == "qwen2") EXPECT_TRUE(lm.model->config().qkv_bias);
+  }
+}
+
+TEST(CliInit, RefusesPairsThatDoNotExistAndListsTheValidOnes) {
+  auto r = run_toy({"init", "--arch", "qwen2", "--shape", "smollm2-135m", "--out", temp("bad.gguf")});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_NE(r.err.find("--arch llama  --shape smollm2-135m"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(temp("bad.gguf")));
+  r = run_toy({"init", "--arch", "llama", "--shape", "tiny", "--type", "q3_k", "--out", temp("bad.gguf")});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("q4_k_m"), std::string::npos) << r.err;
+  r = run_toy({"init", "--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("--arch qwen3  --shape qwen3-0.6b"), std::string::npos) << r.out;
+}
+
+// SmolLM2-135M's exact shape, as llama.cpp would quantize it to Q4_K: 576-wide rows fall back
+// to Q5_0, 1536-wide ones (ffn_down) stay Q4_K, the tied embedding is the output (Q8_0: 576
+// is not a multiple of 256), 1-D tensors stay F32.
+TEST(CliInit, SmolLM2ShapeWithLlamaCppsFallbacks) {
+  if (toy::test::under_asan()) GTEST_SKIP() << "a 135M-parameter model: too slow under the sanitizers";
+  const std::string path = temp("smollm2_q4_k.gguf");
+  const auto r = run_toy({"init", "--arch", "llama", "--shape", "smollm2-135m", "--type", "q4_k", "--out", path});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  gguf::Reader g(path);
+  EXPECT_EQ(g.get_u32("llama.block_count"), 30u);
+  EXPECT_EQ(g.get_u32("llama.attention.head_count_kv"), 3u);
+  EXPECT_EQ(g.get_str("tokenizer.ggml.pre"), "smollm");
+  EXPECT_EQ(g.find_tensor("token_embd.weight")->shape, Shape({49152, 576}));
+  EXPECT_EQ(g.find_tensor("token_embd.weight")->dtype, DType::Q8_0);
+  EXPECT_EQ(g.find_tensor("blk.0.attn_q.weight")->dtype, DType::Q5_0);
+  EXPECT_EQ(g.find_tensor("blk.7.ffn_down.weight")->dtype, DType::Q4_K);
+  EXPECT_EQ(g.find_tensor("blk.0.ffn_down.weight")->dtype, DType::Q5_K);  // Q4_K_S: the first eighth
+  EXPECT_EQ(g.find_tensor("blk.0.attn_norm.weight")->dtype, DType::F32);
+  EXPECT_EQ(g.find_tensor("output.weight"), nullptr);
+  fs::remove(path);
+}
+
+TEST(CliQuantize, ConvertsAndRefusesBadRequests) {
+  const std::string in = init_tiny("qwen2");
+  const std::string out = temp("qwen2_q8.gguf");
+  auto r = run_toy({"quantize", in, out, "Q8_0"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  gguf::Reader g(out);
+  EXPECT_EQ(g.find_tensor("blk.0.attn_q.weight")->dtype, DType::Q8_0);
+  EXPECT_EQ(g.find_tensor("blk.0.attn_q.bias")->dtype, DType::F32);
+  EXPECT_EQ(g.get_u32("general.file_type"), 7u);
+  // The same metadata otherwise: the tokenizer and template travel along.
+  EXPECT_EQ(g.get_str("tokenizer.chat_template"), gguf::Reader(in).get_str("tokenizer.chat_template"));
+  r = run_toy({"quantize", in, out, "q9_9"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("unknown type"), std::string::npos) << r.err;
+  r = run_toy({"quantize", in, in, "q8_0"});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_NE(r.err.find("is the input"), std::string::npos) << r.err;
+  r = run_toy({"quantize", temp("missing.gguf"), out, "q8_0"});
+  EXPECT_EQ(r.status, 1) << describe(r);
+}
+
+TEST(Chat, RecognisesTemplateFamiliesAndRendersThemExactly) {
+  const ChatTemplate chatml = ChatTemplate::recognise(
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+      "'\\n'}}{% endfor %}");
+  EXPECT_EQ(chatml.format, ChatFormat::ChatML);
+  const std::vector<ChatMessage> conv = {{"system", "Be brief."}, {"user", "Hi!"}};
+  EXPECT_EQ(chatml.render(conv, true),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(chatml.render(conv, false), "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n");
+  const ChatTemplate llama3 = ChatTemplate::recognise(
+      "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}");
+  EXPECT_EQ(llama3.format, ChatFormat::Llama3);
+  EXPECT_EQ(llama3.render({{"user", "  Hi! \n"}}, true),
+            "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_THROW(ChatTemplate::recognise("{{ '[INST] ' + message['content'] + ' [/INST]' }}"), Error);
+  EXPECT_THROW(chatml.render({{"us\ner", "x"}}, true), Error);
+}
+
+TEST(CliChat, OneTurnAndTheTemplateDecision) {
+  const std::string m = init_tiny("qwen3");
+  auto r = run_toy({"chat", "-m", m, "-p", "Hello", "-n", "5", "--temp", "0"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(r.err.find("no chat template"), std::string::npos) << r.err;
+  // The same file without its template: ChatML, said on stderr. With a template of another
+  // family: an error naming what toy renders.
+  gguf::Reader g(m);
+  for (const std::string variant : {"none", "mistral"}) {
+    gguf::Writer w;
+    for (const auto& [k, v] : g.metadata())
+      if (k != "tokenizer.chat_template") w.set(k, v);
+    if (variant == "mistral") w.set("tokenizer.chat_template", gguf::Value::str("{{ '[INST] ' + content + ' [/INST]' }}"));
+    for (const auto& t : g.tensors()) w.add_tensor(t.name, g.tensor(t.name));
+    const std::string path = temp("chat_" + variant + ".gguf");
+    w.write(path);
+    r = run_toy({"chat", "-m", path, "-p", "Hello", "-n", "3", "--temp", "0"});
+    if (variant == "none") {
+      EXPECT_EQ(r.status, 0) << describe(r);
+      EXPECT_NE(r.err.find("no chat template; using ChatML"), std::string::npos) << r.err;
+    } else {
+      EXPECT_EQ(r.status, 1) << describe(r);
+      EXPECT_NE(r.err.find("ChatML"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("[INST]"), std::string::npos) << r.err;
+    }
+  }
+  // Interactive: lines from stdin are turns; /exit ends.
+  const std::string in = temp("chat_in.txt");
+  { std::ofstream(in) << "Hi\nHow are you?\n/exit\nnot read\n"; }
+  toy::test::ProcOptions o;
+  o.stdin_path = in;
+  r = run_toy({"chat", "-m", m, "-n", "4", "--temp", "0"}, o);
+  EXPECT_EQ(r.status, 0) << describe(r);
+}
+
+TEST(CliPerplexity, JsonShapeAndTooShortText) {
+  const std::string m = init_tiny("llama");
+  const std::string text = temp("ppl.txt");
+  { std::ofstream(text) << std::string(4000, 'a'); }
+  auto r = run_toy({"perplexity", "-m", m, "-f", text, "--ctx", "32", "--json"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["ppl"].get<double>(), 1.0);
+  EXPECT_EQ(j["tokens"].get<int64_t>(), j["chunks"].get<int64_t>() * (32 - 1 - 16));
+  r = run_toy({"perplexity", "-m", m, "-f", text, "--ctx", "100000", "--json"});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_NE(r.err.find("needs at least"), std::string::npos) << r.err;
+}
+
+TEST(CliBench, RunReportsTheInterfaceFields) {
+  const std::string m = init_tiny("llama", "q8_0");
+  const auto r = run_toy({"bench", "run", "-m", m, "--threads", "1", "--reps", "1", "-p", "16", "-n", "4", "--json"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* k : {"pp_tokens_per_s", "tg_tokens_per_s", "bandwidth_gbs", "tg_bandwidth_fraction"})
+    EXPECT_GT(j.at(k).get<double>(), 0.0) << k;
+}
