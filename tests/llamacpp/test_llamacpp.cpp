@@ -354,3 +354,18 @@ TEST(LlamaCpp, PerplexityAgreesWithLlamaCppsDistributions) {
   const double theirs = std::exp(nll / double(count));
   EXPECT_NEAR(ours["ppl"].get<double>(), theirs, 1e-3 * theirs) << "toy " << ours["ppl"] << " vs llama.cpp " << theirs;
 }
+
+// The Hugging Face-convention fixtures (tests/fixtures/hf, converted as llama.cpp's converter
+// does) run in llama.cpp with the distributions toy computes: the layouts toy reads from a
+// converted file are the ones llama.cpp reads.
+TEST(LlamaCpp, RunsTheHuggingFaceConventionFixturesAsToyDoes) {
+  REQUIRE_LLAMACPP();
+  const std::vector<int32_t> ids = {84, 104, 101, 32, 113, 117, 105, 99, 107, 32, 98, 114, 111, 119, 110, 32};
+  for (const char* arch : {"llama", "qwen2", "qwen3", "gpt2"}) {
+    SCOPED_TRACE(arch);
+    const std::string dir = std::string(TOY_SOURCE_DIR) + "/tests/fixtures/hf/";
+    // GPT-2: llama.cpp's GELU reads an f16 table (toy and the reference compute the tanh
+    // form), worth a few 1e-3 on these rough fixtures.
+    expect_same_distributions(dir + arch + ".gguf", ids, std::string(arch) == "gpt2" ? 1e-2 : 1e-3);
+  }
+}
