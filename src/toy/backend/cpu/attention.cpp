@@ -141,38 +141,82 @@ void attention_one_query(const Geometry& g, float* po, float* pl) {
   parallel_tasks(g.B * g.H, [&](int64_t task) {
     const int64_t b = task / g.H, h = task % g.H, hk = h / g.group;
     const int64_t S = g.key_end(1);
-    float* s = scratch_floats(size_t(std::max<int64_t>(S, 1)), 0);
+    float* s = scratch_floats(size_t(S + 8), 0);
     const float* q = g.qrow(b, 0, h);
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < S; ++j) {
-      const float* kr = g.krow(b, j, hk);
-      __m256 acc = _mm256_setzero_ps();
-      int64_t d = 0;
-      for (; d + 8 <= g.D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kr + d), acc);
-      float dot = hsum256(acc);
-      for (; d < g.D; ++d) dot += q[d] * kr[d];
-      s[j] = dot * g.scale;
-      mx = std::max(mx, s[j]);
-    }
     float* orow = po + (b * g.H + h) * g.Dv;
-    std::fill_n(orow, g.Dv, 0.0f);
     if (S == 0) {
+      std::fill_n(orow, g.Dv, 0.0f);
       pl[b * g.H + h] = -INFINITY;
       return;
     }
-    float sum = 0;
-    for (int64_t j = 0; j < S; ++j) {
-      const float p = exp_nonpos_scalar(s[j] - mx);
-      sum += p;
-      const float* vr = g.vrow(b, j, hk);
-      const __m256 vp = _mm256_set1_ps(p);
-      int64_t d = 0;
-      for (; d + 8 <= g.Dv; d += 8)
-        _mm256_storeu_ps(orow + d, _mm256_fmadd_ps(vp, _mm256_loadu_ps(vr + d), _mm256_loadu_ps(orow + d)));
-      for (; d < g.Dv; ++d) orow[d] += p * vr[d];
+    // Scores, four keys at a time: four independent FMA chains instead of one waiting on
+    // itself (the dot products are short, so latency, not arithmetic, is the limit).
+    const int64_t D8 = g.D / 8 * 8;
+    auto dot_tail = [&](const float* kr) {
+      float t = 0;
+      for (int64_t d = D8; d < g.D; ++d) t += q[d] * kr[d];
+      return t;
+    };
+    int64_t j = 0;
+    for (; j + 4 <= S; j += 4) {
+      const float* k0 = g.krow(b, j, hk);
+      const float* k1 = g.krow(b, j + 1, hk);
+      const float* k2 = g.krow(b, j + 2, hk);
+      const float* k3 = g.krow(b, j + 3, hk);
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t d = 0; d < D8; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
+        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
+        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), a1);
+        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), a2);
+        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), a3);
+      }
+      s[j] = (hsum256(a0) + dot_tail(k0)) * g.scale;
+      s[j + 1] = (hsum256(a1) + dot_tail(k1)) * g.scale;
+      s[j + 2] = (hsum256(a2) + dot_tail(k2)) * g.scale;
+      s[j + 3] = (hsum256(a3) + dot_tail(k3)) * g.scale;
     }
+    for (; j < S; ++j) {
+      const float* kr = g.krow(b, j, hk);
+      __m256 a = _mm256_setzero_ps();
+      for (int64_t d = 0; d < D8; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kr + d), a);
+      s[j] = (hsum256(a) + dot_tail(kr)) * g.scale;
+    }
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < S; ++i) mx = std::max(mx, s[i]);
+    // p = exp(s - max), eight at a time; the padding past S is never read.
+    const __m256 vmx = _mm256_set1_ps(mx);
+    __m256 vsum = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= S; i += 8) {
+      const __m256 p = exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx));
+      _mm256_storeu_ps(s + i, p);
+      vsum = _mm256_add_ps(vsum, p);
+    }
+    float sum = hsum256(vsum);
+    for (; i < S; ++i) sum += (s[i] = exp_nonpos_scalar(s[i] - mx));
+    // o = sum_j p_j v_j / sum, 64 output dims at a time held in registers across the keys.
     const float inv = 1.0f / sum;
-    for (int64_t d = 0; d < g.Dv; ++d) orow[d] *= inv;
+    for (int64_t d0 = 0; d0 < g.Dv; d0 += 64) {
+      const int64_t width = std::min<int64_t>(64, g.Dv - d0);
+      if (width == 64) {
+        __m256 acc[8];
+        for (auto& a : acc) a = _mm256_setzero_ps();
+        for (int64_t jj = 0; jj < S; ++jj) {
+          const float* vr = g.vrow(b, jj, hk) + d0;
+          const __m256 p = _mm256_set1_ps(s[jj]);
+          for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8 * c), acc[c]);
+        }
+        for (int c = 0; c < 8; ++c) _mm256_storeu_ps(orow + d0 + 8 * c, _mm256_mul_ps(acc[c], _mm256_set1_ps(inv)));
+      } else {
+        float acc[64] = {};
+        for (int64_t jj = 0; jj < S; ++jj) {
+          const float* vr = g.vrow(b, jj, hk) + d0;
+          for (int64_t d = 0; d < width; ++d) acc[d] += s[jj] * vr[d];
+        }
+        for (int64_t d = 0; d < width; ++d) orow[d0 + d] = acc[d] * inv;
+      }
+    }
     pl[b * g.H + h] = mx + std::log(sum);
   });
 }
