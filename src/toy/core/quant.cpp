@@ -73,12 +73,17 @@ void dq_q4_1(const uint8_t* b, float* y) {
     y[j + 16] = float(qs[j] >> 4) * d + m;
   }
 }
-void q_q4_1(const float* x, uint8_t* b) {
-  float lo = x[0], hi = x[0];
+// The smallest and largest of 32 values (Q4_1 / Q5_1 map them to levels 0 and 15 / 31).
+void block_range(const float* x, float* lo, float* hi) {
+  *lo = *hi = x[0];
   for (int j = 1; j < 32; ++j) {
-    lo = std::min(lo, x[j]);
-    hi = std::max(hi, x[j]);
+    *lo = std::min(*lo, x[j]);
+    *hi = std::max(*hi, x[j]);
   }
+}
+void q_q4_1(const float* x, uint8_t* b) {
+  float lo, hi;
+  block_range(x, &lo, &hi);
   const float d = (hi - lo) / 15.0f;
   const float id = d ? 1.0f / d : 0.0f;
   put_half(b, d);
@@ -139,11 +144,8 @@ void dq_q5_1(const uint8_t* b, float* y) {
   }
 }
 void q_q5_1(const float* x, uint8_t* b) {
-  float lo = x[0], hi = x[0];
-  for (int j = 1; j < 32; ++j) {
-    lo = std::min(lo, x[j]);
-    hi = std::max(hi, x[j]);
-  }
+  float lo, hi;
+  block_range(x, &lo, &hi);
   const float d = (hi - lo) / 31.0f;
   const float id = d ? 1.0f / d : 0.0f;
   put_half(b, d);

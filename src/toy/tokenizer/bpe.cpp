@@ -336,24 +336,34 @@ class Trainer {
   std::vector<uint64_t> old_pairs_, new_pairs_;  // scratch for apply()
 };
 
+// The 256 byte tokens, then up to n_merges merges learned from corpus (fewer when no pair
+// repeats), each adding the token it makes.
+struct LearnedVocab {
+  std::vector<std::string> pieces;
+  std::vector<int32_t> types;
+  std::vector<Merge> merges;
+};
+LearnedVocab learn_merges(std::string_view corpus, const PreTokenizer& pre, int64_t n_merges) {
+  LearnedVocab v;
+  for (int b = 0; b < 256; ++b) {
+    v.pieces.emplace_back(1, char(b));
+    v.types.push_back(kTokenNormal);
+  }
+  Trainer trainer(corpus, pre);
+  Merge m;
+  while (int64_t(v.merges.size()) < n_merges && trainer.step(int32_t(v.pieces.size()), &m)) {
+    v.merges.push_back(m);
+    v.pieces.push_back(v.pieces[size_t(m.left)] + v.pieces[size_t(m.right)]);
+    v.types.push_back(kTokenNormal);
+  }
+  return v;
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> train_bpe_tokenizer(int64_t n_merges, std::string_view corpus, const std::string& pre_name) {
   const PreTokenizer& pre = PreTokenizer::get(pre_name);
-  std::vector<std::string> pieces;
-  std::vector<int32_t> types;
-  for (int b = 0; b < 256; ++b) {
-    pieces.emplace_back(1, char(b));
-    types.push_back(kTokenNormal);
-  }
-  std::vector<Merge> merges;
-  Trainer trainer(corpus, pre);
-  Merge m;
-  while (int64_t(merges.size()) < n_merges && trainer.step(int32_t(pieces.size()), &m)) {
-    merges.push_back(m);
-    pieces.push_back(pieces[size_t(m.left)] + pieces[size_t(m.right)]);
-    types.push_back(kTokenNormal);
-  }
+  auto [pieces, types, merges] = learn_merges(corpus, pre, n_merges);
   const int32_t eos = int32_t(pieces.size());
   pieces.emplace_back(kEndOfText);
   types.push_back(kTokenControl);
@@ -369,20 +379,7 @@ std::unique_ptr<Tokenizer> train_fixed_size_bpe(std::string_view corpus, const s
   TOY_CHECK(vocab_size >= 256 + n_chat && vocab_size <= INT32_MAX,
             "[tokenizer:bpe] a vocabulary of {} tokens cannot hold the 256 bytes and {} chat tokens", vocab_size, n_chat);
   const PreTokenizer& pre = PreTokenizer::get(pre_name);
-  std::vector<std::string> pieces;
-  std::vector<int32_t> types;
-  for (int b = 0; b < 256; ++b) {
-    pieces.emplace_back(1, char(b));
-    types.push_back(kTokenNormal);
-  }
-  std::vector<Merge> merges;
-  Trainer trainer(corpus, pre);
-  Merge m;
-  while (int64_t(pieces.size()) < vocab_size - n_chat && trainer.step(int32_t(pieces.size()), &m)) {
-    merges.push_back(m);
-    pieces.push_back(pieces[size_t(m.left)] + pieces[size_t(m.right)]);
-    types.push_back(kTokenNormal);
-  }
+  auto [pieces, types, merges] = learn_merges(corpus, pre, vocab_size - n_chat - 256);
   const int32_t first_chat = int32_t(pieces.size());
   for (std::string_view t : kChatTokens) {
     pieces.emplace_back(t);
