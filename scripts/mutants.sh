@@ -239,6 +239,60 @@ toy_op_tests
 ^Forward\.LinearWithStoredWeights
                   int(in), accumulate ? 1.0f : 0.0f, yp + r0, int(out));
                   int(in), accumulate ? 1.0f : 0.0f, yp, int(out));
+gemv-q5_0-fifth-bit
+src/toy/backend/cpu/gemv_blocks.cpp
+toy_op_tests
+^Forward\.LinearDecodePath
+    const __m256i clear = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(16));
+    const __m256i clear = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(8));
+gemv-q6_k-offset
+src/toy/backend/cpu/gemv_blocks.cpp
+toy_op_tests
+^Forward\.LinearDecodePath
+        offset += 32.0f * dx * float(s0 * int(x.sum16[2 * xb]) + s1 * int(x.sum16[2 * xb + 1]));
+        offset += 32.0f * dx * float(s0 * int(x.sum16[2 * xb]) + s0 * int(x.sum16[2 * xb + 1]));
+q5_k-decode-fifth-bit
+src/toy/core/quant.cpp
+toy_core_tests
+^BlockCodec\.MatchesGgml
+    for (int l = 0; l < 32; ++l) y[64 * c + l] = d1 * float((ql[l] & 0xf) + ((qh[l] & u1) ? 16 : 0)) - n1;
+    for (int l = 0; l < 32; ++l) y[64 * c + l] = d1 * float((ql[l] & 0xf) + ((qh[l] & u2) ? 16 : 0)) - n1;
+quantize-more-bits-layers
+src/toy/io/quantize.cpp
+toy toy_llamacpp_tests
+^LlamaCpp\.QuantizesTensorForTensor
+bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 1; }
+quantize-q4_k-fallback
+src/toy/io/quantize.cpp
+toy toy_cli_tests
+^CliInit\.SmolLM2
+    case DType::Q4_K: r = DType::Q5_0; break;
+    case DType::Q4_K: r = DType::Q4_0; break;
+perplexity-scores-the-second-half
+src/toy/cli/cmd_perplexity.cpp
+toy toy_cli_tests
+^CliPerplexity\.
+    const int64_t first = N / 2, V = m.config().vocab;
+    const int64_t first = N / 4, V = m.config().vocab;
+chatml-turn-newline
+src/toy/infer/chat.cpp
+toy_cli_tests
+^Chat\.Recognises
+      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>";
+gguf-overlapping-tensors
+src/toy/io/gguf.cpp
+toy toy_hostile_tests
+^HostileModel\.Overlapping
+    TOY_CHECK(a.offset + a.bytes <= b.offset || a.bytes == 0 || b.bytes == 0,
+    TOY_CHECK(a.offset <= b.offset || a.bytes == 0 || b.bytes == 0,
+one-query-attention-unscaled
+src/toy/backend/cpu/attention.cpp
+toy_op_tests
+^Forward\.AttentionCausal
+      s[j] = (hsum256(a0) + dot_tail(k0)) * g.scale;
+      s[j] = (hsum256(a0) + dot_tail(k0));
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

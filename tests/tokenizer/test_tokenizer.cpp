@@ -16,11 +16,14 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include <unistd.h>
 
 #include "toy/core/error.h"
 #include "toy/io/gguf.h"
 #include "toy/tokenizer/internal.h"
+#include "toy/tokenizer/pretokenizer.h"
 #include "toy/tokenizer/tokenizer.h"
 
 namespace {
@@ -603,4 +606,29 @@ TEST(BpeTokenizer, DISABLED_TrainTenMegabytes) {
               corpus.size(), train_s, encode_s, corpus.size() / encode_s / 1e6, ids.size(),
               double(corpus.size()) / double(ids.size()));
   EXPECT_EQ(t->vocab_size(), 256 + 2000 + 1);
+}
+
+// toy's pre-tokenizers split text exactly as the published patterns do: the regular
+// expressions of GPT-2's, Llama 3's, Qwen2's and SmolLM2's tokenizer.json files, run by
+// Python's `regex` module (tests/fixtures/make_pretok_fixture.py, Debian python3-regex) over
+// texts with contractions in both cases, digit runs, whitespace runs, CR/LF, NBSP and other
+// Unicode spaces, combining marks, CJK, Cyrillic, emoji sequences and code.
+TEST(PreTokenizer, SplitsAsThePublishedRegularExpressions) {
+  std::ifstream in(std::string(TOY_FIXTURE_DIR) + "/pretok_splits.json", std::ios::binary);
+  ASSERT_TRUE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(ss.str());
+  const auto texts = j["texts"].get<std::vector<std::string>>();
+  int checked = 0;
+  for (const auto& [name, splits] : j["splits"].items()) {
+    const auto& pre = toy::tokenizer_detail::PreTokenizer::get(name);
+    for (size_t i = 0; i < texts.size(); ++i) {
+      std::vector<std::string> ours;
+      pre.split(texts[i], [&](std::string_view p) { ours.emplace_back(p); });
+      EXPECT_EQ(ours, splits[i].get<std::vector<std::string>>()) << name << " on \"" << texts[i] << "\"";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4 * int(texts.size()));
 }
