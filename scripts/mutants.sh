@@ -275,12 +275,12 @@ toy toy_cli_tests
 ^CliPerplexity\.
     const int64_t first = N / 2, V = m.config().vocab;
     const int64_t first = N / 4, V = m.config().vocab;
-chatml-turn-newline
+llama3-template-untrimmed
 src/toy/infer/chat.cpp
 toy_cli_tests
 ^Chat\.Recognises
-      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>";
++ trim(m.content) +
++ m.content +
 gguf-overlapping-tensors
 src/toy/io/gguf.cpp
 toy toy_hostile_tests
