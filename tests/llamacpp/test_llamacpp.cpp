@@ -6,6 +6,7 @@
 // head) to what toy computes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "toy/autograd/grad_mode.h"
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
+#include "toy/nn/kv_cache.h"
 #include "toy/ops/ops.h"
 #include "toy/tokenizer/tokenizer.h"
 #include "toy/train/trainer.h"
@@ -139,6 +141,36 @@ std::string random_model(const std::string& name, const std::string& arch, int64
   return path;
 }
 
+// Greedy continuation of `prompt` for n tokens in toy (cached decoding) and in llama.cpp: the
+// same tokens — except that where toy's own top two are within `tie` in log-probability
+// (rounding in either program may then pick the other) the comparison stops there.
+void expect_same_greedy_tokens(const std::string& model_path, const std::vector<int32_t>& prompt, int n, double tie) {
+  LoadedModel lm = load_model(model_path);
+  NoGradGuard ng;
+  nn::KVCache cache = lm.model->new_cache(1, int64_t(prompt.size()) + n);
+  std::vector<float> logits = lm.model->decode(cache, prompt).to_f32_vector();
+  const std::vector<int32_t> theirs =
+      node({model_path, "--generate-ids", nlohmann::json(prompt).dump(), std::to_string(n)}).get<std::vector<int32_t>>();
+  ASSERT_EQ(theirs.size(), size_t(n));
+  int same = 0;
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> lp = logits;
+    const float mx = *std::max_element(lp.begin(), lp.end());
+    double se = 0;
+    for (float v : lp) se += std::exp(double(v) - mx);
+    const int32_t ours = int32_t(std::max_element(lp.begin(), lp.end()) - lp.begin());
+    if (ours != theirs[size_t(i)]) {
+      const double gap = double(lp[size_t(ours)]) - double(lp[size_t(theirs[size_t(i)])]);
+      EXPECT_LE(gap, tie) << "greedy token " << i << ": toy " << ours << ", llama.cpp " << theirs[size_t(i)];
+      break;
+    }
+    ++same;
+    logits = lm.model->decode(cache, {ours}).to_f32_vector();
+  }
+  std::printf("%s: %d of %d greedy tokens identical\n", model_path.c_str(), same, n);
+  if (tie == 0) EXPECT_EQ(same, n);
+}
+
 std::vector<int32_t> encode(const std::string& model_path, const std::string& text) {
   return load_model(model_path).tokenizer->encode(text);
 }
@@ -150,6 +182,7 @@ TEST(LlamaCpp, RunsOurLlamaModelWithTheSameDistributions) {
   const std::string m = train_model("llama_byte", "llama", "byte");
   EXPECT_EQ(gguf::Reader(m).get_str("general.architecture"), "llama");
   expect_same_distributions(m, encode(m, "This License applies to any program or other work which contains"));
+  expect_same_greedy_tokens(m, encode(m, "This License applies to "), 24, 0.0);
 }
 
 TEST(LlamaCpp, RunsOurGpt2ModelWithTheSameDistributions) {
@@ -168,6 +201,7 @@ TEST(LlamaCpp, TokenizesLikeToyWithOurBpeVocabulary) {
   for (size_t i = 0; i < texts.size(); ++i)
     EXPECT_EQ(theirs[i].get<std::vector<int32_t>>(), encode(m, texts[i])) << texts[i];
   expect_same_distributions(m, encode(m, "the terms and conditions for copying, distribution and modification"));
+  expect_same_greedy_tokens(m, encode(m, "the terms and conditions "), 24, 0.0);
 }
 
 // The architectures toy loads from files made elsewhere, checked where it matters most: the
@@ -252,6 +286,7 @@ TEST(LlamaCpp, RunsToyInitModelsOfEveryArchitectureAndType) {
     const bool exact = c.type == "f32";
     const double tolerance = exact ? 1e-3 : c.type == "f16" || c.type == "q8_0" ? 0.05 : 0.1;
     expect_same_distributions(path, ids, tolerance, exact ? 0.0 : 2 * tolerance);
+    expect_same_greedy_tokens(path, ids, 16, exact ? 1e-4 : 2 * tolerance);
   }
 }
 
