@@ -45,8 +45,12 @@ TEST(CliInit, WritesEveryArchitectureWithStandardKeysOnly) {
     const std::vector<int32_t> ends = lm.tokenizer->end_of_generation_ids();
     EXPECT_EQ(lm.tokenizer->token_bytes(lm.tokenizer->eos_id()), "<|im_end|>");
     EXPECT_NE(std::find(ends.begin(), ends.end(), lm.tokenizer->eos_id()), ends.end());
-    if (std::string(arch) == "qwen3") EXPECT_EQ(lm.model->config().head_dim, 128);  // not dim / heads
-    if (std::string(arch) == "qwen2") EXPECT_TRUE(lm.model->config().qkv_bias);
+    if (std::string(arch) == "qwen3") {
+      EXPECT_EQ(lm.model->config().head_dim, 128);  // not dim / heads
+    }
+    if (std::string(arch) == "qwen2") {
+      EXPECT_TRUE(lm.model->config().qkv_bias);
+    }
   }
 }
 

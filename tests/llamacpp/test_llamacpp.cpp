@@ -168,7 +168,9 @@ void expect_same_greedy_tokens(const std::string& model_path, const std::vector<
     logits = lm.model->decode(cache, {ours}).to_f32_vector();
   }
   std::printf("%s: %d of %d greedy tokens identical\n", model_path.c_str(), same, n);
-  if (tie == 0) EXPECT_EQ(same, n);
+  if (tie == 0) {
+    EXPECT_EQ(same, n);
+  }
 }
 
 std::vector<int32_t> encode(const std::string& model_path, const std::string& text) {
@@ -339,7 +341,9 @@ TEST(LlamaCpp, QuantizesTensorForTensorLikeLlamaQuantize) {
       ASSERT_EQ(name_a, name_b);
       EXPECT_EQ(type_a, type_b) << name_a;
       // Q5_K and Q5_1 are written by toy's own encoders as well; all of them match ggml's.
-      if (type_a == type_b) EXPECT_TRUE(bytes_a == bytes_b) << name_a << " (" << type_a << ") bytes differ";
+      if (type_a == type_b) {
+        EXPECT_TRUE(bytes_a == bytes_b) << name_a << " (" << type_a << ") bytes differ";
+      }
       q6 += type_a == "q6_k";
       fallback += type_a == "q5_0" || type_a == "q5_1" || type_a == "q8_0";
     }
