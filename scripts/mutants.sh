@@ -27,8 +27,8 @@ rope-layout
 src/toy/models/decoder_lm.cpp
 toy_llamacpp_tests
 ^LlamaCpp\.RunsOurLlama
-    ro.freq_base = cfg_.rope_base;
-    ro.freq_base = cfg_.rope_base; ro.neox = true;
+  o.neox = c.rope.neox;
+  o.neox = true;
 decay-every-parameter
 src/toy/train/optimizer.cpp
 toy_train_tests

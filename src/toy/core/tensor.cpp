@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "toy/core/quant.h"
+#include "toy/core/small_object_pool.h"
 #include "toy/core/strided.h"
 
 namespace toy {
@@ -77,7 +78,7 @@ Tensor& Tensor::requires_grad_(bool on) {
 }
 
 Tensor Tensor::detach() const {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = new_tensor_impl();
   impl->shape = shape();
   impl->strides = strides();
   impl->offset = offset();
@@ -127,9 +128,15 @@ std::vector<int32_t> Tensor::to_i32_vector() const {
   return out;
 }
 
+std::shared_ptr<TensorImpl> new_tensor_impl() { return std::allocate_shared<TensorImpl>(PoolAllocator<TensorImpl>()); }
+
+std::shared_ptr<Storage> new_storage(size_t bytes, Device device) {
+  return std::allocate_shared<Storage>(PoolAllocator<Storage>(), bytes, device);
+}
+
 Tensor empty(const Shape& shape, DType dtype, Device device) {
   for (auto d : shape) TOY_CHECK(d >= 0, "[empty] negative dimension in shape {}", shape.str());
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = new_tensor_impl();
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -138,7 +145,7 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
     TOY_CHECK(shape.ndim() >= 1 && shape.back() % dtype_info(dtype).block_size == 0,
               "[empty] {} rows need a multiple of {} elements, shape {}", name(dtype),
               dtype_info(dtype).block_size, shape.str());
-  impl->storage = std::make_shared<Storage>(byte_offset(dtype, shape.numel()), device);
+  impl->storage = new_storage(byte_offset(dtype, shape.numel()), device);
   return Tensor(std::move(impl));
 }
 
@@ -200,7 +207,7 @@ Tensor arange(int64_t n, DType dtype) {
 }
 
 Tensor make_view(const Tensor& src, const Shape& shape, const Strides& strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = new_tensor_impl();
   impl->shape = shape;
   impl->strides = strides;
   impl->offset = offset;

@@ -99,6 +99,11 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
+// A fresh handle record and storage record from the small-object pool (no operator new once
+// warm): every tensor the library makes goes through these.
+std::shared_ptr<TensorImpl> new_tensor_impl();
+std::shared_ptr<Storage> new_storage(size_t bytes, Device device);
+
 // --- factories (CPU unless a device is given) ---
 Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU);
 Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU);

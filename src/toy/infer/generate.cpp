@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string_view>
 
 #include "toy/autograd/grad_mode.h"
 #include "toy/core/error.h"
@@ -13,7 +14,7 @@ namespace toy {
 
 Tensor decode_next(DecoderLM& model, nn::KVCache& cache, const std::vector<int32_t>& history) {
   TOY_CHECK(!history.empty(), "[generate] no token to continue from");
-  if (cache.size() < cache.capacity()) return model.decode(cache, {history.back()});
+  if (cache.size() < cache.capacity()) return model.decode(cache, history.back());
   cache.clear();
   const int64_t keep = std::min<int64_t>(int64_t(history.size()), std::max<int64_t>(1, cache.capacity() / 2));
   std::vector<int32_t> tail(history.end() - keep, history.end());
@@ -34,7 +35,7 @@ class StopFilter {
   StopFilter(const std::vector<std::string>& stop, const std::function<void(const std::string&)>& out)
       : stop_(stop), out_(out) {}
   // Adds text; returns true when a stop string was found (the text before it is output).
-  bool push(const std::string& text) {
+  bool push(std::string_view text) {
     pending_ += text;
     size_t cut = std::string::npos;
     for (const std::string& s : stop_)
@@ -53,8 +54,9 @@ class StopFilter {
           break;
         }
     if (pending_.size() > keep) {
-      out_(pending_.substr(0, pending_.size() - keep));
+      piece_.assign(pending_, 0, pending_.size() - keep);  // reuses piece_'s buffer: no allocation per token
       pending_.erase(0, pending_.size() - keep);
+      out_(piece_);
     }
     return false;
   }
@@ -66,7 +68,7 @@ class StopFilter {
  private:
   const std::vector<std::string>& stop_;
   const std::function<void(const std::string&)>& out_;
-  std::string pending_;
+  std::string pending_, piece_;
 };
 
 }  // namespace
@@ -80,6 +82,7 @@ GenerateStats generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler,
   nn::KVCache cache = model.new_cache(1, capacity);
   std::vector<int32_t> history = fit_prompt(std::move(prompt), cache.capacity());
   TOY_CHECK(!history.empty(), "[generate] empty prompt");
+  history.reserve(history.size() + size_t(std::min<int64_t>(n, int64_t(1) << 20)) + 1);  // no growth per token
   auto t0 = Clock::now();
   Tensor logits = model.decode(cache, history);
   st.prompt_tokens = int64_t(history.size());

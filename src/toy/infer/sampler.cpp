@@ -23,16 +23,27 @@ Sampler::Sampler(SamplerConfig cfg, uint64_t seed) : cfg_(cfg), gen_(seed, 0x5a3
 }
 
 int32_t Sampler::sample(const Tensor& logits_t, std::span<const int32_t> recent) {
-  std::vector<float> z = logits_t.to_f32_vector();
+  std::vector<float>& z = z_;
+  if (logits_t.dtype() == DType::F32 && logits_t.is_contiguous() && logits_t.device() == Device::CPU) {
+    const float* src = logits_t.data<float>();
+    z.assign(src, src + logits_t.numel());
+  } else {
+    z = logits_t.to_f32_vector();
+  }
   TOY_CHECK(!z.empty(), "[sample] empty logits");
   const int32_t V = int32_t(z.size());
+  // Room for every candidate and every distinct recent token from the first call on.
+  idx_.reserve(size_t(V));
+  p_.reserve(size_t(V));
+  counts_.reserve(std::min(size_t(cfg_.penalty_last_n), size_t(V)));
   for (int32_t i = 0; i < V; ++i)
     TOY_CHECK(!std::isnan(z[size_t(i)]), "[sample] logit {} is NaN (did the model diverge?)", i);
   // Penalties over the last penalty_last_n tokens (as llama.cpp applies them, first).
   const bool penalize = cfg_.repeat_penalty != 1.0f || cfg_.presence_penalty != 0 || cfg_.frequency_penalty != 0;
   if (penalize && cfg_.penalty_last_n > 0 && !recent.empty()) {
     const size_t n = std::min(recent.size(), size_t(cfg_.penalty_last_n));
-    std::vector<std::pair<int32_t, int>> counts;  // small: the window is short
+    std::vector<std::pair<int32_t, int>>& counts = counts_;  // small: the window is short
+    counts.clear();
     for (int32_t id : recent.subspan(recent.size() - n)) {
       if (id < 0 || id >= V) continue;
       auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == id; });
@@ -50,7 +61,8 @@ int32_t Sampler::sample(const Tensor& logits_t, std::span<const int32_t> recent)
   if (cfg_.temperature == 0.0f) return int32_t(std::max_element(z.begin(), z.end()) - z.begin());
   // Candidates: every id, or when top-k / top-p cut them, sorted by logit (descending, ties
   // by id) and cut by top-k.
-  std::vector<int32_t> idx(static_cast<size_t>(V));
+  std::vector<int32_t>& idx = idx_;
+  idx.resize(static_cast<size_t>(V));
   std::iota(idx.begin(), idx.end(), 0);
   const int32_t k = cfg_.top_k > 0 ? std::min(cfg_.top_k, V) : V;
   if (k < V || cfg_.top_p < 1.0f || cfg_.min_p > 0) {
@@ -61,7 +73,8 @@ int32_t Sampler::sample(const Tensor& logits_t, std::span<const int32_t> recent)
   }
   // Softmax over candidates at the temperature (in double).
   const double mx = *std::max_element(z.begin(), z.end());
-  std::vector<double> p(idx.size());
+  std::vector<double>& p = p_;
+  p.resize(idx.size());
   double total = 0;
   for (size_t i = 0; i < idx.size(); ++i) total += p[i] = std::exp((z[size_t(idx[i])] - mx) / cfg_.temperature);
   for (double& v : p) v /= total;

@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "toy/core/rng.h"
 #include "toy/core/tensor.h"
@@ -32,6 +34,11 @@ class Sampler {
  private:
   SamplerConfig cfg_;
   Generator gen_;
+  // Scratch reused from call to call, so sampling a token allocates nothing once warm.
+  std::vector<float> z_;
+  std::vector<int32_t> idx_;
+  std::vector<double> p_;
+  std::vector<std::pair<int32_t, int>> counts_;
 };
 
 }  // namespace toy

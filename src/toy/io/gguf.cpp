@@ -364,7 +364,7 @@ Tensor Reader::tensor(const std::string& name) const {
   char* p = static_cast<char*>(map_.get()) + data_start_ + ti->offset;
   auto keep = map_;
   auto storage = std::make_shared<Storage>(p, ti->bytes, Device::CPU, [keep]() {});
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = new_tensor_impl();
   impl->shape = ti->shape;
   impl->strides = contiguous_strides(ti->shape);
   impl->dtype = ti->dtype;

@@ -15,9 +15,10 @@ std::string blk(int64_t l, const char* name) { return fmt::format("blk.{}.{}", l
 
 // I32 [T]: start, start + 1, ...
 Tensor position_ids(int64_t start, int64_t T) {
-  std::vector<int32_t> p(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) p[size_t(t)] = int32_t(start + t);
-  return from_vector(p, Shape{T});
+  Tensor p = empty(Shape{T}, DType::I32);
+  int32_t* d = p.data<int32_t>();
+  for (int64_t t = 0; t < T; ++t) d[t] = int32_t(start + t);
+  return p;
 }
 
 RopeOptions rope_options(const ModelConfig& c, const Tensor& freq_factors) {
@@ -219,13 +220,15 @@ nn::KVCache DecoderLM::new_cache(int64_t batch, int64_t capacity, DType dtype) c
   return nn::KVCache(cfg_.layers, batch, capacity, cfg_.kv_heads, cfg_.head_dim, dtype);
 }
 
-Tensor DecoderLM::decode(nn::KVCache& cache, const std::vector<int32_t>& ids) {
+Tensor DecoderLM::decode(nn::KVCache& cache, std::span<const int32_t> ids) {
   NoGradGuard ng;
   const int64_t T = int64_t(ids.size());
   TOY_CHECK(T > 0, "[model] decode needs at least one token");
   for (int32_t id : ids)
     TOY_CHECK(id >= 0 && id < cfg_.vocab, "[model] token id {} is out of the vocabulary [0, {})", id, cfg_.vocab);
-  Tensor x = hidden(from_vector(ids, Shape{1, T}), false, nullptr, &cache);
+  Tensor batch = empty(Shape{1, T}, DType::I32);  // from the caching allocator: no heap allocation
+  std::copy(ids.begin(), ids.end(), batch.data<int32_t>());
+  Tensor x = hidden(batch, false, nullptr, &cache);
   Tensor last = slice(x, 1, T - 1, T);  // [1, 1, D]
   return reshape(head_(last), Shape{cfg_.vocab});
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,7 +75,12 @@ class DecoderLM {
   // A cache for `batch` sequences of up to `capacity` tokens (0: the model's context).
   nn::KVCache new_cache(int64_t batch = 1, int64_t capacity = 0, DType dtype = DType::F32) const;
   // Runs ids [T] (one sequence) after what the cache holds; logits of the last position [V].
-  Tensor decode(nn::KVCache& cache, const std::vector<int32_t>& ids);
+  // Once warm, a call makes no heap allocation (tested).
+  Tensor decode(nn::KVCache& cache, std::span<const int32_t> ids);
+  Tensor decode(nn::KVCache& cache, const std::vector<int32_t>& ids) {
+    return decode(cache, std::span<const int32_t>(ids));
+  }
+  Tensor decode(nn::KVCache& cache, int32_t id) { return decode(cache, std::span<const int32_t>(&id, 1)); }
 
  private:
   struct Block {

@@ -71,7 +71,7 @@ class PieceTokenizer : public Tokenizer {
  public:
   int32_t vocab_size() const override { return int32_t(pieces_.size()); }
   std::string decode(std::span<const int32_t> ids) const override;
-  std::string token_bytes(int32_t id) const override;
+  const std::string& token_bytes(int32_t id) const override;
 
  protected:
   std::vector<std::string> pieces_;

@@ -174,7 +174,7 @@ std::string PieceTokenizer::decode(std::span<const int32_t> ids) const {
   return out;
 }
 
-std::string PieceTokenizer::token_bytes(int32_t id) const {
+const std::string& PieceTokenizer::token_bytes(int32_t id) const {
   TOY_CHECK(id >= 0 && size_t(id) < pieces_.size(), "[tokenizer:{}] token id {} is out of range (vocabulary of {})",
             kind(), id, pieces_.size());
   return pieces_[size_t(id)];
@@ -284,7 +284,7 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const gguf::Reader& r) {
 
 // ---- Utf8StreamDecoder ---------------------------------------------------------------------
 
-std::string Utf8StreamDecoder::push(int32_t id) {
+const std::string& Utf8StreamDecoder::push(int32_t id) {
   pending_ += tok_.token_bytes(id);
   // Only the tail can be an unfinished character: find the last byte that is not a
   // continuation byte (at most 3 back) and hold it back if it starts a valid but cut-short
@@ -296,9 +296,9 @@ std::string Utf8StreamDecoder::push(int32_t id) {
     if (td::utf8_step(pending_, j).status == td::Utf8Status::incomplete) cut = j;
     break;
   }
-  std::string out = pending_.substr(0, cut);
+  out_.assign(pending_, 0, cut);
   pending_.erase(0, cut);
-  return out;
+  return out_;
 }
 
 std::string Utf8StreamDecoder::flush() {

@@ -33,7 +33,7 @@ class Tokenizer {
   // Concatenated bytes of the tokens (may end inside a UTF-8 sequence for byte/bpe).
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   // The bytes one token stands for.
-  virtual std::string token_bytes(int32_t id) const = 0;
+  virtual const std::string& token_bytes(int32_t id) const = 0;
   // End-of-text id (-1 if none).
   virtual int32_t eos_id() const = 0;
   // Beginning-of-sequence id (-1 if none), and whether the vocabulary asks for it in front of
@@ -69,14 +69,15 @@ class Tokenizer {
 class Utf8StreamDecoder {
  public:
   explicit Utf8StreamDecoder(const Tokenizer& t) : tok_(t) {}
-  // Text that is complete after appending `id` (possibly empty).
-  std::string push(int32_t id);
+  // Text that is complete after appending `id` (possibly empty); valid until the next call
+  // (a buffer reused from call to call: no allocation per token once warm).
+  const std::string& push(int32_t id);
   // Whatever is left (an incomplete sequence is returned as is).
   std::string flush();
 
  private:
   const Tokenizer& tok_;
-  std::string pending_;
+  std::string pending_, out_;
 };
 
 }  // namespace toy

@@ -27,8 +27,14 @@ void rope(const Tensor& x, const Tensor& pos, const Tensor& freq_factors, const 
   const float* ff = freq_factors.defined() ? freq_factors.data<float>() : nullptr;
 
   // Per-dimension inverse frequency and YaRN ramp, shared by every position.
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  std::vector<float> ramp(size_t(half), 0.0f);
+  // Buffers kept between calls (rotating one token's heads allocates nothing), named by
+  // reference so that the workers below read the calling thread's copies.
+  thread_local std::vector<double> inv_freq_buffer;
+  thread_local std::vector<float> ramp_buffer;
+  std::vector<double>& inv_freq = inv_freq_buffer;
+  std::vector<float>& ramp = ramp_buffer;
+  inv_freq.assign(size_t(half), 0.0);
+  ramp.assign(size_t(half), 0.0f);
   float corr0 = 0, corr1 = 0;
   if (a.ext_factor != 0.0f) {
     corr0 = std::max(0.0f, std::floor(yarn_corr_dim(n_dims, a.n_ctx_orig, a.beta_fast, a.freq_base)));
@@ -51,7 +57,9 @@ void rope(const Tensor& x, const Tensor& pos, const Tensor& freq_factors, const 
     const T_* px = static_cast<const T_*>(x.raw_data());
     T_* py = y.data<T_>();
     parallel_for(0, B * T, std::max<int64_t>(1, 4096 / std::max<int64_t>(H * D, 1)), [&](int64_t b0, int64_t b1) {
-      std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+      thread_local std::vector<float> cs, sn;
+      cs.resize(size_t(half));
+      sn.resize(size_t(half));
       for (int64_t bt = b0; bt < b1; ++bt) {
         const int64_t b = bt / T, t = bt % T;
         const double p = double(pos_per_batch ? pp[b * T + t] : pp[t]);
