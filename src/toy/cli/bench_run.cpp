@@ -3,7 +3,9 @@
 // only) and text generation (tg: 128 tokens decoded one at a time from an empty cache), in
 // tokens per second (medians over --reps) — plus what decoding is limited by: the bytes of
 // weights read per generated token over the time one token takes, against the memory read
-// bandwidth measured in the same process.
+// bandwidth measured in the same process. `--depths 0,1024,...` also times generation after
+// that many cached tokens (llama-bench's -d), to show how time per token grows with position:
+// only attention's share (reading the cache) should grow.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -72,6 +74,7 @@ Run add_bench_run_command(CLI::App& bench) {
     std::string model;
     int threads = 0, reps = 3;
     int64_t pp = 512, tg = 128;
+    std::vector<int64_t> depths;
     bool json = false;
   };
   auto f = std::make_shared<Flags>();
@@ -80,6 +83,9 @@ Run add_bench_run_command(CLI::App& bench) {
   add_int(cmd, "--reps", f->reps, 1, 100, "Timed repetitions of each test (median reported; default 3)");
   add_int(cmd, "-p,--n-prompt", f->pp, 1, 1 << 20, "Prompt tokens (default 512)");
   add_int(cmd, "-n,--n-gen", f->tg, 1, 1 << 20, "Generated tokens (default 128)");
+  cmd->add_option("--depths", f->depths, "Also time generation after this many cached tokens (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
   cmd->add_flag("--json", f->json, "One JSON object");
   return [f]() {
     if (f->threads) set_num_threads(f->threads);
@@ -92,23 +98,38 @@ Run add_bench_run_command(CLI::App& bench) {
     // Random token ids, as llama-bench uses.
     std::vector<int32_t> prompt(size_t(f->pp));
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(philox4x32(1, 0, i)[0] % uint32_t(V));
-    nn::KVCache cache = m.new_cache(1, f->pp + f->tg);
+    int64_t max_depth = 0;
+    for (int64_t d : f->depths) max_depth = std::max(max_depth, d);
+    nn::KVCache cache = m.new_cache(1, std::max(f->pp, max_depth) + f->tg);
     const double pp_s = median_seconds(
         [&] {
           cache.clear();
           (void)m.decode(cache, prompt);
         },
         f->reps, 1);
-    const double tg_s = median_seconds(
-        [&] {
-          cache.clear();
-          int32_t id = prompt[0];
-          for (int64_t i = 0; i < f->tg; ++i) {
-            const std::vector<float> logits = m.decode(cache, {id}).to_f32_vector();
-            id = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-          }
-        },
-        f->reps, 1);
+    // tg tokens decoded greedily after `depth` cached tokens (prefilled untimed).
+    std::vector<int32_t> context;
+    auto time_tg = [&](int64_t depth) {
+      if (int64_t(context.size()) < depth)
+        for (int64_t i = int64_t(context.size()); i < depth; ++i)
+          context.push_back(int32_t(philox4x32(2, 0, uint64_t(i))[0] % uint32_t(V)));
+      std::vector<double> times;
+      for (int r = 0; r <= f->reps; ++r) {  // the first run warms up
+        cache.clear();
+        if (depth > 0) (void)m.decode(cache, std::span<const int32_t>(context.data(), size_t(depth)));
+        int32_t id = prompt[0];
+        const auto t = std::chrono::steady_clock::now();
+        for (int64_t i = 0; i < f->tg; ++i) {
+          const Tensor logits = m.decode(cache, id);
+          const float* z = logits.data<float>();
+          id = int32_t(std::max_element(z, z + V) - z);
+        }
+        if (r > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+      }
+      std::sort(times.begin(), times.end());
+      return times[times.size() / 2];
+    };
+    const double tg_s = time_tg(0);
     const double bw = read_bandwidth_gbs();
     const double wbytes = weight_bytes_per_token(m);
     nlohmann::json j = provenance();
@@ -124,6 +145,24 @@ Run add_bench_run_command(CLI::App& bench) {
     j["bandwidth_gbs"] = bw;
     j["tg_bandwidth_fraction"] = wbytes * double(f->tg) / tg_s / 1e9 / bw;
     j["reps"] = f->reps;
+    // Generation deeper in the context: what attention adds is reading the cache (keys and
+    // values of every earlier position, every layer), so compare the extra time per token
+    // with those bytes at the measured bandwidth.
+    const ModelConfig& c = m.config();
+    const double kv_bytes_per_position =
+        2.0 * double(c.layers) * double(c.kv_heads) * double(c.head_dim) * double(element_size(cache.dtype()));
+    nlohmann::json by_depth = nlohmann::json::array();
+    for (int64_t d : f->depths) {
+      const double s = d == 0 ? tg_s : time_tg(d);
+      const double extra_ms = (s - tg_s) / double(f->tg) * 1e3;
+      const double kv_ms = kv_bytes_per_position * double(d) / (bw * 1e9) * 1e3;  // the cache d adds
+      by_depth.push_back({{"depth", d},
+                          {"tg_tokens_per_s", double(f->tg) / s},
+                          {"ms_per_token", s / double(f->tg) * 1e3},
+                          {"extra_ms_per_token", extra_ms},
+                          {"kv_read_ms_per_token", kv_ms}});
+    }
+    if (!f->depths.empty()) j["tg_by_depth"] = by_depth;
     if (f->json) {
       std::printf("%s\n", j.dump().c_str());
       return 0;
@@ -134,6 +173,12 @@ Run add_bench_run_command(CLI::App& bench) {
     std::printf("tg%-5lld %10.1f tok/s   weights %.1f MB/token -> %.1f GB/s = %.2f of the %.1f GB/s measured\n",
                 static_cast<long long>(f->tg), j["tg_tokens_per_s"].get<double>(), wbytes / 1e6,
                 j["tg_weight_gbs"].get<double>(), j["tg_bandwidth_fraction"].get<double>(), bw);
+    for (const auto& r : by_depth)
+      std::printf("tg%-5lld @ d%-6lld %6.1f tok/s   %.2f ms/token (+%.2f over d0; reading its cache at the "
+                  "measured bandwidth: %.2f)\n",
+                  static_cast<long long>(f->tg), static_cast<long long>(r["depth"].get<int64_t>()),
+                  r["tg_tokens_per_s"].get<double>(), r["ms_per_token"].get<double>(),
+                  r["extra_ms_per_token"].get<double>(), r["kv_read_ms_per_token"].get<double>());
     return 0;
   };
 }
