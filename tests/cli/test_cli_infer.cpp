@@ -185,3 +185,18 @@ TEST(CliBench, RunReportsTheInterfaceFields) {
   for (const char* k : {"pp_tokens_per_s", "tg_tokens_per_s", "bandwidth_gbs", "tg_bandwidth_fraction"})
     EXPECT_GT(j.at(k).get<double>(), 0.0) << k;
 }
+
+TEST(CliBench, RunTimesGenerationAtTheDepthsAsked) {
+  const std::string m = init_tiny("qwen3", "q8_0");
+  const auto r = run_toy({"bench", "run", "-m", m, "--threads", "1", "--reps", "1", "-p", "8", "-n", "4", "--depths",
+                          "0,40", "--json"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  const auto rows = nlohmann::json::parse(r.out).at("tg_by_depth");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].at("depth").get<int64_t>(), 0);
+  EXPECT_EQ(rows[1].at("depth").get<int64_t>(), 40);
+  EXPECT_GT(rows[1].at("tg_tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(rows[1].at("kv_read_ms_per_token").get<double>(), 0.0);  // 40 positions of cache to read
+  EXPECT_EQ(rows[0].at("kv_read_ms_per_token").get<double>(), 0.0);
+  EXPECT_NE(run_toy({"bench", "run", "-m", m, "--depths", "-1"}).status, 0);
+}
