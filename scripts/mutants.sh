@@ -293,6 +293,24 @@ toy_op_tests
 ^Forward\.AttentionCausal
       s[j] = (hsum256(a0) + dot_tail(k0)) * g.scale;
       s[j] = (hsum256(a0) + dot_tail(k0));
+history-grows-per-token
+src/toy/infer/generate.cpp
+toy_train_tests
+^Generate\.AllocatesNothing
+  history.reserve(history.size() + size_t(std::min<int64_t>(n, int64_t(1) << 20)) + 1);  // no growth per token
+  history.reserve(history.size() + 1);
+pool-never-reuses
+src/toy/core/small_object_pool.cpp
+toy_train_tests
+^Train\.(Steps|Quantized)
+    if (FreeBlock* b = p.free[c]) {
+    if (FreeBlock* b = nullptr) {
+depth-cache-read-off-by-one
+src/toy/cli/bench_run.cpp
+toy toy_cli_tests
+^CliBench\.RunTimesGeneration
+      const double kv_ms = kv_bytes_per_position * double(d) / (bw * 1e9) * 1e3;  // the cache d adds
+      const double kv_ms = kv_bytes_per_position * double(d + 1) / (bw * 1e9) * 1e3;  // the cache d adds
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -107,12 +107,10 @@ Run add_bench_run_command(CLI::App& bench) {
           (void)m.decode(cache, prompt);
         },
         f->reps, 1);
-    // tg tokens decoded greedily after `depth` cached tokens (prefilled untimed).
-    std::vector<int32_t> context;
+    // tg tokens decoded greedily after the first `depth` tokens of `context` (prefilled untimed).
+    std::vector<int32_t> context(static_cast<size_t>(max_depth));
+    for (size_t i = 0; i < context.size(); ++i) context[i] = int32_t(philox4x32(2, 0, i)[0] % uint32_t(V));
     auto time_tg = [&](int64_t depth) {
-      if (int64_t(context.size()) < depth)
-        for (int64_t i = int64_t(context.size()); i < depth; ++i)
-          context.push_back(int32_t(philox4x32(2, 0, uint64_t(i))[0] % uint32_t(V)));
       std::vector<double> times;
       for (int r = 0; r <= f->reps; ++r) {  // the first run warms up
         cache.clear();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <span>
 #include <string_view>
 
 #include "toy/autograd/grad_mode.h"
@@ -17,8 +18,7 @@ Tensor decode_next(DecoderLM& model, nn::KVCache& cache, const std::vector<int32
   if (cache.size() < cache.capacity()) return model.decode(cache, history.back());
   cache.clear();
   const int64_t keep = std::min<int64_t>(int64_t(history.size()), std::max<int64_t>(1, cache.capacity() / 2));
-  std::vector<int32_t> tail(history.end() - keep, history.end());
-  return model.decode(cache, tail);
+  return model.decode(cache, std::span<const int32_t>(history).last(size_t(keep)));
 }
 
 std::vector<int32_t> fit_prompt(std::vector<int32_t> ids, int64_t ctx) {
