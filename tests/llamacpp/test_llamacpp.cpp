@@ -263,10 +263,12 @@ TEST(LlamaCpp, TokenizesLikeToyWithEveryPreTokenizer) {
 }
 
 // `toy init` files of every architecture and weight type run in llama.cpp: the same token ids
-// for a text, the same next-token distributions (within what the weight type explains:
-// llama.cpp rounds the activations to the weight's dot-product type — F16, BF16, 8-bit blocks
-// — before its dot products, toy keeps them in f32), and the same greedy continuation, where
-// a differing token is allowed only at a near-tie of toy's own top two.
+// for a text, the same next-token distributions, and the same greedy continuation, where a
+// differing token is allowed only at a near-tie of toy's own top two. toy rounds activations
+// to 8 bits for block weights exactly as llama.cpp does, so quantized files often agree to
+// ~2e-6 in log-probability; elsewhere a last-bit difference upstream (summation order,
+// llama.cpp's GELU table, F16/BF16 activations it rounds and toy does not) can flip one
+// rounding to 8 bits, which moves a log-probability by up to ~0.02 (measured 0.0174 at most).
 TEST(LlamaCpp, RunsToyInitModelsOfEveryArchitectureAndType) {
   REQUIRE_LLAMACPP();
   const std::string text = "the terms and conditions for copying, distribution and modification follow";
@@ -286,7 +288,7 @@ TEST(LlamaCpp, RunsToyInitModelsOfEveryArchitectureAndType) {
     const std::vector<int32_t> ids = encode(path, text);
     EXPECT_EQ(node({path, "--tokenize", text}).get<std::vector<int32_t>>(), ids);
     const bool exact = c.type == "f32";
-    const double tolerance = exact ? 1e-3 : c.type == "f16" || c.type == "q8_0" ? 0.05 : 0.1;
+    const double tolerance = exact ? 1e-3 : 0.04;
     expect_same_distributions(path, ids, tolerance, exact ? 0.0 : 2 * tolerance);
     expect_same_greedy_tokens(path, ids, 16, exact ? 1e-4 : 2 * tolerance);
   }

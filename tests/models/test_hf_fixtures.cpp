@@ -86,7 +86,9 @@ TEST_P(HfFixture, ToyMatchesTheReferenceForEveryWeightType) {
     const double scale = max_abs(ref.logits[k]);
     double worst = 0;
     for (int64_t t = 0; t < T; ++t) worst = std::max(worst, row_diff(full, ref.logits[k], t, V));
-    EXPECT_LE(worst, 1e-4 * scale) << "prompt forward vs the reference";
+    // Block weights: toy rounds the activations to 8 bits as llama.cpp does (the reference
+    // keeps them in f32), in the prompt and the decode path alike.
+    EXPECT_LE(worst, (k == 0 ? 1e-4 : 0.1) * scale) << "prompt forward vs the reference";
     // Token by token with the cache.
     nn::KVCache cache = lm.model->new_cache(1, T);
     std::vector<float> step(size_t(T * V));
@@ -100,11 +102,11 @@ TEST_P(HfFixture, ToyMatchesTheReferenceForEveryWeightType) {
         decode_vs_full = std::max(decode_vs_full, double(std::fabs(step[size_t(t * V + v)] - full[size_t(t * V + v)])));
       decode_vs_ref = std::max(decode_vs_ref, row_diff(step, ref.logits[k], t, V));
     }
-    if (k == 0) {
-      EXPECT_LE(decode_vs_full, 1e-5 * scale) << "cached decode vs the full forward (f32)";
-    } else {
-      EXPECT_LE(decode_vs_ref, 0.1 * scale) << "block-product decode vs the reference";
-    }
+    // The cached decode computes what the prompt forward computes: for block weights the same
+    // rounded activations, so only summation order differs (which can move a value across an
+    // 8-bit rounding boundary now and then: a looser bound).
+    EXPECT_LE(decode_vs_full, (k == 0 ? 1e-5 : 1e-3) * scale) << "cached decode vs the full forward";
+    EXPECT_LE(decode_vs_ref, (k == 0 ? 1e-4 : 0.1) * scale) << "decode vs the reference";
     std::printf("%s%s: prompt %.2e, decode vs full %.2e, decode vs ref %.2e (x max|logit| %.1f)\n", arch.c_str(),
                 kinds[k], worst / scale, decode_vs_full / scale, decode_vs_ref / scale, scale);
   }

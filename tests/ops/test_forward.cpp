@@ -742,8 +742,9 @@ TEST(Forward, AttentionAcrossSeveralKeyChunks) {
 }
 
 // linear with a weight kept in its stored dtype (F16, BF16, GGUF blocks) equals linear with
-// that weight widened to f32 — forward (one row: decoding; many rows: a prompt) and the
-// gradient to x and the bias; the stored weight itself cannot train.
+// that weight widened to f32 (for block types, of the activations rounded as llama.cpp rounds
+// them) — forward (one row: decoding; many rows: a prompt) and the gradient to x and the bias;
+// the stored weight itself cannot train.
 TEST(Forward, LinearWithStoredWeightsMatchesTheWidenedWeight) {
   for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                    DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
@@ -754,7 +755,14 @@ TEST(Forward, LinearWithStoredWeightsMatchesTheWidenedWeight) {
     for (int64_t rows : {int64_t(1), int64_t(15)}) {
       if (rows <= cpu::kGemvMaxRows && cpu::gemv_blocks_supports(dt)) continue;  // see the next test
       Tensor x = param(randn_t(Shape{rows, 256}, 5));
+      // Block weights see the activations rounded to 8 bits as llama.cpp rounds them (tested
+      // below); the gradient to x passes straight through that rounding.
       Tensor x2 = param(randn_t(Shape{rows, 256}, 5));
+      if (is_block(dt)) {
+        std::vector<float> xr(size_t(rows * 256));
+        cpu::round_activations(dt, x.data<float>(), rows * 256, xr.data());
+        x2 = param(from_vector(xr, Shape{rows, 256}));
+      }
       Tensor y = linear(x, w, b), y_ref = linear(x2, wide, b);
       EXPECT_TRUE(close(y, y_ref, 1e-5, 1e-4));
       backward(sum(square(y)));
@@ -771,13 +779,61 @@ TEST(Forward, LinearWithStoredWeightsMatchesTheWidenedWeight) {
   }
 }
 
+// Activations are rounded for block products exactly as llama.cpp's quantize_row_q8_0 (AVX2:
+// q = round-to-even(x * 127 / amax), scale amax / 127 stored as f16) and quantize_row_q8_K
+// (per 256: the first value of largest magnitude, with its sign, maps to -127; q capped at
+// 127; scale its reciprocal factor), written out here from their published formulas.
+TEST(Forward, ActivationsAreRoundedAsLlamaCppRoundsThem) {
+  const int64_t K = 1024;
+  std::vector<float> x = randn_t(Shape{K}, 41, 2.0f).to_f32_vector();
+  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // an all-zero block
+  x[600] = -9.0f, x[700] = 9.0f;                     // largest magnitude twice: the first (negative) decides
+  x[800] = -7.5f;                                     // a block whose largest value is negative
+  for (DType dt : {DType::Q8_0, DType::Q4_K}) {
+    SCOPED_TRACE(std::string(name(dt)));
+    std::vector<float> d(static_cast<size_t>(K / 32));
+    std::vector<int8_t> q(static_cast<size_t>(K));
+    std::vector<int16_t> s16(static_cast<size_t>(K / 16));
+    cpu::quantize_activations(dt, x.data(), K, d.data(), q.data(), s16.data());
+    const int64_t block = dt == DType::Q8_0 ? 32 : 256;
+    for (int64_t b0 = 0; b0 < K; b0 += block) {
+      float amax = 0, max = 0;
+      for (int64_t j = b0; j < b0 + block; ++j)
+        if (std::fabs(x[size_t(j)]) > amax) amax = std::fabs(x[size_t(j)]), max = x[size_t(j)];
+      float want_d = 0, mul = 0;
+      if (dt == DType::Q8_0) {
+        want_d = to_f32(from_f32<f16>(amax / 127.0f));
+        mul = amax != 0.0f ? 127.0f / amax : 0.0f;
+      } else if (amax != 0.0f) {
+        mul = -127.0f / max;
+        want_d = 1.0f / mul;
+      }
+      for (int64_t j = b0; j < b0 + block; ++j) {
+        ASSERT_EQ(d[size_t(j / 32)], want_d) << j;
+        const int want_q = std::min(127, int(std::nearbyint(mul * x[size_t(j)])));
+        ASSERT_EQ(int(q[size_t(j)]), want_q) << j;
+      }
+    }
+  }
+  // The K types of the prompt path round the same way (f32 values d * q).
+  std::vector<float> r(static_cast<size_t>(K));
+  cpu::round_activations(DType::Q6_K, x.data(), K, r.data());
+  std::vector<float> d(static_cast<size_t>(K / 32));
+  std::vector<int8_t> q(static_cast<size_t>(K));
+  std::vector<int16_t> s16(static_cast<size_t>(K / 16));
+  cpu::quantize_activations(DType::Q6_K, x.data(), K, d.data(), q.data(), s16.data());
+  for (int64_t j = 0; j < K; ++j) ASSERT_EQ(r[size_t(j)], d[size_t(j / 32)] * float(q[size_t(j)])) << j;
+  EXPECT_EQ(q[600], -127);
+  EXPECT_EQ(q[700], 127);
+}
+
 // The decode path (up to kGemvMaxRows rows; F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K read
 // straight from the blocks): F16/BF16 equal the widened product; the block types round the
 // activations to 8-bit blocks first, as llama.cpp does, so they are checked twice: against
 // the product of the rounded activations and the widened weight computed in double (only
 // summation order differs: 1e-5), and against the f32 product within the bound the rounding
-// implies — each activation moves by at most half its block's step d / 2, so
-// |y - y_f32| <= sum_k |w_k| d_k / 2.
+// implies — each activation moves by at most half its block's step d / 2, plus, for Q8_0's
+// f16 scale, 2^-11 d for each of up to 127 steps: |y - y_f32| <= sum_k |w_k| d_k (1/2 + 127/2048).
 TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
   for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q6_K}) {
     SCOPED_TRACE(std::string(name(dt)));
@@ -787,7 +843,8 @@ TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
     const std::vector<float> wv = cast(w, DType::F32).to_f32_vector();
     Tensor b = randn_t(Shape{out}, 14);
     const std::vector<float> bv = b.to_f32_vector();
-    for (int64_t rows : {int64_t(1), int64_t(3), cpu::kGemvMaxRows}) {
+    // (20 rows: the prompt path, f32 products of the rounded activations — the same numbers.)
+    for (int64_t rows : {int64_t(1), int64_t(3), cpu::kGemvMaxRows, int64_t(20)}) {
       Tensor x = randn_t(Shape{rows, K}, 15 + uint64_t(rows), 1.5f);
       const std::vector<float> xv = x.to_f32_vector();
       const std::vector<float> y = linear(x, w, b).to_f32_vector();
@@ -795,7 +852,7 @@ TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
         std::vector<float> d(static_cast<size_t>(K / 32));
         std::vector<int8_t> q(static_cast<size_t>(K));
         std::vector<int16_t> s16(static_cast<size_t>(K / 16));
-        cpu::quantize_activations_q8(xv.data() + n * K, K, d.data(), q.data(), s16.data());
+        cpu::quantize_activations(dt, xv.data() + n * K, K, d.data(), q.data(), s16.data());
         for (int64_t i = 0; i < K / 16; ++i) {
           int s = 0;
           for (int j = 0; j < 16; ++j) s += q[size_t(16 * i + j)];
@@ -807,7 +864,7 @@ TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
             const double wk = wv[size_t(r * K + k)], xk = xv[size_t(n * K + k)];
             exact += wk * xk;
             rounded += wk * double(d[size_t(k / 32)]) * double(q[size_t(k)]);
-            bound += std::fabs(wk) * double(d[size_t(k / 32)]) / 2;
+            bound += std::fabs(wk * double(d[size_t(k / 32)])) * (0.5 + 127.0 / 2048);  // (Q8_K scales may be negative)
             scale += std::fabs(wk * xk);
           }
           const double got = y[size_t(n * out + r)];

@@ -2,10 +2,12 @@
 // the blocks: the decode-time path, which is bound by reading the weights, so each weight
 // row is read once and dotted with every activation row while it is in L1.
 //   - Block types (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K): the activations are first quantized to
-//     8-bit blocks of 32 (one f32 scale each, plus the sums of every 16 values), as llama.cpp
-//     does, and each block product is an integer dot product (maddubs: 32 multiply-adds per
-//     instruction) scaled once. Per-32 activation scales are finer than llama.cpp's per-256
-//     scales for the K types, so the result is at least as close to the f32 product.
+//     8-bit values exactly as llama.cpp quantizes them for that weight type (Q8_0: blocks of
+//     32, scale amax/127 rounded to f16; the K types: Q8_K, blocks of 256, scale from the
+//     signed largest value), plus the sums of every 16 values, and each block product is an
+//     integer dot product (maddubs: 32 multiply-adds per instruction) scaled once. Rounding
+//     as llama.cpp does makes a quantized model compute the numbers it computes, not merely
+//     numbers as close to the f32 product: the greedy tokens agree even at near-ties.
 //   - F16 / BF16: widened 8 at a time in registers and multiplied in f32.
 // Rows are split across threads; each thread writes only its own outputs, so the result does
 // not depend on the thread count.
@@ -48,7 +50,68 @@ struct Q8Row {
 
 }  // namespace
 
-void quantize_activations_q8(const float* x, int64_t K, float* d, int8_t* q, int16_t* sum16) {
+namespace {
+
+inline float round_to_f16(float v) { return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT)); }
+
+// 32 floats times inv, rounded to nearest (even), saturated to int8, stored in order.
+inline void round_block32(const float* xb, __m256 inv, int8_t* q) {
+  __m256i qi[4];
+  for (int i = 0; i < 4; ++i)
+    qi[i] = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * i), inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  // int32 x 32 -> int8 x 32 in element order (packs interleave 128-bit lanes; permute back).
+  __m256i p01 = _mm256_packs_epi32(qi[0], qi[1]);
+  __m256i p23 = _mm256_packs_epi32(qi[2], qi[3]);
+  __m256i p = _mm256_packs_epi16(p01, p23);
+  p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), p);
+}
+
+void sums_of_16(const int8_t* q, int64_t K, int16_t* sum16) {
+  for (int64_t i = 0; i < K / 16; ++i) {
+    int s = 0;
+    for (int j = 0; j < 16; ++j) s += q[16 * i + j];
+    sum16[i] = int16_t(s);
+  }
+}
+
+// Q8_K (llama.cpp's quantize_row_q8_K): per 256 values, the one of largest magnitude (the
+// first, with its sign) maps to -127; d = max / -127 (repeated for the block's eight 32s).
+void quantize_q8_k(const float* x, int64_t K, float* d, int8_t* q, int16_t* sum16) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < K / 256; ++b) {
+    const float* xb = x + b * 256;
+    __m256 amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+    for (int i = 0; i < 32; ++i) {
+      const __m256 v = _mm256_loadu_ps(xb + 8 * i);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, v));
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float am = _mm_cvtss_f32(m);
+    float scale = 0, iscale = 0;
+    if (_mm256_movemask_ps(nan)) {
+      scale = NAN;  // a NaN activation makes every product with the block NaN, as in f32
+    } else if (am != 0.0f) {
+      int j = 0;
+      while (std::fabs(xb[j]) != am) ++j;
+      iscale = -127.0f / xb[j];
+      scale = 1.0f / iscale;
+    }
+    for (int i = 0; i < 8; ++i) {
+      d[b * 8 + i] = scale;
+      round_block32(xb + 32 * i, _mm256_set1_ps(iscale), q + b * 256 + 32 * i);
+    }
+  }
+  sums_of_16(q, K, sum16);
+}
+
+// Q8_0 (llama.cpp's quantize_row_q8_0): per 32 values, q = round(x * 127 / amax); the scale
+// amax / 127 is stored as f16, so the products use the f16-rounded value.
+void quantize_q8_0(const float* x, int64_t K, float* d, int8_t* q, int16_t* sum16) {
   const __m256 sign_mask = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < K / 32; ++b) {
     const float* xb = x + b * 32;
@@ -66,21 +129,37 @@ void quantize_activations_q8(const float* x, int64_t K, float* d, int8_t* q, int
     // A NaN or infinite activation makes the block's scale NaN / inf, so every product with
     // it is NaN, as in f32, instead of vanishing.
     const float scale = _mm256_movemask_ps(nan) ? NAN : am / 127.0f;
-    d[b] = scale;
-    const __m256 inv = _mm256_set1_ps(scale != 0.0f && std::isfinite(scale) ? 127.0f / am : 0.0f);
-    __m256i qi[4];
-    for (int i = 0; i < 4; ++i)
-      qi[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    // int32 x 32 -> int8 x 32 in element order (packs interleave 128-bit lanes; permute back).
-    __m256i p01 = _mm256_packs_epi32(qi[0], qi[1]);
-    __m256i p23 = _mm256_packs_epi32(qi[2], qi[3]);
-    __m256i p = _mm256_packs_epi16(p01, p23);
-    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), p);
-    int s0 = 0, s1 = 0;
-    for (int i = 0; i < 16; ++i) s0 += q[b * 32 + i], s1 += q[b * 32 + 16 + i];
-    sum16[2 * b] = int16_t(s0);
-    sum16[2 * b + 1] = int16_t(s1);
+    d[b] = std::isfinite(scale) ? round_to_f16(scale) : scale;
+    round_block32(xb, _mm256_set1_ps(scale != 0.0f && std::isfinite(scale) ? 127.0f / am : 0.0f), q + b * 32);
+  }
+  sums_of_16(q, K, sum16);
+}
+
+}  // namespace
+
+bool activations_in_256s(DType weight) {
+  switch (weight) {
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    default: return false;
+  }
+}
+
+void quantize_activations(DType weight, const float* x, int64_t K, float* d, int8_t* q, int16_t* sum16) {
+  if (activations_in_256s(weight))
+    quantize_q8_k(x, K, d, q, sum16);
+  else
+    quantize_q8_0(x, K, d, q, sum16);
+}
+
+void round_activations(DType weight, const float* x, int64_t K, float* out) {
+  // Quantize 256 at a time into a small buffer, then write d * q back.
+  alignas(32) int8_t q[256];
+  float d[8];
+  int16_t s16[16];
+  for (int64_t k0 = 0; k0 < K; k0 += 256) {
+    const int64_t n = std::min<int64_t>(256, K - k0);
+    quantize_activations(weight, x + k0, n, d, q, s16);
+    for (int64_t i = 0; i < n; ++i) out[k0 + i] = d[i / 32] * float(q[i]);
   }
 }
 
@@ -364,7 +443,7 @@ void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
     float* d = base;
     int8_t* q = reinterpret_cast<int8_t*>(base + K / 32);
     int16_t* s16 = reinterpret_cast<int16_t*>(base + K / 32 + K / 4);
-    quantize_activations_q8(xp + n * K, K, d, q, s16);
+    quantize_activations(w.dtype(), xp + n * K, K, d, q, s16);
     rows[n] = {d, q, s16};
   }
   for_row_blocks(out, [&](int64_t r0, int64_t r1) {

@@ -12,7 +12,14 @@ bool gemv_blocks_supports(DType t);
 // The activation rounding the block products use (llama.cpp's Q8 blocks, with f32 scales):
 // per block of 32, d = max|x| / 127 and q = round(x / d) (ties to even); sum16 holds the
 // sums of each 16 q. A block with a NaN or infinity gets a NaN scale. K a multiple of 32.
-void quantize_activations_q8(const float* x, int64_t K, float* d, int8_t* q, int16_t* sum16);
+// The activations of one row (K values) as llama.cpp rounds them for products with a weight
+// of that type: Q8_0 (per 32, f16 scale) for the 32-block types, Q8_K (per 256) for the K
+// types. d gets one scale per 32 values (a Q8_K block's repeated), q the values, sum16 the
+// sums of every 16. K is a multiple of 32 (of 256 for the K types).
+void quantize_activations(DType weight, const float* x, int64_t K, float* d, int8_t* q, int16_t* sum16);
+bool activations_in_256s(DType weight);
+// The same rounding written back as floats (d * q), for products done in f32 (prompts).
+void round_activations(DType weight, const float* x, int64_t K, float* out);
 // y [N, out] (+)= x [N, K] @ w [out, K]^T, N <= kGemvMaxRows; x and y f32 contiguous.
 void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
 
