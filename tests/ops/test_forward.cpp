@@ -755,10 +755,10 @@ TEST(Forward, LinearWithStoredWeightsMatchesTheWidenedWeight) {
     for (int64_t rows : {int64_t(1), int64_t(15)}) {
       if (rows <= cpu::kGemvMaxRows && cpu::gemv_blocks_supports(dt)) continue;  // see the next test
       Tensor x = param(randn_t(Shape{rows, 256}, 5));
-      // Block weights see the activations rounded to 8 bits as llama.cpp rounds them (tested
-      // below); the gradient to x passes straight through that rounding.
+      // Stored weights see the activations rounded as llama.cpp rounds them (f16, bf16, 8-bit
+      // blocks: tested below); the gradient to x passes straight through that rounding.
       Tensor x2 = param(randn_t(Shape{rows, 256}, 5));
-      if (is_block(dt)) {
+      if (cpu::rounds_activations(dt)) {
         std::vector<float> xr(size_t(rows * 256));
         cpu::round_activations(dt, x.data<float>(), rows * 256, xr.data());
         x2 = param(from_vector(xr, Shape{rows, 256}));
@@ -828,7 +828,8 @@ TEST(Forward, ActivationsAreRoundedAsLlamaCppRoundsThem) {
 }
 
 // The decode path (up to kGemvMaxRows rows; F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K read
-// straight from the blocks): F16/BF16 equal the widened product; the block types round the
+// straight from the blocks): F16/BF16 equal the widened product of the activations rounded to
+// f16 / bf16 (as llama.cpp converts them; off by at most half an ulp each); the block types round the
 // activations to 8-bit blocks first, as llama.cpp does, so they are checked twice: against
 // the product of the rounded activations and the widened weight computed in double (only
 // summation order differs: 1e-5), and against the f32 product within the bound the rounding
@@ -863,13 +864,17 @@ TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
           for (int64_t k = 0; k < K; ++k) {
             const double wk = wv[size_t(r * K + k)], xk = xv[size_t(n * K + k)];
             exact += wk * xk;
-            rounded += wk * double(d[size_t(k / 32)]) * double(q[size_t(k)]);
+            if (is_block(dt))
+              rounded += wk * double(d[size_t(k / 32)]) * double(q[size_t(k)]);
+            else  // F16 / BF16 weights: the activation rounded to that type
+              rounded += wk * double(dt == DType::F16 ? to_f32(from_f32<f16>(float(xk))) : to_f32(from_f32<bf16>(float(xk))));
             bound += std::fabs(wk * double(d[size_t(k / 32)])) * (0.5 + 127.0 / 2048);  // (Q8_K scales may be negative)
             scale += std::fabs(wk * xk);
           }
           const double got = y[size_t(n * out + r)];
           if (!is_block(dt)) {
-            EXPECT_NEAR(got, exact, 1e-5 * scale) << n << "," << r;
+            EXPECT_NEAR(got, rounded, 1e-5 * scale) << n << "," << r;
+            EXPECT_LE(std::fabs(got - exact), (dt == DType::F16 ? 0x1p-11 : 0x1p-8) * scale) << n << "," << r;
           } else {
             EXPECT_NEAR(got, rounded, 1e-5 * scale) << n << "," << r;
             EXPECT_LE(std::fabs(got - exact), bound + 1e-5 * scale) << n << "," << r;

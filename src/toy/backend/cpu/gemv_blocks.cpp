@@ -8,7 +8,8 @@
 //     integer dot product (maddubs: 32 multiply-adds per instruction) scaled once. Rounding
 //     as llama.cpp does makes a quantized model compute the numbers it computes, not merely
 //     numbers as close to the f32 product: the greedy tokens agree even at near-ties.
-//   - F16 / BF16: widened 8 at a time in registers and multiplied in f32.
+//   - F16 / BF16: the activations rounded to f16 / bf16 as llama.cpp rounds them (its dot
+//     type for those weights), then weights widened 8 at a time in registers, products in f32.
 // Rows are split across threads; each thread writes only its own outputs, so the result does
 // not depend on the thread count.
 #include <immintrin.h>
@@ -151,7 +152,24 @@ void quantize_activations(DType weight, const float* x, int64_t K, float* d, int
     quantize_q8_0(x, K, d, q, sum16);
 }
 
+bool rounds_activations(DType weight) { return weight == DType::F16 || weight == DType::BF16 || is_block(weight); }
+
+namespace {
+// x rounded to f16 (to nearest even, as F16C converts) and back, 8 at a time.
+void round_row_to_f16(const float* x, int64_t K, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= K; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+  for (; i < K; ++i) out[i] = round_to_f16(x[i]);
+}
+void round_row_to_bf16(const float* x, int64_t K, float* out) {
+  for (int64_t i = 0; i < K; ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+}  // namespace
+
 void round_activations(DType weight, const float* x, int64_t K, float* out) {
+  if (weight == DType::F16) return round_row_to_f16(x, K, out);
+  if (weight == DType::BF16) return round_row_to_bf16(x, K, out);
   // Quantize 256 at a time into a small buffer, then write d * q back.
   alignas(32) int8_t q[256];
   float d[8];
@@ -423,10 +441,12 @@ void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
   if (w.dtype() == DType::F16 || w.dtype() == DType::BF16) {
     const FloatDot dot = w.dtype() == DType::F16 ? dot_f16 : dot_bf16;
+    float* xr = scratch_floats(size_t(N * K), 5);  // slot of matmul_weight: never live at once
+    round_activations(w.dtype(), xp, N * K, xr);
     for_row_blocks(out, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t n = 0; n < N; ++n) {
-          const float v = dot(wp + size_t(r) * rb, xp + n * K, K);
+          const float v = dot(wp + size_t(r) * rb, xr + n * K, K);
           yp[n * out + r] = accumulate ? yp[n * out + r] + v : v;
         }
     });

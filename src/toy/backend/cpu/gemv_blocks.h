@@ -18,7 +18,11 @@ bool gemv_blocks_supports(DType t);
 // sums of every 16. K is a multiple of 32 (of 256 for the K types).
 void quantize_activations(DType weight, const float* x, int64_t K, float* d, int8_t* q, int16_t* sum16);
 bool activations_in_256s(DType weight);
-// The same rounding written back as floats (d * q), for products done in f32 (prompts).
+// Whether products with a weight of this type see rounded activations: F16, BF16 (rounded to
+// that type, as llama.cpp converts them for its dot products) and the block types.
+bool rounds_activations(DType weight);
+// The rounding written back as floats (d * q for the block types), for products done in f32
+// (prompts): F16/BF16 any K; the block types K as quantize_activations needs.
 void round_activations(DType weight, const float* x, int64_t K, float* out);
 // y [N, out] (+)= x [N, K] @ w [out, K]^T, N <= kGemvMaxRows; x and y f32 contiguous.
 void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);

@@ -1,7 +1,7 @@
 // Products with weights stored in their file's dtype (F16, BF16, GGUF block types): the rows
 // of W are widened to f32 a tile at a time into per-thread scratch and multiplied with SGEMM,
-// so no f32 copy of the whole matrix ever exists. For block types the activations are first
-// rounded to 8 bits as llama.cpp rounds them (gemv_blocks.h). The forward splits W's rows (the output
+// so no f32 copy of the whole matrix ever exists. The activations are first rounded as llama.cpp
+// rounds them for that weight type (8-bit blocks, f16 or bf16: gemv_blocks.h). The forward splits W's rows (the output
 // columns) across threads; the backward splits x's rows. Deterministic for a thread count.
 // A few rows (decoding) go to gemv_blocks instead: dot products straight from the blocks.
 #include <cblas.h>
@@ -33,10 +33,10 @@ void matmul_weight(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate)
   const int64_t N = x.size(0), in = w.size(1), out = w.size(0);
   if (N <= kGemvMaxRows && gemv_blocks_supports(w.dtype())) return gemv_blocks(x, w, y, accumulate);
   const float* xp = x.data<float>();
-  // Block-type weights see the activations rounded as in the few-row path (and as llama.cpp
-  // rounds them), so a model computes the same function whatever the number of rows.
+  // The activations are rounded as in the few-row path (and as llama.cpp rounds them), so a
+  // model computes the same function whatever the number of rows.
   Tensor rounded;
-  if (is_block(w.dtype())) {
+  if (rounds_activations(w.dtype())) {
     rounded = empty(Shape{N, in});
     float* rp = rounded.data<float>();
     parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
