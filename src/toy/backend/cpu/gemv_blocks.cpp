@@ -177,7 +177,13 @@ void round_activations(DType weight, const float* x, int64_t K, float* out) {
   for (int64_t k0 = 0; k0 < K; k0 += 256) {
     const int64_t n = std::min<int64_t>(256, K - k0);
     quantize_activations(weight, x + k0, n, d, q, s16);
-    for (int64_t i = 0; i < n; ++i) out[k0 + i] = d[i / 32] * float(q[i]);
+    for (int64_t b = 0; b < n / 32; ++b) {
+      const __m256 db = _mm256_set1_ps(d[b]);
+      for (int64_t i = 32 * b; i < 32 * b + 32; i += 8) {
+        const __m256i qi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i)));
+        _mm256_storeu_ps(out + k0 + i, _mm256_mul_ps(db, _mm256_cvtepi32_ps(qi)));
+      }
+    }
   }
 }
 

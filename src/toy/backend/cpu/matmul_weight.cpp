@@ -18,7 +18,8 @@ namespace toy::cpu {
 
 namespace {
 constexpr int64_t kTileRows = 64;
-constexpr int kSlot = 5;  // scratch slot (the other kernels use 0..4)
+constexpr int kSlot = 5;         // scratch slot of the widened tiles (the other kernels use 0..4)
+constexpr int kRoundedSlot = 6;  // the rounded activations
 
 // Widens rows [r0, r1) of w into buf (row-major f32, in values per row).
 void widen_rows(const Tensor& w, int64_t r0, int64_t r1, float* buf) {
@@ -35,10 +36,8 @@ void matmul_weight(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate)
   const float* xp = x.data<float>();
   // The activations are rounded as in the few-row path (and as llama.cpp rounds them), so a
   // model computes the same function whatever the number of rows.
-  Tensor rounded;
   if (rounds_activations(w.dtype())) {
-    rounded = empty(Shape{N, in});
-    float* rp = rounded.data<float>();
+    float* rp = scratch_floats(size_t(N * in), kRoundedSlot);  // the calling thread's
     parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n) round_activations(w.dtype(), xp + n * in, in, rp + n * in);
     });

@@ -10,7 +10,7 @@ namespace toy::cpu {
 // A float buffer of at least n elements owned by the calling thread; `slot` separates
 // buffers that are live at the same time. Contents are unspecified.
 inline float* scratch_floats(size_t n, int slot) {
-  thread_local std::vector<float> slots[6];
+  thread_local std::vector<float> slots[7];
   std::vector<float>& v = slots[slot];
   if (v.size() < n) v.resize(n);
   return v.data();
