@@ -311,6 +311,24 @@ toy toy_cli_tests
 ^CliBench\.RunTimesGeneration
       const double kv_ms = kv_bytes_per_position * double(d) / (bw * 1e9) * 1e3;  // the cache d adds
       const double kv_ms = kv_bytes_per_position * double(d + 1) / (bw * 1e9) * 1e3;  // the cache d adds
+q8-scale-not-f16
+src/toy/backend/cpu/gemv_blocks.cpp
+toy_op_tests
+^Forward\.Activations
+    d[b] = std::isfinite(scale) ? round_to_f16(scale) : scale;
+    d[b] = scale;
+f16-activations-unrounded
+src/toy/backend/cpu/gemv_blocks.cpp
+toy_op_tests
+^Forward\.LinearDecodePath
+  if (weight == DType::F16) return round_row_to_f16(x, K, out);
+  if (weight == DType::F16) return (void)std::copy(x, x + K, out);
+prompt-activations-unrounded
+src/toy/backend/cpu/matmul_weight.cpp
+toy_op_tests
+^Forward\.LinearWith
+  if (rounds_activations(w.dtype())) {
+  if (false) {
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------
