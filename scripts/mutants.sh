@@ -33,7 +33,7 @@ decay-every-parameter
 src/toy/train/optimizer.cpp
 toy_train_tests
 ^Train\.WeightDecay
-p.ndim() >= 2 ? cfg_.weight_decay : 0.0f
+p.decay ? cfg_.weight_decay : 0.0f
 cfg_.weight_decay
 temperature-multiplied
 src/toy/infer/sampler.cpp

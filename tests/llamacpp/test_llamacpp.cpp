@@ -130,7 +130,7 @@ std::string random_model(const std::string& name, const std::string& arch, int64
   {
     NoGradGuard ng;
     uint64_t stream = 0;
-    for (Tensor& p : m.params().all()) {
+    for (Tensor& p : m.params().values()) {
       Generator g(11, ++stream);
       const bool norm = p.name().find("norm") != std::string::npos;
       fill_normal_(p, g, norm ? 1.0f : 0.0f, norm ? 0.2f : 0.15f);

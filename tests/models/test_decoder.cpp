@@ -28,7 +28,7 @@ DecoderLM random_model(const std::string& preset, bool bias, int64_t ctx) {
   DecoderLM m(c);
   NoGradGuard ng;
   uint64_t stream = 0;
-  for (Tensor& p : m.params().all()) {
+  for (Tensor& p : m.params().values()) {
     Generator g(5, ++stream);
     fill_normal_(p, g, 0.0f, 0.3f);
   }
@@ -92,7 +92,7 @@ TEST(Decoder, EveryParameterReceivesAGradient) {
       std::vector<int32_t> targets(ids.begin() + 1, ids.end());
       targets.push_back(0);
       backward(m.loss(from_vector(ids, Shape{2, 8}), from_vector(targets, Shape{2, 8})));
-      for (const Tensor& p : m.params().all()) {
+      for (const Tensor& p : m.params().values()) {
         ASSERT_TRUE(p.grad().defined()) << p.name();
         double norm = 0;
         for (float v : p.grad().to_f32_vector()) norm += double(v) * v;

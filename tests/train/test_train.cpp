@@ -111,7 +111,7 @@ TEST(Train, ResumeIsBitExact) {
   // The final weights are identical: compare every parameter of the two model files.
   LoadedModel ma = load_model((fs::path(a.out) / "model.gguf").string());
   LoadedModel mb = load_model((fs::path(b.out) / "model.gguf").string());
-  for (const Tensor& p : ma.model->params().all())
+  for (const Tensor& p : ma.model->params().values())
     EXPECT_EQ(p.to_f32_vector(), mb.model->params().get(p.name()).to_f32_vector()) << p.name();
   // The resumed run appended to the same event log: two run_start lines, steps 1..40 once each.
   std::istringstream ev(slurp((fs::path(b.out) / "events.jsonl").string()));
@@ -412,7 +412,7 @@ TEST(Train, QuantizedDecodingAllocatesNothingOnceWarm) {
     w.write(path);
     LoadedModel lm = load_model(path);
     bool stored = false;
-    for (const Tensor& p : lm.model->params().all()) stored = stored || p.dtype() != DType::F32;
+    for (const Tensor& p : lm.model->params().values()) stored = stored || p.dtype() != DType::F32;
     EXPECT_TRUE(stored);
     NoGradGuard ng;
     nn::KVCache cache = lm.model->new_cache(1, 64);
@@ -494,12 +494,35 @@ TEST(Train, WeightDecayAppliesToMatricesOnly) {
   ps.add("blk.0.attn_q.weight", full(Shape{2, 3}, 2.0));
   ps.add("blk.0.attn_norm.weight", full(Shape{3}, 2.0));
   ps.add("blk.0.attn_q.bias", full(Shape{2}, 2.0));
-  for (Tensor& p : ps.all()) p.set_grad(zeros(p.shape()));
+  for (Tensor& p : ps.values()) p.set_grad(zeros(p.shape()));
   AdamW opt(ps, {0.9f, 0.99f, 1e-8f, 0.1f});
   opt.step(0.5f);
   for (float v : ps.get("blk.0.attn_q.weight").to_f32_vector()) EXPECT_NEAR(v, 2.0 * (1 - 0.5 * 0.1), 1e-6);
   for (float v : ps.get("blk.0.attn_norm.weight").to_f32_vector()) EXPECT_EQ(v, 2.0f);
   for (float v : ps.get("blk.0.attn_q.bias").to_f32_vector()) EXPECT_EQ(v, 2.0f);
+}
+
+// One record per parameter: only trainable parameters get optimizer state and move; the
+// record's decay flag, not the tensor's rank, decides decay (a LoRA or frozen matrix says so).
+TEST(Train, ParameterRecordsHoldStateForTrainableParametersOnly) {
+  ParamStore ps;
+  ps.add("blk.0.attn_q.weight", full(Shape{2, 3}, 2.0), false);  // frozen base weight
+  ps.add("blk.0.attn_q.weight.lora_a", full(Shape{1, 3}, 2.0), true, false);
+  ps.add("blk.0.attn_q.weight.lora_b", full(Shape{2, 1}, 2.0));
+  EXPECT_FALSE(ps.record("blk.0.attn_q.weight").decay);
+  EXPECT_TRUE(ps.record("blk.0.attn_q.weight.lora_b").decay);
+  EXPECT_EQ(ps.numel(), 11);
+  EXPECT_EQ(ps.trainable_numel(), 5);
+  ps.get("blk.0.attn_q.weight").set_grad(full(Shape{2, 3}, 1.0));  // even with a gradient, it stays
+  for (const char* n : {"blk.0.attn_q.weight.lora_a", "blk.0.attn_q.weight.lora_b"})
+    ps.get(n).set_grad(zeros(ps.get(n).shape()));
+  AdamW opt(ps, {0.9f, 0.99f, 1e-8f, 0.1f});
+  EXPECT_FALSE(ps.record("blk.0.attn_q.weight").m.defined());
+  EXPECT_TRUE(ps.record("blk.0.attn_q.weight.lora_a").m.defined());
+  opt.step(0.5f);
+  for (float v : ps.get("blk.0.attn_q.weight").to_f32_vector()) EXPECT_EQ(v, 2.0f);
+  for (float v : ps.get("blk.0.attn_q.weight.lora_a").to_f32_vector()) EXPECT_EQ(v, 2.0f);
+  for (float v : ps.get("blk.0.attn_q.weight.lora_b").to_f32_vector()) EXPECT_NEAR(v, 2.0 * (1 - 0.5 * 0.1), 1e-6);
 }
 
 TEST(Train, AccumulationAveragesTheMicroBatches) {

@@ -34,7 +34,7 @@ namespace {
 // give one row per token (an untied token embedding, learned positions).
 double weight_bytes_per_token(const DecoderLM& m) {
   double bytes = 0;
-  for (const Tensor& p : m.params().all()) {
+  for (const Tensor& p : m.params().values()) {
     if (p.name() == "position_embd.weight") continue;
     if (p.name() == "token_embd.weight" && !m.config().tied) continue;
     const int64_t cols = p.shape()[p.ndim() - 1];

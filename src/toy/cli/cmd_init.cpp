@@ -42,7 +42,7 @@ constexpr const char* kChatML =
 void perturb_vectors(DecoderLM& m, uint64_t seed) {
   NoGradGuard ng;
   uint64_t stream = 0;
-  for (Tensor& p : m.params().all()) {
+  for (Tensor& p : m.params().values()) {
     ++stream;
     if (p.ndim() != 1 || p.name() == "rope_freqs.weight") continue;
     Generator g(seed ^ 0x9e3779b97f4a7c15ull, stream);

@@ -17,7 +17,7 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
   const std::string arch = c.gguf_arch(tok.kind() != "char");
   using gguf::Value;
   bool all_f32 = true;
-  for (const Tensor& p : m.params().all()) all_f32 = all_f32 && p.dtype() == DType::F32;
+  for (const Tensor& p : m.params().values()) all_f32 = all_f32 && p.dtype() == DType::F32;
   w.set("general.architecture", Value::str(arch));
   w.set("general.name", Value::str(name));
   if (options.quant) {
@@ -55,11 +55,11 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
   tok.save(w);
   if (!options.chat_template.empty()) w.set("tokenizer.chat_template", Value::str(options.chat_template));
   if (!options.quant) {
-    for (const Tensor& p : m.params().all()) w.add_tensor(p.name(), p.detach());
+    for (const Tensor& p : m.params().values()) w.add_tensor(p.name(), p.detach());
     return;
   }
   std::vector<TensorPlan> plan;
-  for (const Tensor& p : m.params().all()) plan.push_back({p.name(), p.shape(), p.dtype(), p.dtype(), false});
+  for (const Tensor& p : m.params().values()) plan.push_back({p.name(), p.shape(), p.dtype(), p.dtype(), false});
   plan = plan_quantization(*options.quant, std::move(plan), c.layers);
   NoGradGuard ng;
   for (const TensorPlan& t : plan) {
@@ -215,7 +215,7 @@ LoadedModel load_model(const gguf::Reader& r, LoadMode mode) {
   NoGradGuard ng;
   if (mode == LoadMode::Train) {
     out.model = std::make_unique<DecoderLM>(cfg);
-    for (Tensor& p : out.model->params().all()) copy_(p, r.tensor(p.name()));  // converts f16/bf16/blocks
+    for (Tensor& p : out.model->params().values()) copy_(p, r.tensor(p.name()));  // converts f16/bf16/blocks
     return out;
   }
   // Inference: the file's tensors as stored (views of the mapping); vectors (norms, biases)

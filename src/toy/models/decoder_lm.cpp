@@ -130,7 +130,7 @@ std::vector<std::pair<std::string, Shape>> DecoderLM::parameter_shapes(ModelConf
 void DecoderLM::init(uint64_t seed) {
   NoGradGuard ng;
   uint64_t stream = 0;
-  for (Tensor& p : params_.all()) {
+  for (Tensor& p : params_.values()) {
     Generator g(seed, ++stream);
     const std::string& n = p.name();
     const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;

@@ -5,26 +5,37 @@
 namespace toy {
 
 Tensor& ParamStore::add(const std::string& name, Tensor t, bool trainable) {
+  const bool decay = trainable && t.ndim() >= 2;
+  return add(name, std::move(t), trainable, decay);
+}
+
+Tensor& ParamStore::add(const std::string& name, Tensor t, bool trainable, bool decay) {
   TOY_CHECK(!has(name), "[params] parameter '{}' added twice", name);
   t.set_name(name);
   if (trainable) t.requires_grad_();
-  params_.push_back(std::move(t));
-  return params_.back();
+  Param p;
+  p.name = name;
+  p.value = t;
+  p.compute = std::move(t);
+  p.trainable = trainable;
+  p.decay = decay;
+  params_.push_back(std::move(p));
+  return params_.back().compute;
 }
 
 bool ParamStore::has(const std::string& name) const {
-  for (const Tensor& p : params_)
-    if (p.name() == name) return true;
+  for (const Param& p : params_)
+    if (p.name == name) return true;
   return false;
 }
 
-Tensor& ParamStore::get(const std::string& name) {
-  for (Tensor& p : params_)
-    if (p.name() == name) return p;
+Param& ParamStore::record(const std::string& name) {
+  for (Param& p : params_)
+    if (p.name == name) return p;
   fail("[params] no parameter named '{}'", name);
 }
 
-const Tensor& ParamStore::get(const std::string& name) const { return const_cast<ParamStore*>(this)->get(name); }
+const Param& ParamStore::record(const std::string& name) const { return const_cast<ParamStore*>(this)->record(name); }
 
 Tensor& ParamStore::get(const std::string& name, const Shape& expect) {
   Tensor& p = get(name);
@@ -34,12 +45,19 @@ Tensor& ParamStore::get(const std::string& name, const Shape& expect) {
 
 int64_t ParamStore::numel() const {
   int64_t n = 0;
-  for (const Tensor& p : params_) n += p.numel();
+  for (const Param& p : params_) n += p.value.numel();
+  return n;
+}
+
+int64_t ParamStore::trainable_numel() const {
+  int64_t n = 0;
+  for (const Param& p : params_)
+    if (p.trainable) n += p.value.numel();
   return n;
 }
 
 void ParamStore::zero_grad() {
-  for (Tensor& p : params_) p.zero_grad();
+  for (Param& p : params_) p.value.zero_grad();
 }
 
 }  // namespace toy

@@ -1,7 +1,17 @@
-// A model's parameters: one ordered list of named tensors, each named by its GGUF tensor
-// name ("blk.3.attn_q.weight"). Optimizers, checkpoints, events and traces key on the name;
-// lookups check the shape ("[params] blk.3.attn_q.weight: expected [768, 768], got ...").
+// A model's parameters: one ordered list of records, one per named tensor, each named by its
+// GGUF tensor name ("blk.3.attn_q.weight"). The record is the one inventory the optimizer,
+// gradient clipping, checkpoints, the trainer and the fine-tuner share (llm.c's
+// ParameterTensors in spirit: one layout for parameters, gradients and moments):
+//   value     the master tensor: F32 when it trains; a frozen weight may keep its file's
+//             dtype (F16, BF16, a GGUF block type; a view of the mapped file)
+//   compute   what the modules read: `value` itself, or under mixed precision its BF16/F16
+//             copy, refreshed from `value` after each optimizer step
+//   trainable whether it gets a gradient and optimizer state
+//   decay     whether AdamW's decoupled weight decay applies (matrices; not norms, biases)
+//   m, v      AdamW's moments, allocated for trainable parameters only (AdamW does it)
+// Lookups check the shape ("[params] blk.3.attn_q.weight: expected [768, 768], got ...").
 #pragma once
+#include <ranges>
 #include <string>
 #include <vector>
 
@@ -9,24 +19,45 @@
 
 namespace toy {
 
+struct Param {
+  std::string name;
+  Tensor value;
+  Tensor compute;
+  bool trainable = true;
+  bool decay = false;
+  Tensor m, v;
+};
+
 class ParamStore {
  public:
-  // Adds a parameter (marked requires_grad unless frozen) and returns it.
+  // Adds a parameter and returns the tensor the modules bind to (its `compute`). Trainable
+  // parameters are marked requires_grad; decay defaults to "a matrix that trains".
   Tensor& add(const std::string& name, Tensor t, bool trainable = true);
+  Tensor& add(const std::string& name, Tensor t, bool trainable, bool decay);
   bool has(const std::string& name) const;
-  Tensor& get(const std::string& name);
-  const Tensor& get(const std::string& name) const;
-  // Same, checking the shape.
+  Param& record(const std::string& name);
+  const Param& record(const std::string& name) const;
+  // The master tensor of a parameter; the second form also checks its shape.
+  Tensor& get(const std::string& name) { return record(name).value; }
+  const Tensor& get(const std::string& name) const { return record(name).value; }
   Tensor& get(const std::string& name, const Shape& expect);
 
-  std::vector<Tensor>& all() { return params_; }
-  const std::vector<Tensor>& all() const { return params_; }
+  std::vector<Param>& all() { return params_; }
+  const std::vector<Param>& all() const { return params_; }
+  // The master tensors alone, in order (for code that reads or writes weights, not state).
+  auto values() {
+    return params_ | std::views::transform([](Param& p) -> Tensor& { return p.value; });
+  }
+  auto values() const {
+    return params_ | std::views::transform([](const Param& p) -> const Tensor& { return p.value; });
+  }
   size_t size() const { return params_.size(); }
-  int64_t numel() const;
+  int64_t numel() const;            // every parameter's elements
+  int64_t trainable_numel() const;  // those of the parameters that train
   void zero_grad();
 
  private:
-  std::vector<Tensor> params_;
+  std::vector<Param> params_;
 };
 
 }  // namespace toy

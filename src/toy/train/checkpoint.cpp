@@ -42,7 +42,7 @@ int64_t first_non_finite(const Tensor& t) {
 }
 
 void require_finite_weights(const DecoderLM& m, const std::string& context, const std::string& consequence) {
-  for (const Tensor& p : m.params().all()) {
+  for (const Tensor& p : m.params().values()) {
     const int64_t i = first_non_finite(p);
     TOY_CHECK(i < 0, "{}: weight '{}' holds {} (element {}){}", context, p.name(),
               p.detach().to_f32_vector()[size_t(i)], i, consequence);
@@ -96,12 +96,13 @@ void save_checkpoint(Run& r) {
   gguf::Writer w;
   w.set("toy.checkpoint.version", gguf::Value::u32(kCheckpointVersion));
   add_model_to_gguf(w, *r.model, *r.tok, "toy checkpoint");
-  for (const Tensor& p : r.model->params().all()) {
-    w.add_tensor("opt.m." + p.name(), r.opt->m(p.name()));
-    w.add_tensor("opt.v." + p.name(), r.opt->v(p.name()));
+  for (const Param& p : r.model->params().all()) {
+    if (!p.trainable) continue;
+    w.add_tensor("opt.m." + p.name, p.m);
+    w.add_tensor("opt.v." + p.name, p.v);
   }
   if (r.best)
-    for (const Tensor& p : r.best->params().all()) w.add_tensor("best." + p.name(), p.detach());
+    for (const Tensor& p : r.best->params().values()) w.add_tensor("best." + p.name(), p.detach());
   nlohmann::json state = {{"step", r.step},
                           {"optimizer_steps", r.opt->steps()},
                           {"data_rng", r.data_gen.offset()},
@@ -150,9 +151,10 @@ void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir) {
   require_finite_weights(*r.model, fmt::format("[train] checkpoint '{}'", shown),
                          ", a non-finite value: the checkpoint is damaged or was saved from a diverged run");
   r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{r.o.beta1, r.o.beta2, 1e-8f, r.o.weight_decay});
-  for (const Tensor& p : r.model->params().all()) {
-    load_checked(rd, "opt.m." + p.name(), r.opt->m(p.name()), false);
-    load_checked(rd, "opt.v." + p.name(), r.opt->v(p.name()), true);
+  for (Param& p : r.model->params().all()) {
+    if (!p.trainable) continue;
+    load_checked(rd, "opt.m." + p.name, p.m, false);
+    load_checked(rd, "opt.v." + p.name, p.v, true);
   }
 
   const std::string st_where = fmt::format("[train] checkpoint '{}' key toy.train.state", shown);
@@ -178,7 +180,7 @@ void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir) {
   r.best_val = get_double(st, "best_val_loss", st_where);
   if (r.best_step >= 0) {
     r.best = std::make_unique<DecoderLM>(r.model->config());
-    for (Tensor& p : r.best->params().all()) load_checked(rd, "best." + p.name(), p, false);
+    for (Tensor& p : r.best->params().values()) load_checked(rd, "best." + p.name(), p, false);
   }
 
   const nlohmann::json& corpus = get_object(st, "corpus", st_where);

@@ -8,9 +8,10 @@
 namespace toy {
 
 AdamW::AdamW(ParamStore& params, AdamWConfig cfg) : params_(params), cfg_(cfg) {
-  for (const Tensor& p : params.all()) {
-    m_.emplace(p.name(), zeros(p.shape()));
-    v_.emplace(p.name(), zeros(p.shape()));
+  for (Param& p : params.all()) {
+    if (!p.trainable) continue;
+    p.m = zeros(p.value.shape());
+    p.v = zeros(p.value.shape());
   }
   lr_ = scalar(0.0);
   step_ = scalar(1.0);
@@ -21,27 +22,28 @@ void AdamW::step(float lr) {
   ++steps_;
   fill_(lr_, lr);
   fill_(step_, double(steps_));
-  for (Tensor& p : params_.all()) {
-    Tensor g = p.grad();
+  for (Param& p : params_.all()) {
+    if (!p.trainable) continue;
+    Tensor g = p.value.grad();
     if (!g.defined()) continue;
-    AdamWOptions o{cfg_.beta1, cfg_.beta2, cfg_.eps, p.ndim() >= 2 ? cfg_.weight_decay : 0.0f};
-    adamw_step(p, g, m_.at(p.name()), v_.at(p.name()), lr_, step_, o);
+    AdamWOptions o{cfg_.beta1, cfg_.beta2, cfg_.eps, p.decay ? cfg_.weight_decay : 0.0f};
+    adamw_step(p.value, g, p.m, p.v, lr_, step_, o);
   }
 }
 
 double clip_grad_norm(ParamStore& params, double max_norm) {
   NoGradGuard ng;
   double total = 0;
-  for (Tensor& p : params.all()) {
-    Tensor g = p.grad();
+  for (Param& p : params.all()) {
+    Tensor g = p.value.grad();
     if (!g.defined()) continue;
     total += sum(square(g)).item();
   }
   const double norm = std::sqrt(total);
   if (max_norm > 0 && norm > max_norm) {
     const float s = float(max_norm / (norm + 1e-6));
-    for (Tensor& p : params.all())
-      if (p.grad().defined()) p.set_grad(scale(p.grad(), s));
+    for (Param& p : params.all())
+      if (p.value.grad().defined()) p.value.set_grad(scale(p.value.grad(), s));
   }
   return norm;
 }

@@ -1,11 +1,9 @@
-// AdamW over a ParamStore: one (m, v) pair per named parameter, decoupled weight decay on
-// matrices only (ndim >= 2: embeddings and projections; norms and biases are not decayed,
-// as in nanoGPT), bias correction from the step count. lr and step live in scalar tensors
-// that are filled in place each step (device scalars, no allocation per step).
+// AdamW over a ParamStore: the moments (m, v) live in each trainable parameter's record
+// (allocated here, for trainable parameters only), decoupled weight decay where the record
+// says so (matrices: embeddings and projections; norms and biases are not decayed, as in
+// nanoGPT), bias correction from the step count. lr and step live in scalar tensors that are
+// filled in place each step (device scalars, no allocation per step).
 #pragma once
-#include <map>
-#include <string>
-
 #include "toy/nn/params.h"
 
 namespace toy {
@@ -21,14 +19,11 @@ class AdamW {
   void step(float lr);
   int64_t steps() const { return steps_; }
   void set_steps(int64_t s) { steps_ = s; }
-  Tensor& m(const std::string& name) { return m_.at(name); }
-  Tensor& v(const std::string& name) { return v_.at(name); }
   const AdamWConfig& config() const { return cfg_; }
 
  private:
   ParamStore& params_;
   AdamWConfig cfg_;
-  std::map<std::string, Tensor> m_, v_;
   Tensor lr_, step_;
   int64_t steps_ = 0;
 };

@@ -262,7 +262,7 @@ bool update_best(Run& r, double val) {
   NoGradGuard ng;
   auto& dst = r.best->params().all();
   const auto& src = r.model->params().all();
-  for (size_t i = 0; i < src.size(); ++i) copy_(dst[i], src[i].detach());
+  for (size_t i = 0; i < src.size(); ++i) copy_(dst[i].value, src[i].value.detach());
   r.best_step = r.step;
   r.best_val = val;
   return true;
