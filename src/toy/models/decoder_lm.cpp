@@ -127,6 +127,17 @@ std::vector<std::pair<std::string, Shape>> DecoderLM::parameter_shapes(ModelConf
   return out;
 }
 
+std::vector<std::pair<std::string, nn::Linear*>> DecoderLM::projections() {
+  std::vector<std::pair<std::string, nn::Linear*>> out;
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    Block& b = blocks_[l];
+    for (nn::Linear* lin : {&b.attn.qkv, &b.attn.q, &b.attn.k, &b.attn.v, &b.attn.out, &b.mlp.gate, &b.mlp.up,
+                            &b.mlp.down})
+      if (lin->defined()) out.emplace_back(lin->weight.name(), lin);
+  }
+  return out;
+}
+
 void DecoderLM::init(uint64_t seed) {
   NoGradGuard ng;
   uint64_t stream = 0;
@@ -191,6 +202,8 @@ Tensor DecoderLM::hidden(const Tensor& ids, bool training, Generator* gen, nn::K
   } else {
     TOY_CHECK(T <= cfg_.ctx, "[model] sequence of {} tokens is longer than the context {}", T, cfg_.ctx);
   }
+  std::optional<nn::TrainingScope> scope;  // LoRA dropout draws from the same generator
+  if (training) scope.emplace(gen ? *gen : default_generator());
   Tensor x = embed(ids, start, training, gen);
   Tensor positions = position_ids(start, T);
   for (int64_t l = 0; l < cfg_.layers; ++l) x = block(l, x, positions, training, gen, cache);

@@ -70,6 +70,9 @@ class DecoderLM {
   Tensor loss(const Tensor& ids, const Tensor& targets, bool training = false, Generator* dropout_gen = nullptr);
   // The output head weight (token_embd.weight when tied).
   const Tensor& head_weight() const { return head_.weight; }
+  // The blocks' projections, each with the GGUF name of its weight ("blk.3.attn_q.weight"),
+  // in parameter order: where LoRA adapters attach.
+  std::vector<std::pair<std::string, nn::Linear*>> projections();
 
   // --- generation with a caller-owned cache ---
   // A cache for `batch` sequences of up to `capacity` tokens (0: the model's context).

@@ -4,6 +4,21 @@
 
 namespace toy::nn {
 
-Tensor Linear::operator()(const Tensor& x) const { return linear(x, weight, bias); }
+namespace {
+thread_local Generator* training_gen = nullptr;
+}
+
+TrainingScope::TrainingScope(Generator& gen) : previous_(training_gen) { training_gen = &gen; }
+TrainingScope::~TrainingScope() { training_gen = previous_; }
+Generator* TrainingScope::current() { return training_gen; }
+
+Tensor Linear::operator()(const Tensor& x) const {
+  Tensor y = linear(x, weight, bias);
+  if (!lora.defined()) return y;
+  Tensor in = x;
+  if (lora.dropout > 0 && training_gen) in = dropout(x, lora.dropout, true, *training_gen);
+  Tensor low = linear(linear(in, lora.a), lora.b);
+  return add(y, lora.scale == 1.0f ? low : scale(low, lora.scale));
+}
 
 }  // namespace toy::nn

@@ -23,6 +23,35 @@ Tensor& ParamStore::add(const std::string& name, Tensor t, bool trainable, bool 
   return params_.back().compute;
 }
 
+Tensor& ParamStore::replace(const std::string& name, Tensor t) {
+  Param& p = record(name);
+  t.set_name(name);
+  if (p.trainable) t.requires_grad_();
+  p.value = t;
+  p.compute = std::move(t);
+  p.m = Tensor(), p.v = Tensor();
+  return p.compute;
+}
+
+void ParamStore::remove(const std::string& name) {
+  for (auto it = params_.begin(); it != params_.end(); ++it)
+    if (it->name == name) {
+      params_.erase(it);
+      return;
+    }
+  fail("[params] no parameter named '{}'", name);
+}
+
+void ParamStore::set_trainable(const std::string& name, bool trainable) {
+  Param& p = record(name);
+  p.trainable = trainable;
+  p.value.requires_grad_(trainable);
+  if (!trainable) {
+    p.value.set_grad(Tensor());
+    p.m = Tensor(), p.v = Tensor();
+  }
+}
+
 bool ParamStore::has(const std::string& name) const {
   for (const Param& p : params_)
     if (p.name == name) return true;

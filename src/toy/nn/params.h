@@ -34,6 +34,13 @@ class ParamStore {
   // parameters are marked requires_grad; decay defaults to "a matrix that trains".
   Tensor& add(const std::string& name, Tensor t, bool trainable = true);
   Tensor& add(const std::string& name, Tensor t, bool trainable, bool decay);
+  // Replaces a parameter's tensor (value and compute; same name, any shape or dtype) and
+  // returns it: modules holding the old tensor must be rebound by the caller.
+  Tensor& replace(const std::string& name, Tensor t);
+  void remove(const std::string& name);
+  // Freezes or unfreezes a parameter (its tensor's requires_grad follows; a frozen one drops
+  // its gradient and optimizer state).
+  void set_trainable(const std::string& name, bool trainable);
   bool has(const std::string& name) const;
   Param& record(const std::string& name);
   const Param& record(const std::string& name) const;
