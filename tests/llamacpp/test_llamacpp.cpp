@@ -22,9 +22,11 @@
 #include "toy/autograd/grad_mode.h"
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
+#include "toy/models/lora.h"
 #include "toy/nn/kv_cache.h"
 #include "toy/ops/ops.h"
 #include "toy/tokenizer/tokenizer.h"
+#include "toy/train/finetune.h"
 #include "toy/train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -49,8 +51,10 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-nlohmann::json node(const std::vector<std::string>& args) {
-  std::string cmd = "node " + shell_quote(kTools + "/logprobs.mjs");
+// `lora`: an adapter llama.cpp applies to the context (as its --lora does).
+nlohmann::json node(const std::vector<std::string>& args, const std::string& lora = "") {
+  std::string cmd = lora.empty() ? "" : "TOY_LLAMACPP_LORA=" + shell_quote(lora) + " ";
+  cmd += "node " + shell_quote(kTools + "/logprobs.mjs");
   for (const std::string& a : args) cmd += " " + shell_quote(a);
   const std::string err = (fs::path(::testing::TempDir()) / "toy_llamacpp.err").string();
   cmd += " 2>" + shell_quote(err);
@@ -83,13 +87,14 @@ std::string train_model(const std::string& name, const std::string& preset, cons
 // largest difference. `tolerance` bounds it; the most likely token must agree wherever
 // toy's top two are further apart than `tie` in log-probability.
 double expect_same_distributions(const std::string& model_path, const std::vector<int32_t>& ids,
-                                 double tolerance = 1e-3, double tie = 0.0) {
+                                 double tolerance = 1e-3, double tie = 0.0, const std::string& lora = "") {
   LoadedModel lm = load_model(model_path);
+  if (!lora.empty()) load_lora_adapter(*lm.model, lm.arch, lora);
   NoGradGuard ng;
   const int64_t T = int64_t(ids.size()), V = lm.model->config().vocab;
   const std::vector<float> ours =
       log_softmax(lm.model->logits(from_vector(ids, Shape{1, T}))).to_f32_vector();
-  nlohmann::json theirs = node({model_path, nlohmann::json(ids).dump()});
+  nlohmann::json theirs = node({model_path, nlohmann::json(ids).dump()}, lora);
   EXPECT_EQ(theirs["n_vocab"], V);
   EXPECT_EQ(theirs["logprobs"].size(), size_t(T));
   if (theirs["n_vocab"] != V || theirs["logprobs"].size() != size_t(T)) return INFINITY;
@@ -144,13 +149,16 @@ std::string random_model(const std::string& name, const std::string& arch, int64
 // Greedy continuation of `prompt` for n tokens in toy (cached decoding) and in llama.cpp: the
 // same tokens — except that where toy's own top two are within `tie` in log-probability
 // (rounding in either program may then pick the other) the comparison stops there.
-void expect_same_greedy_tokens(const std::string& model_path, const std::vector<int32_t>& prompt, int n, double tie) {
+void expect_same_greedy_tokens(const std::string& model_path, const std::vector<int32_t>& prompt, int n, double tie,
+                               const std::string& lora = "") {
   LoadedModel lm = load_model(model_path);
+  if (!lora.empty()) load_lora_adapter(*lm.model, lm.arch, lora);
   NoGradGuard ng;
   nn::KVCache cache = lm.model->new_cache(1, int64_t(prompt.size()) + n);
   std::vector<float> logits = lm.model->decode(cache, prompt).to_f32_vector();
   const std::vector<int32_t> theirs =
-      node({model_path, "--generate-ids", nlohmann::json(prompt).dump(), std::to_string(n)}).get<std::vector<int32_t>>();
+      node({model_path, "--generate-ids", nlohmann::json(prompt).dump(), std::to_string(n)}, lora)
+          .get<std::vector<int32_t>>();
   ASSERT_EQ(theirs.size(), size_t(n));
   int same = 0;
   for (int i = 0; i < n; ++i) {
@@ -185,6 +193,45 @@ TEST(LlamaCpp, RunsOurLlamaModelWithTheSameDistributions) {
   EXPECT_EQ(gguf::Reader(m).get_str("general.architecture"), "llama");
   expect_same_distributions(m, encode(m, "This License applies to any program or other work which contains"));
   expect_same_greedy_tokens(m, encode(m, "This License applies to "), 24, 0.0);
+}
+
+// `toy finetune --method lora` on a model toy trained: llama.cpp applies adapter.gguf to the
+// base as toy does (same distributions, same greedy tokens), and runs the merged model.gguf.
+TEST(LlamaCpp, AppliesOurLoraAdapterAndRunsTheMergedModel) {
+  REQUIRE_LLAMACPP();
+  const std::string base = train_model("llama_byte_lora", "llama", "byte");
+  const std::string data = (fs::path(::testing::TempDir()) / "toy_llamacpp_lora.jsonl").string();
+  {
+    std::ofstream f(data);
+    const std::string words[] = {"program", "license", "source", "copies", "notice", "terms", "work", "code"};
+    for (int i = 0; i < 64; ++i) {
+      const std::string w = words[i % 8] + " " + words[(i * 3 + 1) % 8];
+      f << nlohmann::json({{"prompt", w + " ="}, {"completion", " " + std::string(w.rbegin(), w.rend())}}).dump() << "\n";
+    }
+  }
+  FinetuneOptions o;
+  o.model = base, o.data = data, o.method = "lora";
+  o.out = (fs::path(::testing::TempDir()) / "toy_llamacpp_lora").string();
+  o.lora_rank = 4, o.lora_alpha = 8, o.steps = 40, o.batch = 8, o.lr = 5e-3f, o.quiet = true, o.force = true;
+  finetune(o);
+  const std::string adapter = o.out + "/adapter.gguf", merged = o.out + "/model.gguf";
+  const std::vector<int32_t> ids = encode(base, "source notice = ecruos eciton and the terms of this License");
+  // The adapter changes the distributions (else the comparison would prove nothing) ...
+  {
+    LoadedModel plain = load_model(base), adapted = load_model(base);
+    load_lora_adapter(*adapted.model, adapted.arch, adapter);
+    NoGradGuard ng;
+    const Tensor x = from_vector(ids, Shape{1, int64_t(ids.size())});
+    const std::vector<float> a = plain.model->logits(x).to_f32_vector(), b = adapted.model->logits(x).to_f32_vector();
+    double moved = 0;
+    for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, double(std::fabs(a[i] - b[i])));
+    EXPECT_GT(moved, 0.1);
+  }
+  // ... and llama.cpp applies it as toy does.
+  expect_same_distributions(base, ids, 1e-3, 0.0, adapter);
+  expect_same_greedy_tokens(base, encode(base, "work code ="), 16, 0.0, adapter);
+  expect_same_distributions(merged, ids, 1e-3, 0.0);
+  expect_same_greedy_tokens(merged, encode(merged, "work code ="), 16, 0.0);
 }
 
 TEST(LlamaCpp, RunsOurGpt2ModelWithTheSameDistributions) {

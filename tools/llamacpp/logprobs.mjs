@@ -22,7 +22,9 @@
 //
 // Environment: TOY_LLAMACPP_THREADS (default 1), TOY_LLAMACPP_LOG (llama.cpp log
 // level, default "error"; logs go to stderr), TOY_LLAMACPP_KV_TYPE (KV cache type, F32
-// (default) or F16, llama.cpp's own default). Context: flash attention off, context size
+// (default) or F16, llama.cpp's own default), TOY_LLAMACPP_LORA (a LoRA adapter file applied
+// to the context, as llama.cpp's --lora does) and TOY_LLAMACPP_LORA_SCALE (its scale,
+// default 1). Context: flash attention off, context size
 // max(32, tokens + 1) padded by node-llama-cpp to a multiple of 256 (llama.cpp warns, at
 // log level "warn", when that exceeds the model's training context; harmless).
 //
@@ -102,6 +104,9 @@ const threads = Math.max(1, parseInt(process.env.TOY_LLAMACPP_THREADS ?? "1", 10
 const logLevel = process.env.TOY_LLAMACPP_LOG ?? "error";
 const kvType = process.env.TOY_LLAMACPP_KV_TYPE ?? "F32";
 if (kvType !== "F32" && kvType !== "F16") usage(`bad TOY_LLAMACPP_KV_TYPE ${kvType} (F32 or F16)`);
+const loraPath = process.env.TOY_LLAMACPP_LORA ?? "";
+const loraScale = Number(process.env.TOY_LLAMACPP_LORA_SCALE ?? "1");
+if (!Number.isFinite(loraScale)) usage(`bad TOY_LLAMACPP_LORA_SCALE ${process.env.TOY_LLAMACPP_LORA_SCALE}`);
 if (!Object.values(LlamaLogLevel).includes(logLevel)) usage(`bad TOY_LLAMACPP_LOG ${logLevel}`);
 
 const llama = await getLlama({
@@ -137,6 +142,7 @@ async function withSequence(nTokens, fn) {
         // compared like for like (TOY_LLAMACPP_KV_TYPE=F16 for llama.cpp's default).
         experimentalKvCacheKeyType: kvType,
         experimentalKvCacheValueType: kvType,
+        ...(loraPath ? {lora: {adapters: [{filePath: loraPath, scale: loraScale}]}} : {}),
     });
     try {
         return await fn(context.getSequence());

@@ -11,6 +11,7 @@
 #include "toy/autograd/grad_mode.h"
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
+#include "toy/cli/lora_flags.h"
 #include "toy/core/text.h"
 #include "toy/core/thread_pool.h"
 #include "toy/io/model_file.h"
@@ -21,6 +22,7 @@ namespace toy::cli {
 namespace {
 
 struct EvalFlags {
+  LoraFlags lora;
   std::string model, tokens, dump;
   int threads = 0;
 };
@@ -44,6 +46,7 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 int run_eval(const EvalFlags& f) {
   const std::vector<int32_t> ids = parse_ids(f.tokens);
   LoadedModel lm = load_model(f.model);
+  apply_lora_flags(f.lora, lm);
   DecoderLM& m = *lm.model;
   const int64_t V = m.config().vocab, T = int64_t(ids.size());
   for (size_t i = 0; i < ids.size(); ++i)
@@ -77,6 +80,7 @@ Run add_eval_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Logits of a model for given token ids (no BOS added)");
   auto f = std::make_shared<EvalFlags>();
   cmd->add_option("-m,--model", f->model, "Model file (GGUF)")->required();
+  add_lora_flags(cmd, f->lora);
   cmd->add_option("--tokens", f->tokens, "Comma-separated token ids, e.g. 1,2,3")
       ->required()
       ->check([](const std::string& s) {  // a usage error, like every other bad flag value

@@ -11,6 +11,7 @@
 
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
+#include "toy/cli/lora_flags.h"
 #include "toy/cli/sampler_flags.h"
 #include "toy/infer/generate.h"
 #include "toy/infer/sampler.h"
@@ -24,6 +25,7 @@ namespace toy::cli {
 
 namespace {
 struct GenerateFlags {
+  LoraFlags lora;
   std::string model, prompt;
   int64_t n = 200;
   SamplingFlags sampling;
@@ -37,6 +39,7 @@ int run_generate(const GenerateFlags& f) {
   Sampler sampler(f.sampling.config, f.sampling.seed);
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel lm = load_model(f.model);
+  apply_lora_flags(f.lora, lm);
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   DecoderLM& m = *lm.model;
   const Tokenizer& tok = *lm.tokenizer;
@@ -71,6 +74,7 @@ Run add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Generate text from a model file");
   auto f = std::make_shared<GenerateFlags>();
   cmd->add_option("-m,--model", f->model, "Model file (model.gguf)")->required();
+  add_lora_flags(cmd, f->lora);
   cmd->add_option("-p,--prompt", f->prompt, "Prompt text");
   add_int(cmd, "-n,--tokens", f->n, 0, int64_t(1) << 30, "Tokens to generate");
   add_sampling_flags(cmd, f->sampling);

@@ -12,6 +12,7 @@ Run add_ops_command(CLI::App& app);
 Run add_bench_command(CLI::App& app);
 Run add_demo_command(CLI::App& app);
 Run add_train_command(CLI::App& app);
+Run add_finetune_command(CLI::App& app);
 Run add_generate_command(CLI::App& app);
 Run add_inspect_command(CLI::App& app);
 Run add_eval_command(CLI::App& app);

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   std::map<CLI::App*, toy::cli::Run> runs;
   auto reg = [&](toy::cli::Run r) { runs[app.get_subcommands({}).back()] = std::move(r); };
   reg(toy::cli::add_train_command(app));
+  reg(toy::cli::add_finetune_command(app));
   reg(toy::cli::add_generate_command(app));
   reg(toy::cli::add_chat_command(app));
   reg(toy::cli::add_perplexity_command(app));

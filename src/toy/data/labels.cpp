@@ -33,6 +33,20 @@ Tensor next_token_guarded(std::span<const int32_t> seq, int64_t vocab) {
   return shifted_targets(seq, vocab, true, "next_token_guarded");
 }
 
+Tensor masked_next_token(std::span<const int32_t> seq, std::span<const uint8_t> trained, int64_t vocab) {
+  TOY_CHECK(seq.size() >= 2, "[labels] masked_next_token: needs at least 2 tokens, got {}", seq.size());
+  TOY_CHECK(trained.size() == seq.size(), "[labels] masked_next_token: {} tokens but {} mask entries", seq.size(),
+            trained.size());
+  Tensor t = empty(Shape{int64_t(seq.size()) - 1}, DType::I32);
+  int32_t* d = t.data<int32_t>();
+  for (size_t i = 1; i < seq.size(); ++i) {
+    TOY_CHECK(seq[i] >= 0 && seq[i] < vocab, "[labels] masked_next_token: id {} at position {} is out of the "
+              "vocabulary [0, {})", seq[i], i, vocab);
+    d[i - 1] = trained[i] ? seq[i] : kIgnore;
+  }
+  return t;
+}
+
 Tensor fixed_target(int64_t vocab, int64_t context, int32_t target) {
   TOY_CHECK(target >= 0 && target < vocab, "[labels] fixed_target: target id {} out of the vocabulary [0, {})", target,
             vocab);

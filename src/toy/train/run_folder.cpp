@@ -17,7 +17,7 @@ namespace toy {
 
 const std::vector<std::string>& run_file_names() {
   static const std::vector<std::string> names = {"model.gguf", "last.gguf",  "best.gguf",  "checkpoint.gguf",
-                                                 "tokens.bin", "events.jsonl", "report.html"};
+                                                 "tokens.bin", "events.jsonl", "report.html", "adapter.gguf"};
   return names;
 }
 

@@ -1,0 +1,202 @@
+#include "toy/data/sft.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "toy/core/error.h"
+#include "toy/core/files.h"
+#include "toy/core/text.h"
+#include "toy/data/labels.h"
+
+namespace toy {
+
+namespace {
+
+// Appends a text piece's tokens (special tokens' text parsed as those tokens).
+void append(SftExample& e, const Tokenizer& tok, const std::string& text, bool trained) {
+  if (text.empty()) return;
+  const std::vector<int32_t> ids = tok.encode_special(text);
+  e.tokens.insert(e.tokens.end(), ids.begin(), ids.end());
+  e.trained.insert(e.trained.end(), ids.size(), uint8_t(trained));
+}
+
+void append_id(SftExample& e, int32_t id, bool trained) {
+  e.tokens.push_back(id);
+  e.trained.push_back(uint8_t(trained));
+}
+
+const std::string& string_field(const nlohmann::json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  TOY_CHECK(it != j.end(), "{}: no \"{}\"", where, key);
+  TOY_CHECK(it->is_string(), "{}: \"{}\" must be a string, got {}", where, key, it->type_name());
+  return it->get_ref<const std::string&>();
+}
+
+SftExample from_messages(const nlohmann::json& msgs, const Tokenizer& tok, const ChatTemplate& chat,
+                         const std::string& where) {
+  TOY_CHECK(msgs.is_array() && !msgs.empty(), "{}: \"messages\" must be a non-empty array", where);
+  std::vector<ChatMessage> all;
+  bool any_assistant = false;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const std::string at = fmt::format("{} message {}", where, i + 1);
+    TOY_CHECK(msgs[i].is_object(), "{}: must be an object with \"role\" and \"content\"", at);
+    ChatMessage m{string_field(msgs[i], "role", at), string_field(msgs[i], "content", at)};
+    TOY_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant",
+              "{}: role '{}' is not one the {} template knows (system, user, assistant)", at, printable(m.role),
+              chat.name());
+    if (m.role == "assistant") {
+      TOY_CHECK(!m.content.empty(), "{}: an empty assistant reply", at);
+      any_assistant = true;
+    }
+    all.push_back(std::move(m));
+  }
+  TOY_CHECK(any_assistant, "{}: no assistant message, so nothing to learn", where);
+  SftExample e;
+  if (tok.adds_bos() && tok.bos_id() >= 0) append_id(e, tok.bos_id(), false);
+  // Each assistant turn is the text between the conversation rendered up to it (with the
+  // opening of the assistant's turn) and rendered through it.
+  std::string covered;
+  auto next_piece = [&](const std::string& rendered, bool trained) {
+    TOY_CHECK(rendered.compare(0, covered.size(), covered) == 0,
+              "{}: the {} template does not render this conversation incrementally", where, chat.name());
+    append(e, tok, rendered.substr(covered.size()), trained);
+    covered = rendered;
+  };
+  std::vector<ChatMessage> upto;
+  for (const ChatMessage& m : all) {
+    if (m.role == "assistant") next_piece(chat.render(upto, true), false);
+    upto.push_back(m);
+    if (m.role == "assistant") next_piece(chat.render(upto, false), true);
+  }
+  next_piece(chat.render(all, false), false);
+  return e;
+}
+
+// Cuts a record to ctx + 1 tokens; false when nothing counted is left (as a target).
+bool fit(SftExample& e, int64_t ctx, SftData& d) {
+  if (int64_t(e.tokens.size()) > ctx + 1) {
+    e.tokens.resize(size_t(ctx + 1));
+    e.trained.resize(size_t(ctx + 1));
+    ++d.truncated;
+  }
+  const bool any = e.tokens.size() >= 2 && std::any_of(e.trained.begin() + 1, e.trained.end(), [](uint8_t t) { return t; });
+  if (!any) ++d.dropped;
+  return any;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+SftExample parse_sft_record(const std::string& line, const Tokenizer& tok, const ChatTemplate* chat,
+                            const std::string& where) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& ex) {
+    fail("{}: not valid JSON ({})", where, printable(ex.what()));
+  }
+  TOY_CHECK(j.is_object(), "{}: a record must be a JSON object, got {}", where, j.type_name());
+  if (j.contains("messages")) {
+    TOY_CHECK(!j.contains("prompt") && !j.contains("completion"),
+              "{}: a record has either \"messages\" or \"prompt\"/\"completion\", not both", where);
+    TOY_CHECK(chat != nullptr, "{}: a \"messages\" record needs the model's chat template, which is not one toy "
+              "renders (ChatML or Llama 3)", where);
+    return from_messages(j["messages"], tok, *chat, where);
+  }
+  TOY_CHECK(j.contains("prompt") || j.contains("completion"),
+            "{}: a record needs \"prompt\" and \"completion\", or \"messages\"", where);
+  const std::string& prompt = string_field(j, "prompt", where);
+  const std::string& completion = string_field(j, "completion", where);
+  TOY_CHECK(!completion.empty(), "{}: an empty completion", where);
+  SftExample e;
+  if (tok.adds_bos() && tok.bos_id() >= 0) append_id(e, tok.bos_id(), false);
+  const std::vector<int32_t> p = tok.encode(prompt), c = tok.encode(completion);
+  for (int32_t id : p) append_id(e, id, false);
+  for (int32_t id : c) append_id(e, id, true);
+  if (tok.eos_id() >= 0) append_id(e, tok.eos_id(), true);
+  return e;
+}
+
+SftData read_sft_data(const std::string& path, const Tokenizer& tok, const ChatTemplate* chat, int64_t ctx) {
+  TOY_CHECK(ctx >= 1, "[finetune] --ctx must be at least 1, got {}", ctx);
+  const std::string shown = printable(path);
+  const std::string text = read_regular_file(path, "[finetune] --data");
+  SftData d;
+  if (!ends_with(path, ".jsonl")) {
+    // Plain text: windows of ctx + 1 tokens, every token counted.
+    std::vector<int32_t> ids = tok.encode(text);
+    if (tok.adds_bos() && tok.bos_id() >= 0) ids.insert(ids.begin(), tok.bos_id());
+    for (size_t at = 0; at + 1 < ids.size(); at += size_t(ctx + 1)) {
+      SftExample e;
+      const size_t end = std::min(ids.size(), at + size_t(ctx + 1));
+      e.tokens.assign(ids.begin() + long(at), ids.begin() + long(end));
+      e.trained.assign(e.tokens.size(), 1);
+      d.examples.push_back(std::move(e));
+    }
+    TOY_CHECK(!d.examples.empty(), "[finetune] '{}': the text is shorter than 2 tokens", shown);
+    return d;
+  }
+  size_t start = 0;
+  int64_t line_no = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    const std::string where = fmt::format("[finetune] '{}' line {}", shown, line_no);
+    SftExample e = parse_sft_record(line, tok, chat, where);
+    e.line = line_no;
+    if (fit(e, ctx, d)) d.examples.push_back(std::move(e));
+  }
+  TOY_CHECK(!d.examples.empty(), "[finetune] '{}': no records with anything to learn ({} dropped)", shown, d.dropped);
+  return d;
+}
+
+void split_sft(std::vector<SftExample> all, double fraction, uint64_t seed, std::vector<SftExample>& train,
+               std::vector<SftExample>& val) {
+  TOY_CHECK(fraction >= 0 && fraction < 1, "[finetune] --val-fraction must be in [0, 1), got {}", fraction);
+  // A seeded Fisher-Yates shuffle (counter-based: one Philox block per draw).
+  Generator g(seed, 7);
+  for (size_t i = all.size(); i > 1; --i) {
+    const uint64_t r = g.block(g.reserve(1))[0];
+    std::swap(all[i - 1], all[size_t(r % i)]);
+  }
+  size_t n_val = size_t(double(all.size()) * fraction + 0.5);
+  if (fraction > 0 && all.size() >= 2) n_val = std::clamp<size_t>(n_val, 1, all.size() - 1);
+  val.assign(std::make_move_iterator(all.begin()), std::make_move_iterator(all.begin() + long(n_val)));
+  train.assign(std::make_move_iterator(all.begin() + long(n_val)), std::make_move_iterator(all.end()));
+}
+
+int64_t make_sft_batch(const std::vector<const SftExample*>& batch, int64_t vocab, Tensor& ids, Tensor& targets) {
+  TOY_CHECK(!batch.empty(), "[finetune] an empty batch");
+  int64_t T = 1;
+  for (const SftExample* e : batch) T = std::max<int64_t>(T, int64_t(e->tokens.size()) - 1);
+  const int64_t B = int64_t(batch.size());
+  ids = zeros(Shape{B, T}, DType::I32);
+  targets = full(Shape{B, T}, labels::kIgnore, DType::I32);
+  int32_t* ip = ids.data<int32_t>();
+  int32_t* tp = targets.data<int32_t>();
+  int64_t counted = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const SftExample& e = *batch[size_t(b)];
+    const Tensor t = labels::masked_next_token(e.tokens, e.trained, vocab);
+    const int32_t* src = t.data<int32_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      ip[b * T + i] = e.tokens[size_t(i)];
+      tp[b * T + i] = src[i];
+      counted += src[i] != labels::kIgnore;
+    }
+  }
+  return counted;
+}
+
+}  // namespace toy

@@ -1,0 +1,60 @@
+// Fine-tuning a model from a GGUF file: the loop behind `toy finetune`.
+//   base GGUF -> (full: F32 copies of the block weights train; LoRA: the base stays as the
+//   file stores it, frozen — F32, F16, BF16 or quantized — and F32 adapters train) -> SFT
+//   examples (data/sft.h) with a seeded validation split -> padded micro-batches, masked
+//   cross-entropy, gradient accumulation, global-norm clipping, AdamW with warmup + cosine.
+// The run folder (run_folder.h rules) gets model.gguf (the merged model, in merge_type; same
+// architecture and tokenizer as the base, so llama.cpp runs it), for LoRA adapter.gguf
+// (llama.cpp's adapter format), and events.jsonl. A stop request (Ctrl-C) ends the run after
+// the current step and writes what it has.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace toy {
+
+struct FinetuneOptions {
+  std::string model;              // base GGUF
+  std::string data;               // .jsonl records or plain text
+  std::string out;                // run folder
+  std::string method = "lora";    // full | lora
+  bool train_embeddings = false;  // full: also token embeddings, final norm, untied head
+  int64_t lora_rank = 8;
+  float lora_alpha = 16, lora_dropout = 0;
+  std::string lora_targets;       // empty: every projection
+  int64_t ctx = 0;                // 0: min(the model's context, 512)
+  int64_t batch = 4, accum = 1;
+  int64_t steps = 0;              // 0: from epochs
+  double epochs = 1;
+  float lr = 1e-4f, min_lr = NAN;  // min_lr NaN: lr / 10
+  int64_t warmup = 0;
+  float weight_decay = 0, beta1 = 0.9f, beta2 = 0.999f, clip = 1.0f;
+  uint64_t seed = 1337;
+  double val_fraction = 0.05;
+  int64_t eval_every = 0;         // 0: only at the end
+  int64_t log_every = 10;
+  std::string merge_type;         // f32|f16|bf16|q8_0; empty: the base's float type, F16 for a quantized base
+  bool quiet = false;
+  bool force = false;
+
+  void validate() const;
+  nlohmann::json to_json() const;
+};
+
+struct FinetuneResult {
+  int64_t steps = 0;
+  double train_loss = NAN;  // mean over the last logging window
+  double val_loss = NAN;    // at the end (NaN: no validation examples)
+  double tokens_per_s = 0;
+  double seconds = 0;
+  int64_t trainable_params = 0;
+  std::string out;
+  bool stopped = false;
+};
+
+FinetuneResult finetune(const FinetuneOptions& o);
+
+}  // namespace toy

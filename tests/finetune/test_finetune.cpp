@@ -1,0 +1,212 @@
+// `toy finetune`: SFT records and their loss masks, the errors a bad record gets, and the
+// whole loop on a synthetic task (the answer is the prompt reversed), full and LoRA on a
+// quantized base, judged by exact match on held-out prompts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "proc.h"
+#include "toy/autograd/grad_mode.h"
+#include "toy/core/error.h"
+#include "toy/data/sft.h"
+#include "toy/infer/chat.h"
+#include "toy/io/gguf.h"
+#include "toy/io/model_file.h"
+#include "toy/models/lora.h"
+#include "toy/train/finetune.h"
+#include "toy/train/trainer.h"
+
+using namespace toy;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp(const std::string& name) { return (fs::path(::testing::TempDir()) / ("toy_ft_" + name)).string(); }
+
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// A tiny qwen2 file from `toy init`: byte-level BPE with <|im_start|>/<|im_end|>, ChatML.
+const std::string& chatml_model() {
+  static const std::string path = [] {
+    const std::string p = temp("chatml.gguf");
+    const auto r = toy::test::run_toy({"init", "--arch", "qwen2", "--shape", "tiny", "--out", p});
+    EXPECT_EQ(r.status, 0) << r.err;
+    return p;
+  }();
+  return path;
+}
+
+// The tokens the mask counts, as text.
+std::string trained_text(const SftExample& e, const Tokenizer& tok) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < e.tokens.size(); ++i)
+    if (e.trained[i]) ids.push_back(e.tokens[i]);
+  return tok.decode(ids);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Sft, PromptCompletionCountsTheCompletionAndEos) {
+  gguf::Reader r(chatml_model());
+  LoadedModel lm = load_model(r);
+  const Tokenizer& tok = *lm.tokenizer;
+  SftExample e = parse_sft_record(R"({"prompt": "the terms", "completion": " and conditions"})", tok, nullptr, "x");
+  EXPECT_EQ(tok.decode(e.tokens), "the terms and conditions<|im_end|>");  // EOS is <|im_end|> in toy init files
+  EXPECT_EQ(trained_text(e, tok), " and conditions<|im_end|>");
+  ASSERT_EQ(e.tokens.back(), tok.eos_id());
+}
+
+TEST(Sft, MessagesCountEachAssistantTurnThroughItsEndMarker) {
+  gguf::Reader r(chatml_model());
+  LoadedModel lm = load_model(r);
+  const ChatTemplate chat = ChatTemplate::from_model(r);
+  const std::string rec = R"({"messages": [{"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
+    {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Goodbye."}]})";
+  std::string line = rec;
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  SftExample e = parse_sft_record(line, *lm.tokenizer, &chat, "x");
+  EXPECT_EQ(lm.tokenizer->decode(e.tokens),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+            "Hello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\nGoodbye.<|im_end|>\n");
+  EXPECT_EQ(trained_text(e, *lm.tokenizer), "Hello.<|im_end|>\nGoodbye.<|im_end|>\n");
+}
+
+TEST(Sft, BadRecordsNameTheirLine) {
+  gguf::Reader r(chatml_model());
+  LoadedModel lm = load_model(r);
+  const ChatTemplate chat = ChatTemplate::from_model(r);
+  const std::string good = R"({"prompt": "a", "completion": "b"})";
+  auto error_for = [&](const std::string& bad) {
+    const std::string path = temp("bad.jsonl");
+    write_file(path, good + "\n\n" + bad + "\n" + good + "\n");
+    return error_of([&] { read_sft_data(path, *lm.tokenizer, &chat, 64); });
+  };
+  for (const auto& [bad, says] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt": "a", "completion": "b")", "not valid JSON"},
+           {R"({"prompt": "a", "completion": ""})", "an empty completion"},
+           {R"({"prompt": "a"})", "no \"completion\""},
+           {R"({"prompt": 3, "completion": "b"})", "must be a string"},
+           {R"([1, 2])", "must be a JSON object"},
+           {R"({})", "needs \"prompt\" and \"completion\", or \"messages\""},
+           {R"({"messages": [{"role": "robot", "content": "x"}]})", "role 'robot'"},
+           {R"({"messages": [{"role": "user", "content": "x"}]})", "no assistant message"},
+           {R"({"messages": []})", "non-empty array"}}) {
+    const std::string e = error_for(bad);
+    EXPECT_NE(e.find("line 3"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find(says), std::string::npos) << bad << ": " << e;
+  }
+  // A template toy does not render: messages records say so; prompt/completion ones work.
+  EXPECT_NE(error_of([&] { parse_sft_record(R"({"messages": [{"role": "assistant", "content": "x"}]})",
+                                            *lm.tokenizer, nullptr, "y"); })
+                .find("chat template"),
+            std::string::npos);
+}
+
+TEST(Sft, LongRecordsAreTruncatedAndCounted) {
+  gguf::Reader r(chatml_model());
+  LoadedModel lm = load_model(r);
+  const std::string path = temp("long.jsonl");
+  std::string long_prompt(400, 'x');
+  write_file(path, nlohmann::json({{"prompt", "short"}, {"completion", " answer"}}).dump() + "\n" +
+                       nlohmann::json({{"prompt", "abc"}, {"completion", long_prompt}}).dump() + "\n" +
+                       nlohmann::json({{"prompt", long_prompt}, {"completion", "z"}}).dump() + "\n");
+  SftData d = read_sft_data(path, *lm.tokenizer, nullptr, 16);
+  EXPECT_EQ(d.examples.size(), 2u);
+  EXPECT_EQ(d.truncated, 2);
+  EXPECT_EQ(d.dropped, 1);  // the completion fell past the cut: nothing left to learn
+  for (const SftExample& e : d.examples) EXPECT_LE(e.tokens.size(), 17u);
+}
+
+// The proof of the issue: a small model toy trained gets ≤ 5% of held-out reversals right;
+// fine-tuned in full, and with LoRA on a Q8_0 copy of it, ≥ 90%.
+TEST(Finetune, LearnsToReverseThePromptFullAndWithLoraOnAQuantizedBase) {
+  std::mt19937 rng(5);
+  auto word = [&] {
+    std::string s;
+    const int n = 3 + int(rng() % 4);
+    for (int i = 0; i < n; ++i) s += char('a' + rng() % 8);
+    return s;
+  };
+  const std::string base_text = temp("rev_base.txt"), data = temp("rev.jsonl");
+  {
+    std::ofstream t(base_text), d(data);
+    for (int i = 0; i < 3000; ++i) t << word() << "= .\n";
+    for (int i = 0; i < 2000; ++i) {
+      const std::string w = word();
+      d << nlohmann::json({{"prompt", w + "="}, {"completion", std::string(w.rbegin(), w.rend()) + "."}}).dump() << "\n";
+    }
+  }
+  TrainOptions t;
+  t.data = {base_text};
+  t.out = temp("rev_base");
+  t.tokenizer = "char";
+  t.model = ModelConfig::from_preset("llama");
+  t.model.layers = 2, t.model.dim = 64, t.model.heads = 4, t.model.kv_heads = 4, t.model.ctx = 32;
+  t.steps = 200, t.batch = 16, t.quiet = true, t.force = true, t.eval_every = 0, t.sample_tokens = 0;
+  train(t);
+  const std::string base = t.out + "/model.gguf", base_q8 = temp("rev_base_q8.gguf");
+  ASSERT_EQ(toy::test::run_toy({"quantize", base, base_q8, "q8_0"}).status, 0);
+
+  std::vector<std::pair<std::string, std::string>> held_out;
+  for (int i = 0; i < 60; ++i) {
+    const std::string w = word();
+    held_out.emplace_back(w + "=", std::string(w.rbegin(), w.rend()) + ".");
+  }
+  auto exact_match = [&](const std::string& model, const std::string& adapter) {
+    LoadedModel lm = load_model(model);
+    if (!adapter.empty()) load_lora_adapter(*lm.model, lm.arch, adapter);
+    NoGradGuard ng;
+    int ok = 0;
+    for (const auto& [prompt, want] : held_out) {
+      nn::KVCache cache = lm.model->new_cache(1, 32);
+      std::vector<int32_t> ids = lm.tokenizer->encode(prompt);
+      std::string got;
+      for (int i = 0; i < 8 && (got.empty() || got.back() != '.'); ++i) {
+        const std::vector<float> l = lm.model->decode(cache, ids).to_f32_vector();
+        const int32_t next = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+        got += lm.tokenizer->decode(std::vector<int32_t>{next});
+        ids = {next};
+      }
+      ok += got == want;
+    }
+    const double rate = double(ok) / double(held_out.size());
+    std::printf("%s%s%s: exact match %.2f\n", model.c_str(), adapter.empty() ? "" : " + ", adapter.c_str(), rate);
+    return rate;
+  };
+  EXPECT_LE(exact_match(base, ""), 0.05);
+
+  FinetuneOptions o;
+  o.data = data, o.batch = 16, o.ctx = 24, o.warmup = 30, o.quiet = true, o.force = true;
+  o.model = base, o.method = "full", o.steps = 1500, o.lr = 3e-3f, o.out = temp("rev_full");
+  const FinetuneResult full = finetune(o);
+  EXPECT_EQ(full.steps, 1500);
+  EXPECT_LT(full.val_loss, 1.2);  // (the head stays frozen: it caps confidence)
+  EXPECT_GE(exact_match(o.out + "/model.gguf", ""), 0.9);
+
+  o.model = base_q8, o.method = "lora", o.lora_rank = 16, o.lora_alpha = 32, o.steps = 1000, o.lr = 2e-3f;
+  o.out = temp("rev_lora_q8");
+  const FinetuneResult lora = finetune(o);
+  EXPECT_LT(lora.trainable_params, 50000);
+  EXPECT_GE(exact_match(base_q8, o.out + "/adapter.gguf"), 0.9);  // the adapter on the quantized base
+  EXPECT_GE(exact_match(o.out + "/model.gguf", ""), 0.9);         // the merged model (F16)
+  EXPECT_EQ(gguf::Reader(o.out + "/model.gguf").find_tensor("blk.0.attn_q.weight")->dtype, DType::F16);
+}
