@@ -1,0 +1,103 @@
+// `toy finetune` and `--lora` as a user runs them: the --json summary, the run folder, an
+// adapter applied by generate and eval, and clear errors for bad data and occupied folders.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "proc.h"
+
+namespace fs = std::filesystem;
+using toy::test::describe;
+using toy::test::run_toy;
+
+namespace {
+std::string temp(const std::string& name) { return (fs::path(::testing::TempDir()) / ("toy_cli_ft_" + name)).string(); }
+
+std::string last_line(const std::string& s) {
+  const size_t end = s.find_last_not_of('\n');
+  if (end == std::string::npos) return "";
+  const size_t start = s.rfind('\n', end);
+  return s.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+struct Fixture {
+  std::string model = temp("base.gguf"), data = temp("data.jsonl");
+  Fixture() {
+    const auto r = run_toy({"init", "--arch", "llama", "--shape", "tiny", "--out", model});
+    EXPECT_EQ(r.status, 0) << describe(r);
+    std::ofstream f(data);
+    for (int i = 0; i < 40; ++i)
+      f << nlohmann::json({{"prompt", "count " + std::to_string(i)}, {"completion", " " + std::to_string(i + 1)}}).dump()
+        << "\n";
+  }
+};
+const Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+}  // namespace
+
+TEST(CliFinetune, LoraRunPrintsItsSummaryAndWritesTheRunFolder) {
+  const Fixture& fx = fixture();
+  const std::string out = temp("lora");
+  fs::remove_all(out);
+  auto r = run_toy({"finetune", "-m", fx.model, "--data", fx.data, "--method", "lora", "--steps", "4", "--batch", "2",
+                    "--lora-rank", "2", "--lr", "1e-2", "--out", out, "--json"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  const nlohmann::json j = nlohmann::json::parse(last_line(r.out));
+  for (const char* k : {"steps", "train_loss", "val_loss", "tokens_per_s", "seconds", "out"})
+    EXPECT_TRUE(j.contains(k)) << k << " missing from " << j.dump();
+  EXPECT_EQ(j["steps"], 4);
+  EXPECT_EQ(j["out"], out);
+  EXPECT_TRUE(j["train_loss"].is_number() && j["val_loss"].is_number()) << j.dump();
+  for (const char* f : {"model.gguf", "adapter.gguf", "events.jsonl"}) EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
+
+  // The adapter at load: scale 0 is the base exactly; scale 1 runs.
+  auto gen = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"generate", "-m", fx.model, "-p", "count 7", "-n", "6", "--temp", "0", "--quiet"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    auto g = run_toy(a);
+    EXPECT_EQ(g.status, 0) << describe(g);
+    return g.out;
+  };
+  EXPECT_EQ(gen({"--lora", out + "/adapter.gguf", "--lora-scale", "0"}), gen({}));
+  gen({"--lora", out + "/adapter.gguf"});
+  const std::string logits = temp("logits.bin");
+  auto e = run_toy({"eval", "-m", fx.model, "--lora", out + "/adapter.gguf", "--tokens", "1,2,3", "--dump-logits", logits});
+  EXPECT_EQ(e.status, 0) << describe(e);
+
+  // A second run into the same folder is refused without --force.
+  auto again = run_toy({"finetune", "-m", fx.model, "--data", fx.data, "--steps", "1", "--out", out});
+  EXPECT_EQ(again.status, 1);
+  EXPECT_NE(again.err.find("--force"), std::string::npos) << again.err;
+  // An adapter is not a model, and a model is not an adapter.
+  auto bad = run_toy({"generate", "-m", fx.model, "--lora", fx.model, "-p", "x", "-n", "1"});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("general.type"), std::string::npos) << bad.err;
+}
+
+TEST(CliFinetune, FullRunAndBadData) {
+  const Fixture& fx = fixture();
+  const std::string out = temp("full");
+  fs::remove_all(out);
+  auto r = run_toy({"finetune", "-m", fx.model, "--data", fx.data, "--method", "full", "--steps", "2", "--batch", "2",
+                    "--merge-type", "q8_0", "--out", out, "--json"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(fs::exists(out + "/model.gguf"));
+  EXPECT_FALSE(fs::exists(out + "/adapter.gguf"));
+  auto inspect = run_toy({"inspect", out + "/model.gguf"});
+  EXPECT_NE(inspect.out.find("q8_0"), std::string::npos) << inspect.out;
+
+  const std::string bad = temp("bad.jsonl");
+  std::ofstream(bad) << R"({"prompt": "a", "completion": "b"})" << "\n" << R"({"prompt": "a", "completion": ""})" << "\n";
+  auto b = run_toy({"finetune", "-m", fx.model, "--data", bad, "--steps", "1", "--out", temp("bad_run")});
+  EXPECT_EQ(b.status, 1);
+  EXPECT_NE(b.err.find("line 2: an empty completion"), std::string::npos) << b.err;
+  EXPECT_FALSE(fs::exists(temp("bad_run"))) << "nothing is written for a run that cannot start";
+  auto flags = run_toy({"finetune", "-m", fx.model, "--data", fx.data, "--lora-rank", "0", "--out", temp("x")});
+  EXPECT_EQ(flags.status, 2) << describe(flags);
+}
