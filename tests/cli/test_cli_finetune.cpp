@@ -7,6 +7,7 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "proc.h"
 
@@ -25,7 +26,9 @@ std::string last_line(const std::string& s) {
 }
 
 struct Fixture {
-  std::string model = temp("base.gguf"), data = temp("data.jsonl");
+  // (one per test process: ctest runs these tests in parallel processes)
+  std::string model = temp("base_" + std::to_string(getpid()) + ".gguf");
+  std::string data = temp("data_" + std::to_string(getpid()) + ".jsonl");
   Fixture() {
     const auto r = run_toy({"init", "--arch", "llama", "--shape", "tiny", "--out", model});
     EXPECT_EQ(r.status, 0) << describe(r);

@@ -199,4 +199,42 @@ int64_t make_sft_batch(const std::vector<const SftExample*>& batch, int64_t voca
   return counted;
 }
 
+int64_t make_packed_sft_batch(const std::vector<std::vector<const SftExample*>>& rows, int64_t ctx, int64_t vocab,
+                              Tensor& ids, Tensor& targets, Tensor& positions, Tensor& segments) {
+  TOY_CHECK(!rows.empty() && ctx >= 1, "[finetune] an empty packed batch");
+  const int64_t R = int64_t(rows.size());
+  ids = zeros(Shape{R, ctx}, DType::I32);
+  targets = full(Shape{R, ctx}, labels::kIgnore, DType::I32);
+  positions = zeros(Shape{R, ctx}, DType::I32);
+  segments = zeros(Shape{R, ctx}, DType::I32);
+  int32_t* ip = ids.data<int32_t>();
+  int32_t* tp = targets.data<int32_t>();
+  int32_t* pp = positions.data<int32_t>();
+  int32_t* sp = segments.data<int32_t>();
+  int64_t counted = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    int64_t at = 0;
+    int32_t segment = 0;
+    for (const SftExample* e : rows[size_t(r)]) {
+      const Tensor t = labels::masked_next_token(e->tokens, e->trained, vocab);
+      const int64_t n = t.numel();
+      TOY_CHECK(at + n <= ctx, "[finetune] packed row {}: {} tokens do not fit in {}", r, at + n, ctx);
+      ++segment;
+      const int32_t* src = t.data<int32_t>();
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t k = r * ctx + at + i;
+        ip[k] = e->tokens[size_t(i)];
+        tp[k] = src[i];
+        pp[k] = int32_t(i);
+        sp[k] = segment;
+        counted += src[i] != labels::kIgnore;
+      }
+      at += n;
+    }
+    // Padding keeps segment 0 and its own increasing positions; its targets are ignored.
+    for (int64_t i = at; i < ctx; ++i) pp[r * ctx + i] = int32_t(i - at);
+  }
+  return counted;
+}
+
 }  // namespace toy

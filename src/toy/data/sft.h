@@ -51,5 +51,11 @@ void split_sft(std::vector<SftExample> all, double fraction, uint64_t seed, std:
 // ignore index on padding and on tokens the loss does not count). Returns the number of
 // counted targets.
 int64_t make_sft_batch(const std::vector<const SftExample*>& batch, int64_t vocab, Tensor& ids, Tensor& targets);
+// Rows of exactly `ctx` tokens, each holding the examples of one inner list one after another
+// (their inputs must fit: sum of (tokens - 1) <= ctx): ids and targets [R, ctx], positions
+// restarting at 0 for each example, and segment ids (1, 2, ... per example; 0 for the
+// padding at a row's end, whose targets are ignored). Returns the number of counted targets.
+int64_t make_packed_sft_batch(const std::vector<std::vector<const SftExample*>>& rows, int64_t ctx, int64_t vocab,
+                              Tensor& ids, Tensor& targets, Tensor& positions, Tensor& segments);
 
 }  // namespace toy

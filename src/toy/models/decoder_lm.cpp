@@ -160,27 +160,28 @@ void DecoderLM::init(uint64_t seed) {
   }
 }
 
-Tensor DecoderLM::embed(const Tensor& ids, int64_t start, bool training, Generator* gen) {
+Tensor DecoderLM::embed(const Tensor& ids, int64_t start, const Tensor& positions, bool training, Generator* gen) {
   Tensor x = tok_emb_(ids);  // [B, T, D]
   if (cfg_.pos == PosKind::Learned) {
     const int64_t T = ids.size(-1);
     TOY_CHECK(start + T <= cfg_.ctx, "[model] position {} is past the {} learned positions", start + T - 1, cfg_.ctx);
-    Tensor pos = pos_emb_.weight.dtype() == DType::F32 ? slice(pos_emb_.weight, 0, start, start + T)  // a view
-                                                       : pos_emb_(position_ids(start, T));
+    Tensor pos = positions.ndim() == 2                    ? pos_emb_(positions)  // [B, T, D]: packed rows
+                 : pos_emb_.weight.dtype() == DType::F32 ? slice(pos_emb_.weight, 0, start, start + T)  // a view
+                                                          : pos_emb_(positions);
     x = add(x, pos);
   }
   if (training && cfg_.dropout > 0) x = dropout(x, cfg_.dropout, true, gen ? *gen : default_generator());
   return x;
 }
 
-Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, bool training, Generator* gen,
-                        nn::KVCache* cache) {
+Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, const Tensor& segments, bool training,
+                        Generator* gen, nn::KVCache* cache) {
   const Block& b = blocks_[size_t(l)];
   const float depth = cfg_.depth_scale ? 1.0f / std::sqrt(float(l + 1)) : 1.0f;
   Generator& g = gen ? *gen : default_generator();
   Tensor h = b.attn_norm(x);
   if (depth != 1.0f) h = scale(h, depth);
-  Tensor a = b.attn(h, positions, cache, l);
+  Tensor a = b.attn(h, positions, cache, l, segments);
   if (training && cfg_.dropout > 0) a = dropout(a, cfg_.dropout, true, g);
   Tensor xa = add(x, a);
   Tensor h2 = b.ffn_norm(xa);
@@ -190,7 +191,8 @@ Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, boo
   return add(xa, m);
 }
 
-Tensor DecoderLM::hidden(const Tensor& ids, bool training, Generator* gen, nn::KVCache* cache) {
+Tensor DecoderLM::hidden(const Tensor& ids, bool training, Generator* gen, nn::KVCache* cache,
+                         const Packing* packing) {
   TOY_CHECK(ids.dtype() == DType::I32 && ids.ndim() == 2, "[model] ids must be i32 [B, T], got {}", describe(ids));
   const int64_t T = ids.size(1);
   int64_t start = 0;
@@ -204,9 +206,17 @@ Tensor DecoderLM::hidden(const Tensor& ids, bool training, Generator* gen, nn::K
   }
   std::optional<nn::TrainingScope> scope;  // LoRA dropout draws from the same generator
   if (training) scope.emplace(gen ? *gen : default_generator());
-  Tensor x = embed(ids, start, training, gen);
-  Tensor positions = position_ids(start, T);
-  for (int64_t l = 0; l < cfg_.layers; ++l) x = block(l, x, positions, training, gen, cache);
+  Tensor positions = position_ids(start, T), segments;
+  if (packing) {
+    TOY_CHECK(!cache, "[model] packed rows are for training, not for a cache");
+    TOY_CHECK(packing->positions.dtype() == DType::I32 && packing->positions.shape() == ids.shape() &&
+                  packing->segments.dtype() == DType::I32 && packing->segments.shape() == ids.shape(),
+              "[model] packed rows need i32 positions and segments shaped as the ids {}, got {} and {}",
+              ids.shape().str(), describe(packing->positions), describe(packing->segments));
+    positions = packing->positions, segments = packing->segments;
+  }
+  Tensor x = embed(ids, start, positions, training, gen);
+  for (int64_t l = 0; l < cfg_.layers; ++l) x = block(l, x, positions, segments, training, gen, cache);
   if (cache) cache->advance(T);
   return out_norm_(x);
 }
@@ -215,8 +225,9 @@ Tensor DecoderLM::logits(const Tensor& ids, bool training, Generator* gen, nn::K
   return head_(hidden(ids, training, gen, cache));
 }
 
-Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, Generator* gen) {
-  Tensor h = hidden(ids, training, gen);
+Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, Generator* gen,
+                       const Packing* packing) {
+  Tensor h = hidden(ids, training, gen, nullptr, packing);
   const int64_t rows = h.numel() / cfg_.dim;
   // Past ~4M logits, compute the loss in chunks of rows (each a recomputation region) so
   // that no logits-sized buffer exists; below that one pass is faster.

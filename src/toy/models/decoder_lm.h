@@ -36,6 +36,14 @@
 
 namespace toy {
 
+// Several sequences packed into each row of a batch: per-token positions (restarting at 0 for
+// each sequence) and segment ids, both I32 [B, T]; attention is block-causal within a segment,
+// so no sequence sees another and each computes what it would alone.
+struct Packing {
+  Tensor positions;
+  Tensor segments;
+};
+
 class DecoderLM {
  public:
   // Supplies the tensor of a parameter (checked against its name and shape), e.g. from a file.
@@ -61,13 +69,14 @@ class DecoderLM {
   // only) draws the dropout masks. With a cache, the tokens continue what it holds (their
   // positions start at cache->size()) and the cache advances by T.
   Tensor hidden(const Tensor& ids, bool training = false, Generator* dropout_gen = nullptr,
-                nn::KVCache* cache = nullptr);
+                nn::KVCache* cache = nullptr, const Packing* packing = nullptr);
   // Logits [B, T, V].
   Tensor logits(const Tensor& ids, bool training = false, Generator* dropout_gen = nullptr,
                 nn::KVCache* cache = nullptr);
   // Mean next-token cross-entropy of ids [B, T] against targets [B, T] (ignore index -100),
   // computed without a full logits buffer when the vocabulary is large.
-  Tensor loss(const Tensor& ids, const Tensor& targets, bool training = false, Generator* dropout_gen = nullptr);
+  Tensor loss(const Tensor& ids, const Tensor& targets, bool training = false, Generator* dropout_gen = nullptr,
+              const Packing* packing = nullptr);
   // The output head weight (token_embd.weight when tied).
   const Tensor& head_weight() const { return head_.weight; }
   // The blocks' projections, each with the GGUF name of its weight ("blk.3.attn_q.weight"),
@@ -96,9 +105,9 @@ class DecoderLM {
   // Declares every parameter through add(name, shape, trainable) -> Tensor and binds the modules.
   template <class Add>
   void declare(Add add);
-  Tensor embed(const Tensor& ids, int64_t start, bool training, Generator* gen);
-  Tensor block(int64_t l, const Tensor& x, const Tensor& positions, bool training, Generator* gen,
-               nn::KVCache* cache);
+  Tensor embed(const Tensor& ids, int64_t start, const Tensor& positions, bool training, Generator* gen);
+  Tensor block(int64_t l, const Tensor& x, const Tensor& positions, const Tensor& segments, bool training,
+               Generator* gen, nn::KVCache* cache);
 
   ModelConfig cfg_;
   ParamStore params_;

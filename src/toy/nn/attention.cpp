@@ -24,7 +24,8 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& positions, KVCache* 
   Tensor packed;
   if (qkv.defined()) {
     packed = reshape(qkv(x), Shape{B, T, H + 2 * Hkv, d});
-  } else if (grad_enabled() && q.weight.requires_grad()) {
+  } else if (grad_enabled() && q.weight.requires_grad() && !q.lora.defined() && !k.lora.defined() &&
+             !v.lora.defined()) {
     Linear fused{concat({q.weight, k.weight, v.weight}, 0),
                  q.bias.defined() ? concat({q.bias, k.bias, v.bias}, 0) : Tensor()};
     packed = reshape(fused(x), Shape{B, T, H + 2 * Hkv, d});

@@ -103,7 +103,8 @@ nlohmann::json FinetuneOptions::to_json() const {
           {"lora_dropout", lora_dropout},
           {"lora_targets", lora_targets},
           {"ctx", ctx},              {"batch", batch},
-          {"accum", accum},          {"steps", steps},
+          {"accum", accum},          {"pack", pack},
+          {"steps", steps},
           {"epochs", epochs},        {"lr", lr},
           {"min_lr", std::isnan(min_lr) ? lr / 10 : min_lr},
           {"warmup", warmup},        {"weight_decay", weight_decay},
@@ -150,9 +151,14 @@ FinetuneResult finetune(const FinetuneOptions& o) {
     add_lora(m, lo);
   }
   const std::string merge_type = o.merge_type.empty() ? default_merge_type(reader, m) : o.merge_type;
-  const int64_t per_step = o.batch * o.accum;
-  const int64_t steps =
-      o.steps ? o.steps : std::max<int64_t>(1, int64_t(std::ceil(o.epochs * double(train.size()) / double(per_step))));
+  // Steps from epochs: examples per step, or (packed) input tokens per step.
+  double per_epoch = double(train.size()) / double(o.batch * o.accum);
+  if (o.pack) {
+    double inputs = 0;
+    for (const SftExample& e : train) inputs += double(e.tokens.size() - 1);
+    per_epoch = inputs / double(ctx * o.batch * o.accum);
+  }
+  const int64_t steps = o.steps ? o.steps : std::max<int64_t>(1, int64_t(std::ceil(o.epochs * per_epoch)));
   const float min_lr = std::isnan(o.min_lr) ? o.lr / 10 : o.min_lr;
 
   prepare_new_run_folder(o.out, o.force);
@@ -190,6 +196,23 @@ FinetuneResult finetune(const FinetuneOptions& o) {
     }
     return &train[order[cursor++]];
   };
+  // Packed rows: examples in order until the next does not fit; it opens the next row.
+  const SftExample* pending = nullptr;
+  auto next_row = [&]() {
+    std::vector<const SftExample*> row;
+    int64_t used = 0;
+    while (true) {
+      const SftExample* e = pending ? pending : next_example();
+      pending = nullptr;
+      const int64_t n = int64_t(e->tokens.size()) - 1;
+      if (used + n > ctx) {
+        pending = e;
+        return row;
+      }
+      row.push_back(e);
+      used += n;
+    }
+  };
 
   FinetuneResult res;
   res.out = o.out;
@@ -201,12 +224,21 @@ FinetuneResult finetune(const FinetuneOptions& o) {
     const float lr = cosine_lr(step, o.warmup, steps, o.lr, min_lr);
     double loss_sum = 0;
     for (int64_t micro = 0; micro < o.accum; ++micro) {
-      std::vector<const SftExample*> b;
-      for (int64_t i = 0; i < o.batch; ++i) b.push_back(next_example());
       Tensor ids, targets;
-      make_sft_batch(b, m.config().vocab, ids, targets);
-      for (const SftExample* e : b) tokens += int64_t(e->tokens.size()) - 1;
-      Tensor loss = m.loss(ids, targets, true, &dropout_gen);
+      Packing packing;
+      if (o.pack) {
+        std::vector<std::vector<const SftExample*>> rows;
+        for (int64_t i = 0; i < o.batch; ++i) rows.push_back(next_row());
+        make_packed_sft_batch(rows, ctx, m.config().vocab, ids, targets, packing.positions, packing.segments);
+        for (const auto& row : rows)
+          for (const SftExample* e : row) tokens += int64_t(e->tokens.size()) - 1;
+      } else {
+        std::vector<const SftExample*> b;
+        for (int64_t i = 0; i < o.batch; ++i) b.push_back(next_example());
+        make_sft_batch(b, m.config().vocab, ids, targets);
+        for (const SftExample* e : b) tokens += int64_t(e->tokens.size()) - 1;
+      }
+      Tensor loss = m.loss(ids, targets, true, &dropout_gen, o.pack ? &packing : nullptr);
       const double l = loss.item();
       TOY_CHECK(std::isfinite(l), "[finetune] step {}: the loss became {} (try a lower --lr); nothing was written",
                 step + 1, l);

@@ -1,7 +1,8 @@
 // Fine-tuning a model from a GGUF file: the loop behind `toy finetune`.
 //   base GGUF -> (full: F32 copies of the block weights train; LoRA: the base stays as the
 //   file stores it, frozen — F32, F16, BF16 or quantized — and F32 adapters train) -> SFT
-//   examples (data/sft.h) with a seeded validation split -> padded micro-batches, masked
+//   examples (data/sft.h) with a seeded validation split -> micro-batches (padded, or packed
+//   into rows of ctx tokens under a block-causal mask), masked
 //   cross-entropy, gradient accumulation, global-norm clipping, AdamW with warmup + cosine.
 // The run folder (run_folder.h rules) gets model.gguf (the merged model, in merge_type; same
 // architecture and tokenizer as the base, so llama.cpp runs it), for LoRA adapter.gguf
@@ -27,6 +28,7 @@ struct FinetuneOptions {
   std::string lora_targets;       // empty: every projection
   int64_t ctx = 0;                // 0: min(the model's context, 512)
   int64_t batch = 4, accum = 1;
+  bool pack = false;              // rows of ctx tokens holding several examples (block-causal)
   int64_t steps = 0;              // 0: from epochs
   double epochs = 1;
   float lr = 1e-4f, min_lr = NAN;  // min_lr NaN: lr / 10
