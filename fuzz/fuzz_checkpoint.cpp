@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     load_checkpoint(run, r, "fuzz-run");
     FUZZ_ASSERT(run.step >= 0 && run.step <= run.o.steps);
     FUZZ_ASSERT(run.model && run.opt && run.tok);
-    for (const Tensor& p : run.model->params().all()) FUZZ_ASSERT(first_non_finite(p) < 0);
+    for (const Tensor& p : run.model->params().values()) FUZZ_ASSERT(first_non_finite(p) < 0);
   } catch (const Error&) {
   }
   return 0;

@@ -1,6 +1,5 @@
-// `toy finetune`: SFT records and their loss masks, the errors a bad record gets, and the
-// whole loop on a synthetic task (the answer is the prompt reversed), full and LoRA on a
-// quantized base, judged by exact match on held-out prompts.
+// `toy finetune`'s data: SFT records and their loss masks, the errors a bad record gets,
+// truncation, and packed rows against the unpacked batch. (The whole loop: test_finetune_e2e.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -191,84 +190,4 @@ TEST(Sft, PackedRowsEqualTheUnpackedBatch) {
       EXPECT_LE(worst, 1e-5 * scale + 1e-7) << m.params().all()[i].name;
     }
   }
-}
-
-// The proof of the issue: a small model toy trained gets ≤ 5% of held-out reversals right;
-// fine-tuned in full, and with LoRA on a Q8_0 copy of it, ≥ 90%.
-TEST(Finetune, LearnsToReverseThePromptFullAndWithLoraOnAQuantizedBase) {
-  std::mt19937 rng(5);
-  auto word = [&] {
-    std::string s;
-    const int n = 3 + int(rng() % 4);
-    for (int i = 0; i < n; ++i) s += char('a' + rng() % 8);
-    return s;
-  };
-  const std::string base_text = temp("rev_base.txt"), data = temp("rev.jsonl");
-  {
-    std::ofstream t(base_text), d(data);
-    for (int i = 0; i < 3000; ++i) t << word() << "= .\n";
-    for (int i = 0; i < 2000; ++i) {
-      const std::string w = word();
-      d << nlohmann::json({{"prompt", w + "="}, {"completion", std::string(w.rbegin(), w.rend()) + "."}}).dump() << "\n";
-    }
-  }
-  TrainOptions t;
-  t.data = {base_text};
-  t.out = temp("rev_base");
-  t.tokenizer = "char";
-  t.model = ModelConfig::from_preset("llama");
-  t.model.layers = 2, t.model.dim = 64, t.model.heads = 4, t.model.kv_heads = 4, t.model.ctx = 32;
-  t.steps = 200, t.batch = 16, t.quiet = true, t.force = true, t.eval_every = 0, t.sample_tokens = 0;
-  train(t);
-  const std::string base = t.out + "/model.gguf", base_q8 = temp("rev_base_q8.gguf");
-  ASSERT_EQ(toy::test::run_toy({"quantize", base, base_q8, "q8_0"}).status, 0);
-
-  std::vector<std::pair<std::string, std::string>> held_out;
-  for (int i = 0; i < 60; ++i) {
-    const std::string w = word();
-    held_out.emplace_back(w + "=", std::string(w.rbegin(), w.rend()) + ".");
-  }
-  auto exact_match = [&](const std::string& model, const std::string& adapter) {
-    LoadedModel lm = load_model(model);
-    if (!adapter.empty()) load_lora_adapter(*lm.model, lm.arch, adapter);
-    NoGradGuard ng;
-    int ok = 0;
-    for (const auto& [prompt, want] : held_out) {
-      nn::KVCache cache = lm.model->new_cache(1, 32);
-      std::vector<int32_t> ids = lm.tokenizer->encode(prompt);
-      std::string got;
-      for (int i = 0; i < 8 && (got.empty() || got.back() != '.'); ++i) {
-        const std::vector<float> l = lm.model->decode(cache, ids).to_f32_vector();
-        const int32_t next = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
-        got += lm.tokenizer->decode(std::vector<int32_t>{next});
-        ids = {next};
-      }
-      ok += got == want;
-    }
-    const double rate = double(ok) / double(held_out.size());
-    std::printf("%s%s%s: exact match %.2f\n", model.c_str(), adapter.empty() ? "" : " + ", adapter.c_str(), rate);
-    return rate;
-  };
-  EXPECT_LE(exact_match(base, ""), 0.05);
-
-  FinetuneOptions o;
-  o.data = data, o.batch = 16, o.ctx = 24, o.warmup = 30, o.quiet = true, o.force = true;
-  o.model = base, o.method = "full", o.steps = 1500, o.lr = 3e-3f, o.out = temp("rev_full");
-  const FinetuneResult full = finetune(o);
-  EXPECT_EQ(full.steps, 1500);
-  EXPECT_LT(full.val_loss, 1.2);  // (the head stays frozen: it caps confidence)
-  EXPECT_GE(exact_match(o.out + "/model.gguf", ""), 0.9);
-
-  o.pack = true, o.steps = 600, o.out = temp("rev_full_packed");  // rows of 24 tokens hold ~3 examples each
-  finetune(o);
-  EXPECT_GE(exact_match(o.out + "/model.gguf", ""), 0.9);
-
-  o.pack = false;
-  o.model = base_q8, o.method = "lora", o.lora_rank = 16, o.lora_alpha = 32, o.steps = 1000, o.lr = 2e-3f;
-  o.out = temp("rev_lora_q8");
-  const FinetuneResult lora = finetune(o);
-  EXPECT_LT(lora.trainable_params, 50000);
-  EXPECT_GE(exact_match(base_q8, o.out + "/adapter.gguf"), 0.9);  // the adapter on the quantized base
-  EXPECT_GE(exact_match(o.out + "/model.gguf", ""), 0.9);         // the merged model (F16)
-  EXPECT_EQ(gguf::Reader(o.out + "/model.gguf").find_tensor("blk.0.attn_q.weight")->dtype, DType::F16);
 }

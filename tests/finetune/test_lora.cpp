@@ -259,3 +259,19 @@ TEST(Lora, DropoutOnlyWhileTraining) {
   EXPECT_EQ(t1, t2);   // same generator position, same masks
   EXPECT_NE(t1, eval1);
 }
+
+// An adapter written by llama.cpp's own Python writer (gguf-py; the fuzz target's seed, made
+// by fuzz/seeds/lora_adapter/README) loads: two pairs, rank 2 and rank 1, scale alpha / rank.
+TEST(Lora, LoadsAnAdapterWrittenByGgufPy) {
+  ModelConfig c = ModelConfig::from_preset("llama");
+  c.vocab = 16, c.dim = 32, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.ctx = 8, c.ffn = 64;
+  DecoderLM m(c);
+  load_lora_adapter(m, "llama", std::string(TOY_FIXTURE_DIR) + "/../../fuzz/seeds/lora_adapter/two_pairs.gguf");
+  const auto adapters = lora_adapters(m);
+  ASSERT_EQ(adapters.size(), 2u);
+  EXPECT_EQ(adapters[0].first, "blk.0.attn_q.weight");
+  EXPECT_EQ(adapters[0].second->rank(), 2);
+  EXPECT_FLOAT_EQ(adapters[0].second->scale, 4.0f / 2);
+  EXPECT_EQ(adapters[1].first, "blk.1.ffn_down.weight");
+  EXPECT_FLOAT_EQ(adapters[1].second->scale, 4.0f / 1);
+}

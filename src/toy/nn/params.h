@@ -11,7 +11,6 @@
 //   m, v      AdamW's moments, allocated for trainable parameters only (AdamW does it)
 // Lookups check the shape ("[params] blk.3.attn_q.weight: expected [768, 768], got ...").
 #pragma once
-#include <ranges>
 #include <string>
 #include <vector>
 
@@ -52,12 +51,34 @@ class ParamStore {
   std::vector<Param>& all() { return params_; }
   const std::vector<Param>& all() const { return params_; }
   // The master tensors alone, in order (for code that reads or writes weights, not state).
-  auto values() {
-    return params_ | std::views::transform([](Param& p) -> Tensor& { return p.value; });
-  }
-  auto values() const {
-    return params_ | std::views::transform([](const Param& p) -> const Tensor& { return p.value; });
-  }
+  // (A hand-written view: clang 14 cannot compile libstdc++ 12's std::views.)
+  template <class P, class T>
+  class Values {
+   public:
+    class iterator {
+     public:
+      explicit iterator(P* p) : p_(p) {}
+      T& operator*() const { return p_->value; }
+      iterator& operator++() {
+        ++p_;
+        return *this;
+      }
+      bool operator==(const iterator& o) const { return p_ == o.p_; }
+      bool operator!=(const iterator& o) const { return p_ != o.p_; }
+
+     private:
+      P* p_;
+    };
+    Values(P* begin, P* end) : begin_(begin), end_(end) {}
+    iterator begin() const { return iterator(begin_); }
+    iterator end() const { return iterator(end_); }
+
+   private:
+    P* begin_;
+    P* end_;
+  };
+  Values<Param, Tensor> values() { return {params_.data(), params_.data() + params_.size()}; }
+  Values<const Param, const Tensor> values() const { return {params_.data(), params_.data() + params_.size()}; }
   size_t size() const { return params_.size(); }
   int64_t numel() const;            // every parameter's elements
   int64_t trainable_numel() const;  // those of the parameters that train
