@@ -45,6 +45,8 @@ Run add_finetune_command(CLI::App& app) {
           "min(the model's context, 512))")->default_str("");
   add_int(cmd, "--batch", o.batch, 1, 1 << 16, "Examples per micro-batch")->capture_default_str();
   add_int(cmd, "--accum", o.accum, 1, 1 << 16, "Micro-batches per step")->capture_default_str();
+  cmd->add_flag("--recompute", o.recompute,
+                "Recompute each block's activations during backward (less memory, ~1/3 more compute)");
   cmd->add_flag("--pack", o.pack,
                 "Pack several examples into each row of --ctx tokens (block-causal: no example sees another)");
   add_int(cmd, "--steps", o.steps, 0, int64_t(1) << 40, "Steps (default: from --epochs)")->default_str("");

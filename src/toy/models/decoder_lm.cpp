@@ -1,10 +1,12 @@
 #include "toy/models/decoder_lm.h"
 
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include <fmt/core.h>
 
+#include "toy/autograd/backward.h"
 #include "toy/autograd/grad_mode.h"
 #include "toy/ops/ops.h"
 
@@ -216,7 +218,30 @@ Tensor DecoderLM::hidden(const Tensor& ids, bool training, Generator* gen, nn::K
     positions = packing->positions, segments = packing->segments;
   }
   Tensor x = embed(ids, start, positions, training, gen);
-  for (int64_t l = 0; l < cfg_.layers; ++l) x = block(l, x, positions, segments, training, gen, cache);
+  const bool recompute = recompute_ && !cache && grad_enabled();
+  for (int64_t l = 0; l < cfg_.layers; ++l) {
+    if (!recompute) {
+      x = block(l, x, positions, segments, training, gen, cache);
+      continue;
+    }
+    // The re-run during backward draws the dropout masks of the first run (the generator is
+    // put back where the block began, then where it was), under the same training scope.
+    Generator* g = training ? (gen ? gen : &default_generator()) : nullptr;
+    const uint64_t at = g ? g->offset() : 0;
+    auto first = std::make_shared<bool>(true);
+    x = checkpoint(
+        [this, l, positions, segments, training, g, at, first](const std::vector<Tensor>& in) {
+          const uint64_t now = g ? g->offset() : 0;
+          if (g) g->set_offset(at);
+          std::optional<nn::TrainingScope> scope;
+          if (g) scope.emplace(*g);
+          Tensor y = block(l, in[0], positions, segments, training, g, nullptr);
+          if (g && !*first) g->set_offset(now);
+          *first = false;
+          return y;
+        },
+        {x});
+  }
   if (cache) cache->advance(T);
   return out_norm_(x);
 }

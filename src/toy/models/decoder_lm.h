@@ -79,6 +79,10 @@ class DecoderLM {
               const Packing* packing = nullptr);
   // The output head weight (token_embd.weight when tied).
   const Tensor& head_weight() const { return head_.weight; }
+  // Activation recomputation (checkpointing): a training forward keeps only each block's input
+  // and recomputes the block during backward (the same dropout masks), trading ~1/3 more
+  // compute for the activations' memory.
+  void set_recompute(bool on) { recompute_ = on; }
   // The blocks' projections, each with the GGUF name of its weight ("blk.3.attn_q.weight"),
   // in parameter order: where LoRA adapters attach.
   std::vector<std::pair<std::string, nn::Linear*>> projections();
@@ -115,6 +119,7 @@ class DecoderLM {
   std::vector<Block> blocks_;
   nn::Norm out_norm_;
   nn::Linear head_;
+  bool recompute_ = false;
 };
 
 }  // namespace toy

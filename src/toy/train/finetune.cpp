@@ -104,6 +104,7 @@ nlohmann::json FinetuneOptions::to_json() const {
           {"lora_targets", lora_targets},
           {"ctx", ctx},              {"batch", batch},
           {"accum", accum},          {"pack", pack},
+          {"recompute", recompute},
           {"steps", steps},
           {"epochs", epochs},        {"lr", lr},
           {"min_lr", std::isnan(min_lr) ? lr / 10 : min_lr},
@@ -150,6 +151,7 @@ FinetuneResult finetune(const FinetuneOptions& o) {
     lo.rank = o.lora_rank, lo.alpha = o.lora_alpha, lo.dropout = o.lora_dropout, lo.seed = o.seed;
     add_lora(m, lo);
   }
+  m.set_recompute(o.recompute);
   const std::string merge_type = o.merge_type.empty() ? default_merge_type(reader, m) : o.merge_type;
   // Steps from epochs: examples per step, or (packed) input tokens per step.
   double per_epoch = double(train.size()) / double(o.batch * o.accum);

@@ -29,6 +29,7 @@ struct FinetuneOptions {
   int64_t ctx = 0;                // 0: min(the model's context, 512)
   int64_t batch = 4, accum = 1;
   bool pack = false;              // rows of ctx tokens holding several examples (block-causal)
+  bool recompute = false;         // recompute each block's activations during backward
   int64_t steps = 0;              // 0: from epochs
   double epochs = 1;
   float lr = 1e-4f, min_lr = NAN;  // min_lr NaN: lr / 10
