@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,13 +20,16 @@
 #include "toy/autograd/backward.h"
 #include "toy/autograd/grad_mode.h"
 #include "toy/core/error.h"
+#include "toy/core/rng.h"
 #include "toy/data/sft.h"
 #include "toy/infer/chat.h"
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
 #include "toy/models/decoder_lm.h"
 #include "toy/models/lora.h"
+#include "toy/ops/ops.h"
 #include "toy/train/finetune.h"
+#include "toy/train/optimizer.h"
 #include "toy/train/trainer.h"
 
 using namespace toy;
@@ -226,4 +230,54 @@ TEST(Recompute, SameLossGradientsAndDropoutMasks) {
     ASSERT_EQ(plain[i].size(), re[i].size());
     for (size_t k = 0; k < plain[i].size(); ++k) ASSERT_NEAR(plain[i][k], re[i][k], 1e-6 + 1e-5 * std::fabs(plain[i][k])) << i << "," << k;
   }
+}
+
+// Mixed precision: a projection computing in BF16/F16 multiplies the rounded weight by the
+// rounded activations, and the gradient reaches the F32 master in F32.
+TEST(MixedPrecision, GradientReachesTheF32Master) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(std::string(name(dt)));
+    Tensor w = randn(Shape{6, 64}, *std::make_unique<Generator>(3, 1), 0.0f, 0.3f);
+    w.requires_grad_();
+    Tensor x = randn(Shape{5, 64}, *std::make_unique<Generator>(3, 2));
+    nn::Linear lin{w, Tensor()};
+    lin.compute = dt;
+    Tensor y = lin(x);
+    Tensor g = randn(Shape{5, 6}, *std::make_unique<Generator>(3, 3));
+    backward(sum(mul(y, g)));
+    ASSERT_TRUE(w.grad().defined());
+    EXPECT_EQ(w.grad().dtype(), DType::F32);
+    NoGradGuard ng;
+    auto round = [&](const Tensor& t) { return cast(cast(t, dt), DType::F32); };
+    const std::vector<float> want_y = matmul(round(x), round(w), false, true).to_f32_vector();
+    const std::vector<float> got_y = y.to_f32_vector();
+    for (size_t i = 0; i < want_y.size(); ++i) EXPECT_NEAR(got_y[i], want_y[i], 1e-4) << i;
+    const std::vector<float> want_g = matmul(g, round(x), true, false).to_f32_vector();
+    const std::vector<float> got_g = w.grad().to_f32_vector();
+    for (size_t i = 0; i < want_g.size(); ++i) EXPECT_NEAR(got_g[i], want_g[i], 1e-4) << i;
+  }
+}
+
+// F16's dynamic loss scale: an overflowing step is refused and halves the scale (not below
+// 1); 200 good steps in a row double it (at most 2^24).
+TEST(MixedPrecision, DynamicLossScaleHalvesOnOverflowAndGrowsBack) {
+  DynamicLossScale s(1024.0f, 3);
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 512.0f);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 512.0f);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 1024.0f);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_FALSE(s.update(false));  // an overflow resets the run of good steps
+  EXPECT_TRUE(s.update(true));
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 512.0f);
+  DynamicLossScale low(2.0f);
+  low.update(false), low.update(false), low.update(false);
+  EXPECT_EQ(low.scale(), 1.0f);
+  DynamicLossScale high(16777216.0f, 1);
+  high.update(true);
+  EXPECT_EQ(high.scale(), 16777216.0f);
 }

@@ -45,6 +45,11 @@ Run add_finetune_command(CLI::App& app) {
           "min(the model's context, 512))")->default_str("");
   add_int(cmd, "--batch", o.batch, 1, 1 << 16, "Examples per micro-batch")->capture_default_str();
   add_int(cmd, "--accum", o.accum, 1, 1 << 16, "Micro-batches per step")->capture_default_str();
+  cmd->add_option("--precision", o.precision,
+                  "Products of the trained projections in f32, bf16 or f16 over F32 masters (f16: dynamic loss "
+                  "scaling); with LoRA, an F32 base is stored in that type")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   cmd->add_flag("--recompute", o.recompute,
                 "Recompute each block's activations during backward (less memory, ~1/3 more compute)");
   cmd->add_flag("--pack", o.pack,
@@ -75,7 +80,8 @@ Run add_finetune_command(CLI::App& app) {
     if (f->json) {
       nlohmann::json j = {{"steps", r.steps},     {"train_loss", r.train_loss},   {"val_loss", r.val_loss},
                           {"tokens_per_s", r.tokens_per_s}, {"seconds", r.seconds}, {"out", r.out},
-                          {"trainable_params", r.trainable_params}, {"stopped", r.stopped}};
+                          {"trainable_params", r.trainable_params}, {"stopped", r.stopped},
+                          {"skipped_steps", r.skipped_steps}};
       std::printf("%s\n", j.dump().c_str());
     }
     return 0;

@@ -28,6 +28,7 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& positions, KVCache* 
              !v.lora.defined()) {
     Linear fused{concat({q.weight, k.weight, v.weight}, 0),
                  q.bias.defined() ? concat({q.bias, k.bias, v.bias}, 0) : Tensor()};
+    fused.compute = q.compute;
     packed = reshape(fused(x), Shape{B, T, H + 2 * Hkv, d});
   }
   Tensor o;

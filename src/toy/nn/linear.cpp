@@ -13,7 +13,8 @@ TrainingScope::~TrainingScope() { training_gen = previous_; }
 Generator* TrainingScope::current() { return training_gen; }
 
 Tensor Linear::operator()(const Tensor& x) const {
-  Tensor y = linear(x, weight, bias);
+  const bool rounded = compute != DType::F32 && weight.dtype() == DType::F32;
+  Tensor y = linear(x, rounded ? cast(weight, compute) : weight, bias);
   if (!lora.defined()) return y;
   Tensor in = x;
   if (lora.dropout > 0 && training_gen) in = dropout(x, lora.dropout, true, *training_gen);

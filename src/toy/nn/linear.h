@@ -23,6 +23,10 @@ struct Linear {
   Tensor weight;  // [out, in]
   Tensor bias;    // [out], or undefined
   Lora lora;      // undefined unless an adapter is attached
+  // Mixed precision: an F32 weight is rounded to this type (F16 or BF16) at each forward and
+  // the product runs on the rounded weight and activations; the gradient reaches the F32
+  // weight (the master) in F32. F32: off.
+  DType compute = DType::F32;
 
   bool defined() const { return weight.defined(); }
   int64_t in_features() const { return weight.size(1); }

@@ -4,8 +4,9 @@
 // ParameterTensors in spirit: one layout for parameters, gradients and moments):
 //   value     the master tensor: F32 when it trains; a frozen weight may keep its file's
 //             dtype (F16, BF16, a GGUF block type; a view of the mapped file)
-//   compute   what the modules read: `value` itself, or under mixed precision its BF16/F16
-//             copy, refreshed from `value` after each optimizer step
+//   compute   what the modules bind to: `value` itself (under mixed precision the module
+//             rounds it to BF16/F16 at each forward — nn::Linear::compute — so the gradient
+//             reaches the F32 master without a second stored copy)
 //   trainable whether it gets a gradient and optimizer state
 //   decay     whether AdamW's decoupled weight decay applies (matrices; not norms, biases)
 //   m, v      AdamW's moments, allocated for trainable parameters only (AdamW does it)

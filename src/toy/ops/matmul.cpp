@@ -98,8 +98,10 @@ Tensor linear_stored(const Tensor& x, const Tensor& w, const Tensor& b) {
   TOY_CHECK(x.dtype() == DType::F32, "[linear] a {} weight needs f32 activations, got {}", name(w.dtype()),
             name(x.dtype()));
   TOY_CHECK(w.is_contiguous(), "[linear] a {} weight must be contiguous", name(w.dtype()));
-  TOY_CHECK(!w.requires_grad(), "[linear] a {} weight cannot be trained: only f32 weights have gradients",
-            name(w.dtype()));
+  // An F16/BF16 weight may carry a gradient (mixed precision: the rounding of an F32 master,
+  // made in the graph, so the gradient reaches the master); a block weight never does.
+  TOY_CHECK(!w.requires_grad() || w.dtype() == DType::F16 || w.dtype() == DType::BF16,
+            "[linear] a {} weight cannot be trained: only f32, f16 and bf16 weights have gradients", name(w.dtype()));
   const int64_t in = w.size(1), out = w.size(0);
   Tensor x2;
   {
@@ -115,8 +117,8 @@ Tensor linear_stored(const Tensor& x, const Tensor& w, const Tensor& b) {
   Shape ys = x.shape();
   ys[ys.ndim() - 1] = out;
   y = make_view(y, ys, contiguous_strides(ys), 0);
-  if (needs_grad({&x, &b})) {
-    record("linear", y, {x, w, b}, [x, w, b](const Tensor& g_in) -> Grads {
+  if (needs_grad({&x, &w, &b})) {
+    record("linear", y, {x, w, b}, [x, x2, w, b](const Tensor& g_in) -> Grads {
       Grads r(3);
       Tensor g = contiguous_nograd(reshape(g_in, Shape{-1, w.size(0)}));
       if (wants_grad(x)) {
@@ -124,6 +126,8 @@ Tensor linear_stored(const Tensor& x, const Tensor& w, const Tensor& b) {
         k_matmul_weight_t(g.device())(g, w, dx);
         r[0] = reshape(dx, x.shape());
       }
+      // dW in f32 from the activations as the forward rounded them to the weight's type.
+      if (wants_grad(w)) r[1] = matmul_nd(t_view(g), cast(cast(x2, w.dtype()), DType::F32));  // [out, in]
       if (wants_grad(b)) r[2] = sum(g, 0);
       return r;
     });

@@ -90,6 +90,9 @@ void FinetuneOptions::validate() const {
   TOY_CHECK(std::isfinite(weight_decay) && weight_decay >= 0, "[finetune] --wd must not be negative");
   TOY_CHECK(std::isfinite(clip) && clip >= 0, "[finetune] --clip must not be negative");
   TOY_CHECK(val_fraction >= 0 && val_fraction < 1, "[finetune] --val-fraction must be in [0, 1)");
+  TOY_CHECK(precision == "f32" || precision == "bf16" || precision == "f16",
+            "[finetune] --precision must be f32, bf16 or f16, got '{}'", printable(precision));
+  TOY_CHECK(std::isfinite(loss_scale) && loss_scale >= 1, "[finetune] the loss scale must be at least 1");
   if (!merge_type.empty())
     TOY_CHECK(merge_type == "f32" || merge_type == "f16" || merge_type == "bf16" || merge_type == "q8_0",
               "[finetune] --merge-type must be f32, f16, bf16 or q8_0, got '{}'", printable(merge_type));
@@ -104,7 +107,7 @@ nlohmann::json FinetuneOptions::to_json() const {
           {"lora_targets", lora_targets},
           {"ctx", ctx},              {"batch", batch},
           {"accum", accum},          {"pack", pack},
-          {"recompute", recompute},
+          {"recompute", recompute},  {"precision", precision},
           {"steps", steps},
           {"epochs", epochs},        {"lr", lr},
           {"min_lr", std::isnan(min_lr) ? lr / 10 : min_lr},
@@ -152,6 +155,18 @@ FinetuneResult finetune(const FinetuneOptions& o) {
     add_lora(m, lo);
   }
   m.set_recompute(o.recompute);
+  // Mixed precision: trainable projections multiply in BF16/F16 over their F32 masters; a
+  // frozen F32 base (LoRA) is stored in that type outright (half the memory).
+  const DType compute = o.precision == "bf16" ? DType::BF16 : o.precision == "f16" ? DType::F16 : DType::F32;
+  if (compute != DType::F32) {
+    NoGradGuard ng;
+    for (auto& [name, lin] : m.projections()) {
+      if (m.params().record(name).trainable)
+        lin->compute = compute;
+      else if (lin->weight.dtype() == DType::F32)
+        lin->weight = m.params().replace(name, cast(lin->weight, compute));
+    }
+  }
   const std::string merge_type = o.merge_type.empty() ? default_merge_type(reader, m) : o.merge_type;
   // Steps from epochs: examples per step, or (packed) input tokens per step.
   double per_epoch = double(train.size()) / double(o.batch * o.accum);
@@ -222,6 +237,10 @@ FinetuneResult finetune(const FinetuneOptions& o) {
   const auto t0 = Clock::now();
   double window_loss = 0;
   int64_t window_steps = 0, tokens = 0;
+  // F16: dynamic loss scaling (a step whose gradient overflows is skipped and the scale
+  // halved; after 200 good steps in a row it doubles).
+  const bool scaled = compute == DType::F16;
+  DynamicLossScale loss_scale(scaled ? o.loss_scale : 1.0f);
   for (int64_t step = 0; step < steps; ++step) {
     const float lr = cosine_lr(step, o.warmup, steps, o.lr, min_lr);
     double loss_sum = 0;
@@ -245,9 +264,25 @@ FinetuneResult finetune(const FinetuneOptions& o) {
       TOY_CHECK(std::isfinite(l), "[finetune] step {}: the loss became {} (try a lower --lr); nothing was written",
                 step + 1, l);
       loss_sum += l;
-      backward(o.accum == 1 ? loss : scale(loss, 1.0f / float(o.accum)));
+      const float s = loss_scale.scale() / float(o.accum);
+      backward(s == 1.0f ? loss : scale(loss, s));
+    }
+    if (scaled) {
+      NoGradGuard ng;
+      for (Param& p : m.params().all())
+        if (p.value.grad().defined()) p.value.set_grad(scale(p.value.grad(), 1.0f / loss_scale.scale()));
     }
     const double norm = clip_grad_norm(m.params(), o.clip);
+    if (scaled) {
+      const float used = loss_scale.scale();
+      if (!loss_scale.update(std::isfinite(norm))) {
+        m.params().zero_grad();
+        ++res.skipped_steps;
+        events.emit("skipped_step", {{"step", step + 1}, {"loss_scale", used}, {"grad_norm", norm}});
+        res.steps = step + 1;
+        continue;
+      }
+    }
     TOY_CHECK(std::isfinite(norm), "[finetune] step {}: the gradient norm became {} (try a lower --lr or --clip)",
               step + 1, norm);
     opt.step(lr);
@@ -298,7 +333,8 @@ FinetuneResult finetune(const FinetuneOptions& o) {
   add_model_to_gguf(w, m, tok, "toy finetune", wo);
   w.write((dir / "model.gguf").string());
   events.emit("run_end", {{"steps", res.steps}, {"train_loss", res.train_loss}, {"val_loss", res.val_loss},
-                          {"tokens_per_s", res.tokens_per_s}, {"seconds", res.seconds}, {"stopped", res.stopped}});
+                          {"tokens_per_s", res.tokens_per_s}, {"seconds", res.seconds}, {"stopped", res.stopped},
+                          {"skipped_steps", res.skipped_steps}});
   return res;
 }
 

@@ -30,6 +30,8 @@ struct FinetuneOptions {
   int64_t batch = 4, accum = 1;
   bool pack = false;              // rows of ctx tokens holding several examples (block-causal)
   bool recompute = false;         // recompute each block's activations during backward
+  std::string precision = "f32";  // f32 | bf16 | f16: the type the projections' products run in
+  float loss_scale = 65536;       // f16: the initial dynamic loss scale
   int64_t steps = 0;              // 0: from epochs
   double epochs = 1;
   float lr = 1e-4f, min_lr = NAN;  // min_lr NaN: lr / 10
@@ -54,6 +56,7 @@ struct FinetuneResult {
   double tokens_per_s = 0;
   double seconds = 0;
   int64_t trainable_params = 0;
+  int64_t skipped_steps = 0;  // f16: steps skipped for an inf/NaN gradient (the scale halved)
   std::string out;
   bool stopped = false;
 };

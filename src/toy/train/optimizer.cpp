@@ -1,5 +1,6 @@
 #include "toy/train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "toy/autograd/grad_mode.h"
@@ -29,6 +30,16 @@ void AdamW::step(float lr) {
     AdamWOptions o{cfg_.beta1, cfg_.beta2, cfg_.eps, p.decay ? cfg_.weight_decay : 0.0f};
     adamw_step(p.value, g, p.m, p.v, lr_, step_, o);
   }
+}
+
+bool DynamicLossScale::update(bool finite) {
+  if (!finite) {
+    scale_ = std::max(1.0f, scale_ / 2);
+    good_ = 0;
+    return false;
+  }
+  if (++good_ == interval_) scale_ = std::min(scale_ * 2, 16777216.0f), good_ = 0;
+  return true;
 }
 
 double clip_grad_norm(ParamStore& params, double max_norm) {

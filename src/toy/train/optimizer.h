@@ -28,6 +28,23 @@ class AdamW {
   int64_t steps_ = 0;
 };
 
+// F16 mixed precision's dynamic loss scale: the loss is multiplied by scale() before backward
+// (the gradients divided by it after); a step whose gradient is not finite is skipped and the
+// scale halved (never below 1); after `growth_interval` good steps in a row it doubles (at
+// most 2^24).
+class DynamicLossScale {
+ public:
+  explicit DynamicLossScale(float initial = 65536.0f, int64_t growth_interval = 200)
+      : scale_(initial), interval_(growth_interval) {}
+  float scale() const { return scale_; }
+  // Records a step; returns whether it may be applied (its gradient was finite).
+  bool update(bool finite);
+
+ private:
+  float scale_;
+  int64_t interval_, good_ = 0;
+};
+
 // Scales all gradients so that their global L2 norm is at most max_norm (when max_norm > 0);
 // returns the norm before clipping.
 double clip_grad_norm(ParamStore& params, double max_norm);
