@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -103,4 +105,26 @@ TEST(CliFinetune, FullRunAndBadData) {
   EXPECT_FALSE(fs::exists(temp("bad_run"))) << "nothing is written for a run that cannot start";
   auto flags = run_toy({"finetune", "-m", fx.model, "--data", fx.data, "--lora-rank", "0", "--out", temp("x")});
   EXPECT_EQ(flags.status, 2) << describe(flags);
+}
+
+// `toy bench finetune --json` on the tiny shape (the benchmark itself runs SmolLM2-135M): one
+// line per mode with tokens/s and its own process's peak memory, then the summary.
+TEST(CliFinetune, BenchPrintsEveryMode) {
+  auto r = run_toy({"bench", "finetune", "--shape", "tiny", "--ctx", "32", "--batch", "2", "--steps", "1", "--no-peer",
+                    "--json"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  std::vector<std::string> modes;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    modes.push_back(j["mode"]);
+    if (j["mode"] == "summary") {
+      EXPECT_TRUE(j.contains("lora_q8_0_rss_vs_full_f32")) << line;
+      continue;
+    }
+    EXPECT_GT(j["tokens_per_s"].get<double>(), 0) << line;
+    EXPECT_GT(j["peak_rss_mb"].get<double>(), 1) << line;
+  }
+  EXPECT_EQ(modes, (std::vector<std::string>{"full_f32", "full_bf16", "lora_f32_base", "lora_q8_0_base",
+                                             "qlora_q4_k_base", "summary"}));
 }

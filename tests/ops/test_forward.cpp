@@ -569,6 +569,15 @@ TEST(Forward, CrossEntropyIgnoreWeightsAndNormalizer) {
   Tensor h = randn_t(Shape{9, 6}, 101), w = randn_t(Shape{7, 6}, 102);
   Tensor t9 = from_vector(std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, -100, 3}, Shape{9});
   EXPECT_NEAR(linear_cross_entropy(h, w, t9, 4).item(), cross_entropy(linear(h, w), t9).item(), 1e-5);
+  // A quantized head (a tied Q8_0 embedding, fine-tuned with LoRA) is chunked the same way:
+  // the same loss and the same gradient to h as the full logits.
+  Tensor hq = param(randn_t(Shape{9, 64}, 103)), hq2 = param(randn_t(Shape{9, 64}, 103));
+  Tensor wq = cast(randn_t(Shape{7, 64}, 104, 0.3f), DType::Q8_0);
+  Tensor chunked = linear_cross_entropy(hq, wq, t9, 4), whole = cross_entropy(linear(hq2, wq), t9);
+  EXPECT_NEAR(chunked.item(), whole.item(), 1e-5);
+  backward(chunked);
+  backward(whole);
+  EXPECT_TRUE(close(hq.grad(), hq2.grad(), 1e-5, 1e-5));
 }
 
 TEST(Forward, ConvolutionsMatchDirectLoops) {

@@ -138,9 +138,11 @@ int run_ops_bench(const OpsBenchOptions& o) {
 
 }  // namespace
 
-// `toy bench train` lives in bench_train.cpp, `toy bench run` in bench_run.cpp.
+// `toy bench train` lives in bench_train.cpp, `toy bench run` in bench_run.cpp, `toy bench
+// finetune` in bench_finetune.cpp.
 Run add_bench_train_command(CLI::App& bench);
 Run add_bench_run_command(CLI::App& bench);
+Run add_bench_finetune_command(CLI::App& bench);
 
 Run add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Benchmarks with ratios against baselines measured in the same run");
@@ -155,10 +157,13 @@ Run add_bench_command(CLI::App& app) {
   CLI::App* train_cmd = cmd->get_subcommand("train");
   Run run = add_bench_run_command(*cmd);
   CLI::App* run_cmd = cmd->get_subcommand("run");
-  return [ops, o, train, train_cmd, run, run_cmd]() -> int {
+  Run finetune = add_bench_finetune_command(*cmd);
+  CLI::App* finetune_cmd = cmd->get_subcommand("finetune");
+  return [ops, o, train, train_cmd, run, run_cmd, finetune, finetune_cmd]() -> int {
     if (ops->parsed()) return run_ops_bench(*o);
     if (train_cmd->parsed()) return train();
     if (run_cmd->parsed()) return run();
+    if (finetune_cmd->parsed()) return finetune();
     return 1;
   };
 }

@@ -257,7 +257,7 @@ Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, 
   // Past ~4M logits, compute the loss in chunks of rows (each a recomputation region) so
   // that no logits-sized buffer exists; below that one pass is faster.
   constexpr int64_t kChunkElements = int64_t(1) << 22;
-  if (rows * cfg_.vocab > kChunkElements && head_.weight.dtype() == h.dtype())
+  if (rows * cfg_.vocab > kChunkElements)
     return linear_cross_entropy(h, head_.weight, targets, std::max<int64_t>(1, kChunkElements / cfg_.vocab));
   return cross_entropy(head_(h), targets);
 }

@@ -77,7 +77,10 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, const Cross
 Tensor linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& targets, int64_t chunk_rows,
                             const CrossEntropyOptions& o) {
   check_float(h, "linear_cross_entropy", "h");
-  check_float(w, "linear_cross_entropy", "weight");
+  // (The weight may be stored as F16, BF16 or a block type — a quantized tied head: linear
+  // reads it as stored.)
+  TOY_CHECK(w.defined() && (is_float(w.dtype()) || is_block(w.dtype())),
+            "[linear_cross_entropy] weight must be a float or block tensor, got {}", describe(w));
   TOY_CHECK(w.ndim() == 2 && h.ndim() >= 1 && h.size(-1) == w.size(1),
             "[linear_cross_entropy] h {} and weight {} disagree on D", h.shape().str(), w.shape().str());
   TOY_CHECK(chunk_rows > 0, "[linear_cross_entropy] chunk_rows must be > 0, got {}", chunk_rows);
