@@ -329,6 +329,54 @@ toy_op_tests
 ^Forward\.LinearWith
   if (rounds_activations(w.dtype())) {
   if (false) {
+lora-b-not-zero
+src/toy/models/lora.cpp
+toy_finetune_tests
+^Lora\.AtStepZero
+    lin->lora.b = m.params().add(name + ".lora_b", zeros(Shape{out, o.rank}), true);
+    lin->lora.b = m.params().add(name + ".lora_b", full(Shape{out, o.rank}, 0.01), true);
+lora-scale-ignores-rank
+src/toy/models/lora.cpp
+toy_finetune_tests
+^Lora\.(LoadsAn|AdapterFiles)
+    lin.lora.scale = alpha != 0.0f ? user_scale * alpha / float(rank) : user_scale;
+    lin.lora.scale = alpha != 0.0f ? user_scale * alpha : user_scale;
+sft-prompt-counted
+src/toy/data/sft.cpp
+toy_finetune_tests
+^Sft\.PromptCompletion
+  for (int32_t id : p) append_id(e, id, false);
+  for (int32_t id : p) append_id(e, id, true);
+packed-positions-continue
+src/toy/data/sft.cpp
+toy_finetune_tests
+^Sft\.PackedRows
+        pp[k] = int32_t(i);
+        pp[k] = int32_t(at + i);
+recompute-new-dropout-masks
+src/toy/models/decoder_lm.cpp
+toy_finetune_tests
+^Recompute\.
+          if (g) g->set_offset(at);
+          (void)at;
+frozen-parameters-move
+src/toy/train/optimizer.cpp
+toy_train_tests
+^Train\.ParameterRecords
+    if (!p.trainable) continue;\n    Tensor g = p.value.grad();
+    Tensor g = p.value.grad();
+loss-scale-never-halves
+src/toy/train/optimizer.cpp
+toy_finetune_tests
+^MixedPrecision\.DynamicLossScale
+    scale_ = std::max(1.0f, scale_ / 2);
+    scale_ = std::max(1.0f, scale_);
+mixed-precision-grad-unrounded
+src/toy/ops/matmul.cpp
+toy_finetune_tests
+^MixedPrecision\.Gradient
+      if (wants_grad(w)) r[1] = matmul_nd(t_view(g), cast(cast(x2, w.dtype()), DType::F32));  // [out, in]
+      if (wants_grad(w)) r[1] = matmul_nd(t_view(g), x2);  // [out, in]
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------
