@@ -377,6 +377,12 @@ toy_finetune_tests
 ^MixedPrecision\.Gradient
       if (wants_grad(w)) r[1] = matmul_nd(t_view(g), cast(cast(x2, w.dtype()), DType::F32));  // [out, in]
       if (wants_grad(w)) r[1] = matmul_nd(t_view(g), x2);  // [out, in]
+finetune-best-not-restored
+src/toy/train/finetune.cpp
+toy_finetune_tests
+^FinetuneBest\.
+      if (p.trainable) copy_(p.value, best[i++]);
+      if (p.trainable) ++i;
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -281,3 +281,32 @@ TEST(MixedPrecision, DynamicLossScaleHalvesOnOverflowAndGrowsBack) {
   high.update(true);
   EXPECT_EQ(high.scale(), 16777216.0f);
 }
+
+// The best-model rule: with a learning rate that makes the validation loss go up and down,
+// the outputs hold the weights of the best evaluation. Every record is the same, so the
+// validation loss of the saved model can be computed here and must be the best one.
+TEST(FinetuneBest, OutputsHoldTheBestValidationWeights) {
+  const std::string data = temp("same.jsonl");
+  {
+    std::ofstream f(data);
+    for (int i = 0; i < 40; ++i) f << R"({"prompt": "the terms and", "completion": " conditions"})" << "\n";
+  }
+  FinetuneOptions o;
+  o.model = chatml_model(), o.data = data, o.method = "lora", o.merge_type = "f32";
+  o.out = temp("best_run"), o.force = true, o.quiet = true;
+  o.steps = 8, o.batch = 2, o.eval_every = 1, o.lr = 10.0f, o.clip = 0, o.warmup = 0, o.lora_rank = 2;
+  const FinetuneResult r = finetune(o);
+  ASSERT_GE(r.best_step, 1);
+  EXPECT_LE(r.best_val_loss, r.val_loss);
+  EXPECT_EQ(r.model, "best");  // (lr 10 without clipping: the loss rises after step 2)
+  EXPECT_LT(r.best_step, r.steps);
+  LoadedModel lm = load_model(o.out + "/model.gguf");
+  SftExample e = parse_sft_record(R"({"prompt": "the terms and", "completion": " conditions"})", *lm.tokenizer,
+                                  nullptr, "x");
+  Tensor ids, targets;
+  make_sft_batch({&e}, lm.model->config().vocab, ids, targets);
+  NoGradGuard ng;
+  EXPECT_NEAR(lm.model->loss(ids, targets).item(), r.best_val_loss, 1e-3 * std::max(1.0, r.best_val_loss));
+  std::printf("best step %lld of %lld: val %.4f (last %.4f)\n", (long long)r.best_step, (long long)r.steps,
+              r.best_val_loss, r.val_loss);
+}

@@ -81,7 +81,8 @@ Run add_finetune_command(CLI::App& app) {
       nlohmann::json j = {{"steps", r.steps},     {"train_loss", r.train_loss},   {"val_loss", r.val_loss},
                           {"tokens_per_s", r.tokens_per_s}, {"seconds", r.seconds}, {"out", r.out},
                           {"trainable_params", r.trainable_params}, {"stopped", r.stopped},
-                          {"skipped_steps", r.skipped_steps}};
+                          {"skipped_steps", r.skipped_steps}, {"model", r.model}, {"best_step", r.best_step},
+                          {"best_val_loss", r.best_val_loss}};
       std::printf("%s\n", j.dump().c_str());
     }
     return 0;

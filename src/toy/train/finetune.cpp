@@ -233,6 +233,19 @@ FinetuneResult finetune(const FinetuneOptions& o) {
 
   FinetuneResult res;
   res.out = o.out;
+  // A copy of the trainable weights at the best validation loss so far.
+  std::vector<Tensor> best;
+  auto note_validation = [&](int64_t step, double v) {
+    if (!std::isfinite(v) || (res.best_step >= 0 && v >= res.best_val_loss)) return;
+    NoGradGuard ng;
+    size_t i = 0;
+    for (Param& p : m.params().all()) {
+      if (!p.trainable) continue;
+      if (best.size() <= i) best.push_back(empty(p.value.shape(), p.value.dtype()));
+      copy_(best[i++], p.value.detach());
+    }
+    res.best_step = step, res.best_val_loss = v;
+  };
   res.trainable_params = m.params().trainable_numel();
   const auto t0 = Clock::now();
   double window_loss = 0;
@@ -306,6 +319,7 @@ FinetuneResult finetune(const FinetuneOptions& o) {
       const double v = mean_loss(m, val, o.batch);
       events.emit("eval", {{"step", step + 1}, {"val_loss", v}});
       if (!o.quiet) std::fprintf(stderr, "step %6lld  val loss %.4f\n", (long long)(step + 1), v);
+      note_validation(step + 1, v);
     }
     if (stop_requested()) {
       res.stopped = true;
@@ -318,6 +332,19 @@ FinetuneResult finetune(const FinetuneOptions& o) {
   if (!val.empty()) {
     res.val_loss = mean_loss(m, val, o.batch);
     events.emit("eval", {{"step", res.steps}, {"val_loss", res.val_loss}});
+    note_validation(res.steps, res.val_loss);
+  }
+  // The best-model rule (as toy train's): the outputs hold the weights of the best
+  // validation loss, which may be an earlier evaluation's.
+  if (res.best_step >= 0 && res.best_step != res.steps) {
+    NoGradGuard ng;
+    size_t i = 0;
+    for (Param& p : m.params().all())
+      if (p.trainable) copy_(p.value, best[i++]);
+    res.model = "best";
+    if (!o.quiet)
+      std::fprintf(stderr, "toy finetune: the outputs hold the best validation weights (step %lld, val loss %.4f)\n",
+                   (long long)res.best_step, res.best_val_loss);
   }
 
   // The outputs: the adapter (LoRA), then the merged model.
@@ -334,7 +361,8 @@ FinetuneResult finetune(const FinetuneOptions& o) {
   w.write((dir / "model.gguf").string());
   events.emit("run_end", {{"steps", res.steps}, {"train_loss", res.train_loss}, {"val_loss", res.val_loss},
                           {"tokens_per_s", res.tokens_per_s}, {"seconds", res.seconds}, {"stopped", res.stopped},
-                          {"skipped_steps", res.skipped_steps}});
+                          {"skipped_steps", res.skipped_steps}, {"model", res.model}, {"best_step", res.best_step},
+                          {"best_val_loss", res.best_val_loss}});
   return res;
 }
 

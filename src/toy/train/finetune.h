@@ -7,7 +7,8 @@
 // The run folder (run_folder.h rules) gets model.gguf (the merged model, in merge_type; same
 // architecture and tokenizer as the base, so llama.cpp runs it), for LoRA adapter.gguf
 // (llama.cpp's adapter format), and events.jsonl. A stop request (Ctrl-C) ends the run after
-// the current step and writes what it has.
+// the current step and writes what it has. With validation examples, the outputs hold the
+// weights of the best validation loss (at --eval-every steps and the end), as toy train's do.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -57,6 +58,9 @@ struct FinetuneResult {
   double seconds = 0;
   int64_t trainable_params = 0;
   int64_t skipped_steps = 0;  // f16: steps skipped for an inf/NaN gradient (the scale halved)
+  std::string model = "last"; // which weights the outputs hold: "best" (validation) or "last"
+  int64_t best_step = -1;     // step of the best validation loss (-1: no validation)
+  double best_val_loss = NAN;
   std::string out;
   bool stopped = false;
 };
