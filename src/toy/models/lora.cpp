@@ -182,7 +182,9 @@ void load_lora_adapter(DecoderLM& m, const std::string& arch, const std::string&
   }
 }
 
-void merge_lora(DecoderLM& m) {
+void merge_lora(DecoderLM& m, DType out) {
+  TOY_CHECK(out == DType::F32 || out == DType::F16 || out == DType::BF16, "[lora] merging into {} is not supported",
+            name(out));
   NoGradGuard ng;
   for (const auto& [name, lin] : m.projections()) {
     if (!lin->lora.defined()) continue;
@@ -190,7 +192,7 @@ void merge_lora(DecoderLM& m) {
     Tensor w = cast(lin->weight.detach(), DType::F32);
     Tensor delta = matmul(l.b.detach(), l.a.detach());  // [out, in]
     Tensor merged = add(w, l.scale == 1.0f ? delta : scale(delta, l.scale));
-    lin->weight = m.params().replace(name, merged);
+    lin->weight = m.params().replace(name, out == DType::F32 ? merged : cast(merged, out));
     lin->lora = nn::Lora{};
     for (const char* suffix : {".lora_a", ".lora_b"})
       if (m.params().has(name + suffix)) m.params().remove(name + suffix);

@@ -45,8 +45,10 @@ void save_lora_adapter(const std::string& path, DecoderLM& m, const std::string&
 // file type, the architecture, every pair and every shape against the model.
 void load_lora_adapter(DecoderLM& m, const std::string& arch, const std::string& path, float user_scale = 1.0f);
 
-// W <- W + scale B A for every adapted projection, in F32 (a stored F16/BF16/block weight is
-// widened first); the adapters and their parameters are removed.
-void merge_lora(DecoderLM& m);
+// W <- W + scale B A for every adapted projection, computed in F32 (a stored F16/BF16/block
+// weight is widened first) and kept as `out` (F32, F16 or BF16) — one projection at a time, so
+// no F32 copy of every merged weight exists at once; the adapters and their parameters are
+// removed.
+void merge_lora(DecoderLM& m, DType out = DType::F32);
 
 }  // namespace toy

@@ -350,7 +350,8 @@ FinetuneResult finetune(const FinetuneOptions& o) {
   // The outputs: the adapter (LoRA), then the merged model.
   const std::string arch = lm.arch.empty() ? "toy" : lm.arch;
   if (!full) save_lora_adapter((dir / "adapter.gguf").string(), m, arch, o.lora_alpha);
-  merge_lora(m);
+  // (Merged straight into an F16/BF16 output type: the F32 sum exists one weight at a time.)
+  merge_lora(m, merge_type == "f16" ? DType::F16 : merge_type == "bf16" ? DType::BF16 : DType::F32);
   ModelWriteOptions wo;
   wo.toy_config = reader.has("toy.config");
   if (const gguf::Value* t = reader.find("tokenizer.chat_template"); t && t->type == gguf::Type::STRING)
