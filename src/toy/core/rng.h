@@ -4,6 +4,8 @@
 // draw uses counter (base + i / per_block) whichever thread computes it.
 #pragma once
 #include <array>
+#include <utility>
+#include <vector>
 #include <cstdint>
 
 #include "toy/core/shape.h"
@@ -46,5 +48,12 @@ Tensor randn(const Shape& shape, Generator& gen, float mean = 0.0f, float std = 
 Tensor rand(const Shape& shape, Generator& gen, float lo = 0.0f, float hi = 1.0f);
 void fill_normal_(Tensor& t, Generator& gen, float mean, float std);
 void fill_uniform_(Tensor& t, Generator& gen, float lo, float hi);
+
+// A seeded Fisher-Yates shuffle: one Philox block per draw, so the order depends only on the
+// generator's seed, stream and position.
+template <class T>
+void shuffle(std::vector<T>& v, Generator& gen) {
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[size_t(gen.block(gen.reserve(1))[0] % i)]);
+}
 
 }  // namespace toy

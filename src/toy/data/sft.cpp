@@ -87,9 +87,6 @@ bool fit(SftExample& e, int64_t ctx, SftData& d) {
   return any;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 }  // namespace
 
@@ -128,7 +125,7 @@ SftData read_sft_data(const std::string& path, const Tokenizer& tok, const ChatT
   const std::string shown = printable(path);
   const std::string text = read_regular_file(path, "[finetune] --data");
   SftData d;
-  if (!ends_with(path, ".jsonl")) {
+  if (!path.ends_with(".jsonl")) {
     // Plain text: windows of ctx + 1 tokens, every token counted.
     std::vector<int32_t> ids = tok.encode(text);
     if (tok.adds_bos() && tok.bos_id() >= 0) ids.insert(ids.begin(), tok.bos_id());
@@ -164,12 +161,8 @@ SftData read_sft_data(const std::string& path, const Tokenizer& tok, const ChatT
 void split_sft(std::vector<SftExample> all, double fraction, uint64_t seed, std::vector<SftExample>& train,
                std::vector<SftExample>& val) {
   TOY_CHECK(fraction >= 0 && fraction < 1, "[finetune] --val-fraction must be in [0, 1), got {}", fraction);
-  // A seeded Fisher-Yates shuffle (counter-based: one Philox block per draw).
   Generator g(seed, 7);
-  for (size_t i = all.size(); i > 1; --i) {
-    const uint64_t r = g.block(g.reserve(1))[0];
-    std::swap(all[i - 1], all[size_t(r % i)]);
-  }
+  shuffle(all, g);
   size_t n_val = size_t(double(all.size()) * fraction + 0.5);
   if (fraction > 0 && all.size() >= 2) n_val = std::clamp<size_t>(n_val, 1, all.size() - 1);
   val.assign(std::make_move_iterator(all.begin()), std::make_move_iterator(all.begin() + long(n_val)));

@@ -140,12 +140,9 @@ void load_lora_adapter(DecoderLM& m, const std::string& arch, const std::string&
 
   std::map<std::string, std::pair<const gguf::TensorInfo*, const gguf::TensorInfo*>> pairs;
   for (const gguf::TensorInfo& t : r.tensors()) {
-    auto ends = [&](const std::string& s) {
-      return t.name.size() > s.size() && t.name.compare(t.name.size() - s.size(), s.size(), s) == 0;
-    };
-    if (ends(".lora_a")) {
+    if (t.name.ends_with(".lora_a") && t.name.size() > 7) {
       pairs[t.name.substr(0, t.name.size() - 7)].first = &t;
-    } else if (ends(".lora_b")) {
+    } else if (t.name.ends_with(".lora_b") && t.name.size() > 7) {
       pairs[t.name.substr(0, t.name.size() - 7)].second = &t;
     } else {
       fail("[lora] '{}': tensor '{}' is neither a .lora_a nor a .lora_b", shown, printable(t.name));

@@ -208,7 +208,7 @@ FinetuneResult finetune(const FinetuneOptions& o) {
       ++epoch;
       std::iota(order.begin(), order.end(), size_t(0));
       Generator g(o.seed, kShuffleStream + uint64_t(epoch));
-      for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[size_t(g.block(g.reserve(1))[0] % i)]);
+      shuffle(order, g);
       cursor = 0;
     }
     return &train[order[cursor++]];
