@@ -2,7 +2,13 @@
 // adapter applied by generate and eval, and clear errors for bad data and occupied folders.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -12,6 +18,8 @@
 #include <unistd.h>
 
 #include "proc.h"
+
+extern char** environ;
 
 namespace fs = std::filesystem;
 using toy::test::describe;
@@ -105,6 +113,74 @@ TEST(CliFinetune, FullRunAndBadData) {
   EXPECT_FALSE(fs::exists(temp("bad_run"))) << "nothing is written for a run that cannot start";
   auto flags = run_toy({"finetune", "-m", fx.model, "--data", fx.data, "--lora-rank", "0", "--out", temp("x")});
   EXPECT_EQ(flags.status, 2) << describe(flags);
+}
+
+// Ctrl-C writes a checkpoint and the outputs; `--resume` continues (the same command line with
+// --resume added is accepted; a flag that says what the run is cannot change).
+TEST(CliFinetune, CtrlCWritesACheckpointAndResumes) {
+  const Fixture& fx = fixture();
+  const std::string dir = temp("sigint_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  std::vector<std::string> args = {TOY_BINARY, "finetune", "-m", fx.model, "--data", fx.data, "--method", "lora",
+                                   "--steps", "100000", "--batch", "2", "--lora-rank", "2", "--lr", "1e-3",
+                                   "--out", dir, "--quiet"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  ASSERT_EQ(posix_spawn(&pid, TOY_BINARY, nullptr, nullptr, argv.data(), environ), 0);
+  const fs::path events = fs::path(dir) / "events.jsonl";
+  auto count_steps = [&] {
+    std::ifstream in(events);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    size_t n = 0;
+    for (size_t p = text.find("\"event\":\"step\""); p != std::string::npos; p = text.find("\"event\":\"step\"", p + 1)) ++n;
+    return n;
+  };
+  for (int i = 0; i < 1200 && count_steps() <= 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(pid, SIGINT);
+  int status = 0;
+  bool exited = false;
+  for (int i = 0; i < 1200 && !exited; ++i) {
+    exited = waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "toy finetune did not stop after SIGINT";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  for (const char* f : {"checkpoint.gguf", "model.gguf", "adapter.gguf", "report.html"})
+    EXPECT_TRUE(fs::exists(fs::path(dir) / f)) << f;
+  std::ifstream in(events);
+  std::string line, last;
+  while (std::getline(in, line)) last = line;
+  const nlohmann::json end = nlohmann::json::parse(last);
+  EXPECT_EQ(end["event"], "run_end");
+  EXPECT_EQ(end["stopped"], true);
+  const int stopped_at = end["steps"];
+  ASSERT_GT(stopped_at, 3);
+
+  auto r = run_toy({"finetune", "--resume", dir, "--steps", std::to_string(stopped_at + 2), "--json", "--quiet"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(nlohmann::json::parse(last_line(r.out))["steps"], stopped_at + 2);
+  // The command line it started with, plus --resume: fine.
+  auto same = run_toy({"finetune", "-m", fx.model, "--data", fx.data, "--method", "lora", "--steps",
+                       std::to_string(stopped_at + 4), "--batch", "2", "--lora-rank", "2", "--lr", "1e-3", "--out", dir,
+                       "--resume", dir, "--quiet", "--json"});
+  ASSERT_EQ(same.status, 0) << describe(same);
+  EXPECT_EQ(nlohmann::json::parse(last_line(same.out))["steps"], stopped_at + 4);
+  auto changed = run_toy({"finetune", "--resume", dir, "--steps", std::to_string(stopped_at + 6), "--lr", "0.5"});
+  EXPECT_EQ(changed.status, 1);
+  EXPECT_NE(changed.err.find("--lr cannot change when resuming"), std::string::npos) << changed.err;
+  auto other_base = run_toy({"finetune", "--resume", dir, "--steps", "1000000", "-m", fx.data});
+  EXPECT_EQ(other_base.status, 1);
+  EXPECT_NE(other_base.err.find("--model cannot change"), std::string::npos) << other_base.err;
+  auto as_train = run_toy({"train", "--resume", dir});
+  EXPECT_EQ(as_train.status, 1);
+  EXPECT_NE(as_train.err.find("toy finetune --resume"), std::string::npos) << as_train.err;
 }
 
 // `toy bench finetune --json` on the tiny shape (the benchmark itself runs SmolLM2-135M): one

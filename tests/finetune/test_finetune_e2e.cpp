@@ -99,8 +99,20 @@ TEST(Finetune, LearnsToReverseThePromptFullAndWithLoraOnAQuantizedBase) {
   finetune(o);
   EXPECT_GE(exact_match(o.out + "/model.gguf", ""), 0.9);
 
-  // Mixed precision: the same 200-step job in F32, BF16 and F16 ends within 1% in loss.
-  o.pack = false, o.steps = 200, o.eval_every = 0;
+  // Mixed precision: a 200-step SFT job in F32, BF16 and F16 ends within 1% in loss. (Not the
+  // reversal: how far its loss has fallen after 200 steps hangs on when the reversal "clicks",
+  // which any rounding moves — lr 3e-3 vs 3.001e-3 in F32 alone moves it 1.2%. This job — the
+  // first and last letter of the prompt — learns smoothly, so the comparison measures the
+  // precision, not the chaos: here F32 and BF16 agree to 0.05%.)
+  const std::string ends = temp("ends.jsonl");
+  {
+    std::ofstream d(ends);
+    for (int i = 0; i < 2000; ++i) {
+      const std::string w = word();
+      d << nlohmann::json({{"prompt", w + "="}, {"completion", std::string{w.front(), w.back()} + "."}}).dump() << "\n";
+    }
+  }
+  o.data = ends, o.pack = false, o.steps = 200, o.eval_every = 0;
   double loss_of[3];
   const char* precisions[3] = {"f32", "bf16", "f16"};
   for (int k = 0; k < 3; ++k) {
@@ -112,7 +124,7 @@ TEST(Finetune, LearnsToReverseThePromptFullAndWithLoraOnAQuantizedBase) {
   }
   EXPECT_LE(std::fabs(loss_of[1] - loss_of[0]), 0.01 * loss_of[0]);
   EXPECT_LE(std::fabs(loss_of[2] - loss_of[0]), 0.01 * loss_of[0]);
-  o.precision = "f32";
+  o.precision = "f32", o.data = data;
 
   o.model = base_q8, o.method = "lora", o.lora_rank = 16, o.lora_alpha = 32, o.steps = 1000, o.lr = 2e-3f;
   o.out = temp("rev_lora_q8");
@@ -121,4 +133,24 @@ TEST(Finetune, LearnsToReverseThePromptFullAndWithLoraOnAQuantizedBase) {
   EXPECT_GE(exact_match(base_q8, o.out + "/adapter.gguf"), 0.9);  // the adapter on the quantized base
   EXPECT_GE(exact_match(o.out + "/model.gguf", ""), 0.9);         // the merged model (F16)
   EXPECT_EQ(gguf::Reader(o.out + "/model.gguf").find_tensor("blk.0.attn_q.weight")->dtype, DType::F16);
+
+  // Projection lens: the token table of a narrower model (width 32, same characters) frozen
+  // under a trainable projection — a fresh model of width 64 learns the task through it, and so
+  // does the base with LoRA (its head kept: the vocabularies are the same).
+  TrainOptions d = t;
+  d.model.dim = 32, d.model.heads = 2, d.model.kv_heads = 2, d.model.layers = 1, d.steps = 100;
+  d.out = temp("rev_donor");
+  train(d);
+  FinetuneOptions l;
+  l.donor_embeddings = d.out + "/model.gguf", l.data = data, l.method = "full", l.shape = t.model;
+  l.shape.tied = false, l.ctx = 24, l.batch = 16, l.warmup = 30, l.steps = 500, l.lr = 3e-3f;
+  l.quiet = true, l.force = true, l.out = temp("rev_lens_fresh");
+  finetune(l);
+  EXPECT_GE(exact_match(l.out + "/model.gguf", ""), 0.9);
+  l.model = base, l.method = "lora", l.lora_rank = 16, l.lora_alpha = 32, l.out = temp("rev_lens_lora");
+  finetune(l);
+  EXPECT_GE(exact_match(l.out + "/model.gguf", ""), 0.9);
+  const LoadedModel folded = load_model(l.out + "/model.gguf");
+  EXPECT_EQ(folded.model->params().get("token_embd.weight").shape(), (Shape{folded.model->config().vocab, 64}));
+  EXPECT_FALSE(folded.model->config().tied);
 }

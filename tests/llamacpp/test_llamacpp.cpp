@@ -234,6 +234,35 @@ TEST(LlamaCpp, AppliesOurLoraAdapterAndRunsTheMergedModel) {
   expect_same_greedy_tokens(merged, encode(merged, "work code ="), 16, 0.0);
 }
 
+// A model trained through a projection lens (a donor's table, frozen, under a trainable
+// projection to another width) is saved folded: a plain llama file llama.cpp runs as toy does.
+TEST(LlamaCpp, RunsAModelTrainedThroughAProjectionLens) {
+  REQUIRE_LLAMACPP();
+  const std::string donor = train_model("llama_byte_donor", "llama", "byte");  // width 64
+  const std::string data = (fs::path(::testing::TempDir()) / "toy_llamacpp_lens.jsonl").string();
+  {
+    std::ofstream f(data);
+    const std::string words[] = {"program", "license", "source", "copies", "notice", "terms", "work", "code"};
+    for (int i = 0; i < 64; ++i) {
+      const std::string w = words[i % 8] + " " + words[(i * 5 + 3) % 8];
+      f << nlohmann::json({{"prompt", w + " ="}, {"completion", " " + std::string(w.rbegin(), w.rend())}}).dump() << "\n";
+    }
+  }
+  FinetuneOptions o;
+  o.donor_embeddings = donor, o.data = data, o.method = "full";
+  o.shape = ModelConfig::from_preset("llama");
+  o.shape.dim = 48, o.shape.layers = 2, o.shape.heads = 4, o.shape.kv_heads = 2, o.shape.ctx = 64;
+  o.shape.tied = false;
+  o.out = (fs::path(::testing::TempDir()) / "toy_llamacpp_lens").string();
+  o.steps = 40, o.batch = 8, o.lr = 5e-3f, o.quiet = true, o.force = true;
+  finetune(o);
+  const std::string m = o.out + "/model.gguf";
+  EXPECT_EQ(gguf::Reader(m).get_str("general.architecture"), "llama");
+  EXPECT_EQ(load_model(m).model->config().dim, 48);
+  expect_same_distributions(m, encode(m, "source notice = ecruos eciton and the terms of this License"));
+  expect_same_greedy_tokens(m, encode(m, "work code ="), 16, 0.0);
+}
+
 TEST(LlamaCpp, RunsOurGpt2ModelWithTheSameDistributions) {
   REQUIRE_LLAMACPP();
   const std::string m = train_model("gpt2_byte", "gpt", "byte");

@@ -11,6 +11,7 @@
 
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
+#include "toy/cli/shape_flags.h"
 #include "toy/cli/stop_signals.h"
 #include "toy/core/error.h"
 #include "toy/core/text.h"
@@ -25,14 +26,10 @@ namespace {
 
 struct TrainFlags {
   TrainOptions o;
-  std::string preset = "gpt";
   std::string resume;
   bool json = false;
-  // Model overrides, applied on top of the preset when given.
-  std::optional<int64_t> layers, heads, kv_heads, dim, ffn, ctx, bias, tied;
-  std::string norm, mlp, pos;
-  std::optional<float> dropout, init_scale;
-  bool depth_scale = false;
+  ShapeFlags shape;  // the preset and overrides on top of it
+  std::optional<int64_t> ctx;
 };
 
 void print_result(const TrainResult& r, bool json) {
@@ -45,21 +42,8 @@ void print_result(const TrainResult& r, bool json) {
 }
 
 ModelConfig build_model(const TrainFlags& f) {
-  ModelConfig m = ModelConfig::from_preset(f.preset);
-  if (f.layers) m.layers = *f.layers;
-  if (f.heads) m.heads = *f.heads;
-  m.kv_heads = f.kv_heads ? *f.kv_heads : m.heads;
-  if (f.dim) m.dim = *f.dim;
-  if (f.ffn) m.ffn = *f.ffn;
+  ModelConfig m = shape_from_flags(f.shape);
   if (f.ctx) m.ctx = *f.ctx;
-  if (!f.norm.empty()) m.norm = f.norm == "rms" ? NormKind::RMS : NormKind::Layer;
-  if (!f.mlp.empty()) m.mlp = f.mlp == "swiglu" ? MlpKind::SwiGLU : MlpKind::GELU;
-  if (!f.pos.empty()) m.pos = f.pos == "rope" ? PosKind::RoPE : PosKind::Learned;
-  if (f.bias) m.bias = *f.bias != 0;
-  if (f.tied) m.tied = *f.tied != 0;
-  if (f.dropout) m.dropout = *f.dropout;
-  if (f.init_scale) m.init_scale = *f.init_scale;
-  m.depth_scale = f.depth_scale;
   return m;
 }
 
@@ -185,22 +169,10 @@ Run add_train_command(CLI::App& app) {
   cmd->add_flag("--allow-data-change", o.allow_data_change,
                 "With --resume: continue even though the training data changed since the checkpoint")
       ->needs(resume_opt);
-  cmd->add_option("--preset", f->preset, "Model preset: gpt (GPT-2 shape) or llama")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"gpt", "llama"}));
+  add_shape_flags(cmd, f->shape, "gpt");
   cmd->add_option("--tokenizer", o.tokenizer, "char, byte or bpe:N (N merges learned from the data)")
       ->capture_default_str();
-  add_int(cmd, "--layers", f->layers, 1, 10000, "Transformer layers");
-  add_int(cmd, "--heads", f->heads, 1, 4096, "Attention heads");
-  add_int(cmd, "--kv-heads", f->kv_heads, 1, 4096, "Key/value heads (GQA; default = heads)");
-  add_int(cmd, "--dim", f->dim, 1, int64_t(1) << 20, "Model width");
-  add_int(cmd, "--ffn", f->ffn, 1, int64_t(1) << 22, "MLP width (default: 4*dim for GELU, ~8/3*dim for SwiGLU)");
   add_int(cmd, "--ctx", f->ctx, 1, int64_t(1) << 24, "Context length (tokens per window)");
-  cmd->add_option("--norm", f->norm, "Override the preset: rms or layer")->check(CLI::IsMember({"rms", "layer"}));
-  cmd->add_option("--mlp", f->mlp, "Override the preset: swiglu or gelu")->check(CLI::IsMember({"swiglu", "gelu"}));
-  cmd->add_option("--pos", f->pos, "Override the preset: rope or learned")->check(CLI::IsMember({"rope", "learned"}));
-  add_int(cmd, "--bias", f->bias, 0, 1, "Override the preset: biases on (1) or off (0)");
-  add_int(cmd, "--tied", f->tied, 0, 1, "Override the preset: tied output head (1) or untied (0)");
   add_int(cmd, "--batch", o.batch, 1, int64_t(1) << 20, "Windows per micro-batch");
   add_int(cmd, "--accum", o.accum, 1, int64_t(1) << 16, "Micro-batches per optimizer step (gradient accumulation)");
   add_int(cmd, "--steps", o.steps, 1, int64_t(1) << 40, "Optimizer steps");
@@ -211,9 +183,6 @@ Run add_train_command(CLI::App& app) {
   add_real(cmd, "--beta1", o.beta1, {0, 1, false, true}, "AdamW beta1");
   add_real(cmd, "--beta2", o.beta2, {0, 1, false, true}, "AdamW beta2");
   add_real(cmd, "--clip", o.clip, {0, 1e9}, "Gradient clipping: max global norm (0 = off)");
-  add_real(cmd, "--dropout", f->dropout, {0, 1, false, true}, "Dropout on embeddings and residual branches");
-  add_real(cmd, "--init-scale", f->init_scale, {0, 100, true}, "Matrices are N(0, s/sqrt(fan_in))");
-  cmd->add_flag("--depth-scale", f->depth_scale, "Scale the pre-norm outputs of layer l by 1/sqrt(l) (Curse of Depth)");
   add_u64(cmd, "--seed", o.seed, "Seed for init, data order, dropout and samples");
   add_int(cmd, "--eval-every", o.eval_every, 0, int64_t(1) << 40, "Steps between loss estimates (0 = only at the end)");
   add_int(cmd, "--eval-batches", o.eval_batches, 1, int64_t(1) << 20, "Batches per train/val loss estimate");

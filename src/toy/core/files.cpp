@@ -6,6 +6,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
+
+#include <xxhash.h>
 
 #include "toy/core/error.h"
 #include "toy/core/machine.h"
@@ -81,6 +84,35 @@ void check_output_file(const std::string& path, const char* who, bool allow_char
   if (::stat(path.c_str(), &st) != 0) return;  // missing: it will be created
   TOY_CHECK(S_ISREG(st.st_mode) || (allow_char_device && S_ISCHR(st.st_mode)),
             "{} '{}' is {}: toy writes only regular files", who, printable(path), file_kind(st.st_mode));
+}
+
+FileIdentity file_identity(const std::string& path, const char* who) {
+  FileIdentity id;
+  id.path = path;
+  const int fd = open_regular_file(path, who, &id.bytes);
+  XXH3_state_t* st = XXH3_createState();
+  TOY_CHECK(st != nullptr, "{} out of memory hashing '{}'", who, printable(path));
+  XXH3_64bits_reset(st);
+  std::vector<char> buf(size_t(1) << 20);
+  uint64_t total = 0;
+  while (true) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      XXH3_freeState(st);
+      fail("{} cannot read '{}': {}", who, printable(path), std::strerror(err));
+    }
+    if (n == 0) break;
+    XXH3_64bits_update(st, buf.data(), size_t(n));
+    total += uint64_t(n);
+  }
+  ::close(fd);
+  id.hash = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  id.bytes = total;
+  return id;
 }
 
 }  // namespace toy

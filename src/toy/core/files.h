@@ -17,6 +17,16 @@ std::string read_regular_file(const std::string& path, const char* who, uint64_t
 // For a file about to be written: fine when missing or a regular file (or, when allowed, a
 // character device such as /dev/stderr, which never blocks an open), else an error.
 void check_output_file(const std::string& path, const char* who, bool allow_char_device = false);
+// What a checkpoint records of a file it depends on (a base model, a data file), to know on
+// resume that it is still the same file.
+struct FileIdentity {
+  std::string path;
+  uint64_t bytes = 0;
+  uint64_t hash = 0;  // XXH3-64 of the bytes
+};
+// Reads the whole file (1 MiB at a time; xxHash runs at memory speed).
+FileIdentity file_identity(const std::string& path, const char* who);
+
 // "a folder", "a FIFO", "a character device", ... for the file type bits of st_mode.
 const char* file_kind(unsigned mode);
 

@@ -68,12 +68,15 @@ void ModelConfig::validate() const {
             "[model] implausible size (vocab {}, heads {}, kv heads {}, ffn {})", vocab, heads, kv_heads, ffn);
   TOY_CHECK(layer_kinds.empty() || int64_t(layer_kinds.size()) == layers,
             "[model] {} layer kinds given for {} layers", layer_kinds.size(), layers);
+  TOY_CHECK(lens_dim >= 0 && lens_dim <= (int64_t(1) << 20), "[model] lens width must be in 0..2^20, got {}",
+            lens_dim);
+  TOY_CHECK(lens_dim == 0 || !tied, "[model] a projection lens needs an untied output head");
   TOY_CHECK(layers <= 10000 && dim <= (int64_t(1) << 20) && ctx <= (int64_t(1) << 24),
             "[model] implausible size (layers {}, dim {}, ctx {})", layers, dim, ctx);
 }
 
 std::string ModelConfig::gguf_arch(bool tokenizer_ok) const {
-  if (!tokenizer_ok || depth_scale || dropout < 0) return "toy";
+  if (!tokenizer_ok || depth_scale || dropout < 0 || lens_dim) return "toy";
   const bool plain_rope = rope.scaling == RopeScaling::None && (rope.n_rot == 0 || rope.n_rot == head_dim);
   const bool gpt2 = norm == NormKind::Layer && mlp == MlpKind::GELU && pos == PosKind::Learned && bias &&
                     kv_heads == heads && !qkv_bias && !qk_norm && head_dim * heads == dim;
@@ -135,7 +138,7 @@ nlohmann::json ModelConfig::to_json() const {
                             {"beta_fast", json_float(rope.beta_fast)},
                             {"beta_slow", json_float(rope.beta_slow)},
                             {"freq_factors", rope.freq_factors}};
-  return {{"preset", preset},     {"vocab", vocab},       {"dim", dim},
+  nlohmann::json j = {{"preset", preset},     {"vocab", vocab},       {"dim", dim},
           {"layers", layers},     {"heads", heads},       {"kv_heads", kv_heads},
           {"head_dim", head_dim}, {"ffn", ffn},           {"ctx", ctx},
           {"norm", to_string(norm)}, {"mlp", to_string(mlp)}, {"pos", to_string(pos)},
@@ -143,6 +146,8 @@ nlohmann::json ModelConfig::to_json() const {
           {"qk_norm", qk_norm},   {"tied", tied},         {"depth_scale", depth_scale},
           {"norm_eps", json_float(norm_eps)}, {"init_scale", json_float(init_scale)},
           {"dropout", json_float(dropout)}, {"layer_kinds", kinds}};
+  if (lens_dim) j["lens_dim"] = lens_dim;  // (only a lens model's, which files never hold unfolded)
+  return j;
 }
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& where) {
@@ -174,6 +179,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
   if (j.contains("head_dim")) c.head_dim = get_int(j, "head_dim", where);
   if (j.contains("qkv_bias")) c.qkv_bias = get_bool(j, "qkv_bias", where);
   if (j.contains("qk_norm")) c.qk_norm = get_bool(j, "qk_norm", where);
+  if (j.contains("lens_dim")) c.lens_dim = get_int(j, "lens_dim", where);
   if (j.contains("rope")) {
     const nlohmann::json& r = get_object(j, "rope", where);
     const std::string rw = where + " rope";

@@ -59,6 +59,10 @@ struct ModelConfig {
   float init_scale = 1.0f;   // matrices ~ N(0, init_scale / sqrt(fan_in))
   float dropout = 0.0f;
   std::vector<LayerKind> layer_kinds;  // empty: every layer is attention
+  // Projection lens (`toy finetune --donor-embeddings`): the token table is lens_dim wide (a
+  // donor model's, frozen) and token_embd_proj.weight [dim, lens_dim] projects each row to
+  // dim. 0: no lens. Needs an untied head; a file for llama.cpp folds it (fold_lens).
+  int64_t lens_dim = 0;
 
   // Fills defaults that depend on other fields (ffn from dim, head_dim from dim / heads).
   void resolve();

@@ -1,5 +1,6 @@
 #include "toy/models/decoder_lm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -58,7 +59,9 @@ void DecoderLM::declare(Add add) {
     if (with_bias) lin.bias = add(base + ".bias", Shape{out}, true);
     return lin;
   };
-  tok_emb_.weight = add("token_embd.weight", Shape{V, D}, true);
+  const int64_t E = cfg_.lens_dim;
+  tok_emb_.weight = add("token_embd.weight", Shape{V, E ? E : D}, true);
+  lens_ = E ? make_linear("token_embd_proj", D, E, false) : nn::Linear{};
   if (cfg_.pos == PosKind::Learned) pos_emb_.weight = add("position_embd.weight", Shape{cfg_.ctx, D}, true);
   Tensor freq_factors;
   if (cfg_.pos == PosKind::RoPE && cfg_.rope.freq_factors) {
@@ -141,29 +144,51 @@ std::vector<std::pair<std::string, nn::Linear*>> DecoderLM::projections() {
 }
 
 void DecoderLM::init(uint64_t seed) {
-  NoGradGuard ng;
   uint64_t stream = 0;
-  for (Tensor& p : params_.values()) {
-    Generator g(seed, ++stream);
-    const std::string& n = p.name();
-    const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
-    if (n == "rope_freqs.weight") {
-      fill_(p, 1.0);  // no scaling until a file says otherwise
-    } else if (n == "token_embd.weight" || n == "position_embd.weight") {
-      fill_normal_(p, g, 0.0f, 0.02f);
-    } else if (n.find("norm") != std::string::npos && !is_bias) {
-      fill_(p, 1.0);
-    } else if (is_bias) {
-      fill_(p, 0.0);
-    } else {
-      // Matrices [out, in]: N(0, s / sqrt(fan_in)).
-      fill_normal_(p, g, 0.0f, cfg_.init_scale / std::sqrt(float(p.size(1))));
-    }
+  for (Tensor& p : params_.values()) init_parameter(p, seed, ++stream, cfg_.init_scale);
+}
+
+void DecoderLM::init_parameter(Tensor& p, uint64_t seed, uint64_t stream, float init_scale) {
+  NoGradGuard ng;
+  Generator g(seed, stream);
+  const std::string& n = p.name();
+  const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
+  if (n == "rope_freqs.weight") {
+    fill_(p, 1.0);  // no scaling until a file says otherwise
+  } else if (n == "token_embd.weight" || n == "position_embd.weight") {
+    fill_normal_(p, g, 0.0f, 0.02f);
+  } else if (n.find("norm") != std::string::npos && !is_bias) {
+    fill_(p, 1.0);
+  } else if (is_bias) {
+    fill_(p, 0.0);
+  } else {
+    // Matrices [out, in]: N(0, s / sqrt(fan_in)).
+    fill_normal_(p, g, 0.0f, init_scale / std::sqrt(float(p.size(1))));
   }
 }
 
+void DecoderLM::fold_lens() {
+  if (!lens_.defined()) return;
+  NoGradGuard ng;
+  const int64_t V = cfg_.vocab, D = cfg_.dim;
+  Tensor folded = empty(Shape{V, D});
+  constexpr int64_t kRows = 4096;  // the table's F32 rows exist a chunk at a time
+  for (int64_t r0 = 0; r0 < V; r0 += kRows) {
+    const int64_t n = std::min(kRows, V - r0);
+    Tensor ids = empty(Shape{n}, DType::I32);
+    for (int64_t i = 0; i < n; ++i) ids.data<int32_t>()[i] = int32_t(r0 + i);
+    Tensor rows = slice(folded, 0, r0, r0 + n);
+    copy_(rows, lens_(tok_emb_(ids)));
+  }
+  params_.remove("token_embd_proj.weight");
+  tok_emb_.weight = params_.replace("token_embd.weight", folded);
+  lens_ = nn::Linear{};
+  cfg_.lens_dim = 0;
+}
+
 Tensor DecoderLM::embed(const Tensor& ids, int64_t start, const Tensor& positions, bool training, Generator* gen) {
-  Tensor x = tok_emb_(ids);  // [B, T, D]
+  Tensor x = tok_emb_(ids);  // [B, T, D] ([B, T, E] through the lens)
+  if (lens_.defined()) x = lens_(x);
   if (cfg_.pos == PosKind::Learned) {
     const int64_t T = ids.size(-1);
     TOY_CHECK(start + T <= cfg_.ctx, "[model] position {} is past the {} learned positions", start + T - 1, cfg_.ctx);

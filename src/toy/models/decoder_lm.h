@@ -1,6 +1,7 @@
 // DecoderLM: a decoder-only Transformer as a stack of nn modules, configured by ModelConfig.
 // Parameters are named by their GGUF tensor names:
 //   token_embd.weight [V, D]            position_embd.weight [ctx, D]  (learned positions)
+//   projection lens (lens_dim E > 0): token_embd.weight [V, E] and token_embd_proj.weight [D, E]
 //   blk.N.attn_norm.weight/.bias [D]    blk.N.ffn_norm.weight/.bias [D]
 //   gpt (fused, as GPT-2's GGUF):  blk.N.attn_qkv.weight [(H + 2 Hkv) d, D] / .bias
 //   others: blk.N.attn_q.weight [H*d, D], attn_k/attn_v [Hkv*d, D] (+ .bias: gpt biases, qwen2)
@@ -64,6 +65,9 @@ class DecoderLM {
   // 1, biases 0. Each parameter draws from its own RNG stream, so the init of one tensor does
   // not depend on the others.
   void init(uint64_t seed);
+  // init()'s rule for one parameter (named), drawing from stream `stream` of the seed (init()
+  // gives the i-th parameter stream i + 1).
+  static void init_parameter(Tensor& p, uint64_t seed, uint64_t stream, float init_scale);
 
   // Hidden states after the final norm: ids I32 [B, T] -> [B, T, D]. `dropout_gen` (training
   // only) draws the dropout masks. With a cache, the tokens continue what it holds (their
@@ -86,6 +90,9 @@ class DecoderLM {
   // The blocks' projections, each with the GGUF name of its weight ("blk.3.attn_q.weight"),
   // in parameter order: where LoRA adapters attach.
   std::vector<std::pair<std::string, nn::Linear*>> projections();
+  // Projection lens: token_embd.weight <- F32 [V, D] rows of E P^T (the projected table),
+  // token_embd_proj.weight removed, lens_dim 0 — the same function, as llama.cpp's layout.
+  void fold_lens();
 
   // --- generation with a caller-owned cache ---
   // A cache for `batch` sequences of up to `capacity` tokens (0: the model's context).
@@ -116,6 +123,7 @@ class DecoderLM {
   ModelConfig cfg_;
   ParamStore params_;
   nn::Embedding tok_emb_, pos_emb_;
+  nn::Linear lens_;  // projection lens (defined when lens_dim > 0)
   std::vector<Block> blocks_;
   nn::Norm out_norm_;
   nn::Linear head_;

@@ -46,6 +46,7 @@ void ParamStore::set_trainable(const std::string& name, bool trainable) {
   Param& p = record(name);
   p.trainable = trainable;
   p.value.requires_grad_(trainable);
+  p.decay = trainable && p.value.ndim() >= 2;  // as add() decides
   if (!trainable) {
     p.value.set_grad(Tensor());
     p.m = Tensor(), p.v = Tensor();

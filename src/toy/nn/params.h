@@ -39,7 +39,7 @@ class ParamStore {
   Tensor& replace(const std::string& name, Tensor t);
   void remove(const std::string& name);
   // Freezes or unfreezes a parameter (its tensor's requires_grad follows; a frozen one drops
-  // its gradient and optimizer state).
+  // its gradient and optimizer state; decay follows add()'s rule: a matrix that trains).
   void set_trainable(const std::string& name, bool trainable);
   bool has(const std::string& name) const;
   Param& record(const std::string& name);

@@ -68,7 +68,7 @@ std::string svg_chart(const std::vector<Series>& series, const std::string& ylab
                    (T + H - B) / 2, (T + H - B) / 2, esc(ylabel));
   int li = 0;
   for (const auto& s : series) {
-    if (s.pts.empty()) continue;
+    if (std::none_of(s.pts.begin(), s.pts.end(), [](auto p) { return std::isfinite(p.second); })) continue;
     std::string pts;
     for (auto [x, y] : s.pts)
       if (std::isfinite(y)) pts += fmt::format("{:.1f},{:.1f} ", X(x), Y(y));
@@ -126,11 +126,13 @@ void write_report(const std::string& events_path, const std::string& html_path) 
     if (ev == "run_end") end = e;
     if (ev == "models") models = e;
   }
-  std::string h = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>toy run report</title>\n<style>"
+  const std::string title = start.is_object() && start.value("command", "") == "finetune" ? "toy finetune report"
+                                                                                          : "toy run report";
+  std::string h = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + title + "</title>\n<style>"
                   "body{font-family:sans-serif;max-width:820px;margin:2em auto;color:#222}"
                   "table{border-collapse:collapse}td{border:1px solid #ddd;padding:2px 8px;font-size:13px}"
                   "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}</style></head><body>\n";
-  h += "<h1>toy run report</h1>\n";
+  h += "<h1>" + title + "</h1>\n";
   if (!end.is_null())
     h += fmt::format("<p>{} steps in {:.1f} s, {:.0f} tokens/s. Final train loss {:.4f}, validation loss {:.4f}{}.</p>\n",
                      end.value("steps", 0), end.value("seconds", 0.0), end.value("tokens_per_s", 0.0),
@@ -138,22 +140,33 @@ void write_report(const std::string& events_path, const std::string& html_path) 
                      end.value("stopped", false) ? " (stopped early; resumable)" : "");
   if (!models.is_null()) {
     const bool best = models.value("model_gguf", "") == "best";
-    const int64_t best_step = models.value("best_step", int64_t(-1));
+    const int64_t best_step = models.value("best_step", int64_t(-1)), last_step = models.value("last_step", int64_t(0));
+    // toy train keeps the other weights in a companion model file; toy finetune in its checkpoint.
+    const std::string other = models.contains("companion") ? "<code>" + esc(models.value("companion", "")) + "</code>"
+                                                           : std::string("<code>checkpoint.gguf</code>");
     if (best)
       h += fmt::format("<p><code>model.gguf</code> holds the best validation weights (step {}, validation loss {:.4f}); "
-                       "<code>last.gguf</code> holds the last step's (step {}).</p>\n",
-                       best_step, number(models, "best_val_loss"), models.value("last_step", int64_t(0)));
+                       "{} holds the last step's (step {}).</p>\n",
+                       best_step, number(models, "best_val_loss"), other, last_step);
+    else if (best_step >= 0 && models.contains("companion"))
+      h += fmt::format("<p><code>model.gguf</code> holds the last step's weights (step {}); {} the best validation "
+                       "weights (step {}, validation loss {:.4f}).</p>\n",
+                       last_step, other, best_step, number(models, "best_val_loss"));
     else if (best_step >= 0)
-      h += fmt::format("<p><code>model.gguf</code> holds the last step's weights (step {}); <code>best.gguf</code> the "
-                       "best validation weights (step {}, validation loss {:.4f}).</p>\n",
-                       models.value("last_step", int64_t(0)), best_step, number(models, "best_val_loss"));
+      h += fmt::format("<p><code>model.gguf</code> holds the last step's weights (step {}), which had the best "
+                       "validation loss ({:.4f}).</p>\n", last_step, number(models, "best_val_loss"));
     else
       h += "<p><code>model.gguf</code> holds the last step's weights (no validation estimate was made).</p>\n";
+    if (models.value("adapter", false))
+      h += "<p><code>adapter.gguf</code> holds the same LoRA adapter unmerged, for llama.cpp's <code>--lora</code>."
+           "</p>\n";
   }
   h += "<h2>Loss</h2>\n" + svg_chart({train, est_train, est_val}, "cross-entropy (nats/token)");
-  h += "<h2>Samples</h2>\n";
-  for (const auto& [step, text] : samples) h += fmt::format("<p>step {}</p><pre>{}</pre>\n", step, esc(text));
-  if (samples.empty()) h += "<p>(none)</p>\n";
+  if (!samples.empty() || title == "toy run report") {  // (toy finetune draws none)
+    h += "<h2>Samples</h2>\n";
+    for (const auto& [step, text] : samples) h += fmt::format("<p>step {}</p><pre>{}</pre>\n", step, esc(text));
+    if (samples.empty()) h += "<p>(none)</p>\n";
+  }
   h += "<h2>Configuration</h2>\n<table>\n";
   std::vector<std::pair<std::string, std::string>> rows;
   if (!start.is_null()) {

@@ -49,15 +49,7 @@ void require_finite_weights(const DecoderLM& m, const std::string& context, cons
   }
 }
 
-namespace {
-
 std::string hex(uint64_t v) { return fmt::format("{:016x}", v); }
-
-nlohmann::json corpus_json(const Run& r) {
-  nlohmann::json files = nlohmann::json::array();
-  for (const CorpusFile& f : r.corpus) files.push_back({{"path", f.path}, {"bytes", f.bytes}, {"hash", hex(f.hash)}});
-  return {{"hash", hex(r.corpus_hash)}, {"files", files}};
-}
 
 uint64_t parse_hex(const nlohmann::json& j, const char* key, const std::string& where) {
   const std::string s = json_fields::get_string(j, key, where);
@@ -69,24 +61,31 @@ uint64_t parse_hex(const nlohmann::json& j, const char* key, const std::string& 
   return v;
 }
 
-// Copies tensor `name` of the checkpoint into dst after checking shape and finiteness.
-void load_checked(const gguf::Reader& rd, const std::string& name, Tensor& dst, bool non_negative) {
+void load_checked(const gguf::Reader& rd, const std::string& name, Tensor& dst, bool non_negative, const char* who) {
   const std::string shown = printable(rd.path());
   const gguf::TensorInfo* ti = rd.find_tensor(name);
-  TOY_CHECK(ti != nullptr, "[train] checkpoint '{}': missing tensor '{}'", shown, name);
-  TOY_CHECK(ti->shape == dst.shape(), "[train] checkpoint '{}': tensor '{}' has shape {}, expected {}", shown, name,
+  TOY_CHECK(ti != nullptr, "{} checkpoint '{}': missing tensor '{}'", who, shown, name);
+  TOY_CHECK(ti->shape == dst.shape(), "{} checkpoint '{}': tensor '{}' has shape {}, expected {}", who, shown, name,
             ti->shape.str(), dst.shape().str());
   NoGradGuard ng;
   copy_(dst, rd.tensor(name));
   const int64_t bad = first_non_finite(dst);
-  TOY_CHECK(bad < 0, "[train] checkpoint '{}': tensor '{}' holds non-finite values (element {}): the checkpoint is "
-            "damaged or was saved from a diverged run", shown, name, bad);
+  TOY_CHECK(bad < 0, "{} checkpoint '{}': tensor '{}' holds non-finite values (element {}): the checkpoint is "
+            "damaged or was saved from a diverged run", who, shown, name, bad);
   if (non_negative) {
     const std::vector<float> v = dst.to_f32_vector();
     for (size_t i = 0; i < v.size(); ++i)
-      TOY_CHECK(v[i] >= 0, "[train] checkpoint '{}': tensor '{}' element {} is {}, but AdamW's second moment is never "
-                "negative", shown, name, i, v[i]);
+      TOY_CHECK(v[i] >= 0, "{} checkpoint '{}': tensor '{}' element {} is {}, but AdamW's second moment is never "
+                "negative", who, shown, name, i, v[i]);
   }
+}
+
+namespace {
+
+nlohmann::json corpus_json(const Run& r) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const CorpusFile& f : r.corpus) files.push_back({{"path", f.path}, {"bytes", f.bytes}, {"hash", hex(f.hash)}});
+  return {{"hash", hex(r.corpus_hash)}, {"files", files}};
 }
 
 }  // namespace
@@ -131,6 +130,8 @@ void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir) {
   using namespace json_fields;
   const std::string shown = printable(rd.path());
 
+  TOY_CHECK(!rd.has("toy.finetune.version"), "[train] '{}' is the checkpoint of a toy finetune run: continue it with "
+            "toy finetune --resume {}", shown, printable(dir));
   const gguf::Value* ver = rd.find("toy.checkpoint.version");
   TOY_CHECK(ver != nullptr, "[train] '{}' has no toy.checkpoint.version: it was written by an older toy, whose "
             "checkpoints this one (format version {}) cannot continue", shown, kCheckpointVersion);
@@ -153,8 +154,8 @@ void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir) {
   r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{r.o.beta1, r.o.beta2, 1e-8f, r.o.weight_decay});
   for (Param& p : r.model->params().all()) {
     if (!p.trainable) continue;
-    load_checked(rd, "opt.m." + p.name, p.m, false);
-    load_checked(rd, "opt.v." + p.name, p.v, true);
+    load_checked(rd, "opt.m." + p.name, p.m, false, "[train]");
+    load_checked(rd, "opt.v." + p.name, p.v, true, "[train]");
   }
 
   const std::string st_where = fmt::format("[train] checkpoint '{}' key toy.train.state", shown);
@@ -180,7 +181,7 @@ void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir) {
   r.best_val = get_double(st, "best_val_loss", st_where);
   if (r.best_step >= 0) {
     r.best = std::make_unique<DecoderLM>(r.model->config());
-    for (Tensor& p : r.best->params().values()) load_checked(rd, "best." + p.name(), p, false);
+    for (Tensor& p : r.best->params().values()) load_checked(rd, "best." + p.name(), p, false, "[train]");
   }
 
   const nlohmann::json& corpus = get_object(st, "corpus", st_where);

@@ -1,11 +1,11 @@
 #include "toy/train/finetune.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <numeric>
-#include <optional>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -13,39 +13,165 @@
 #include "toy/autograd/backward.h"
 #include "toy/autograd/grad_mode.h"
 #include "toy/core/error.h"
+#include "toy/core/json_fields.h"
 #include "toy/core/text.h"
-#include "toy/data/sft.h"
-#include "toy/infer/chat.h"
-#include "toy/io/model_file.h"
-#include "toy/io/quantize.h"
-#include "toy/models/lora.h"
 #include "toy/obs/events.h"
+#include "toy/obs/progress.h"
+#include "toy/obs/report.h"
 #include "toy/ops/ops.h"
-#include "toy/train/optimizer.h"
+#include "toy/train/finetune_run.h"
 #include "toy/train/run_folder.h"
 #include "toy/train/trainer.h"
 
+namespace fs = std::filesystem;
+
 namespace toy {
+
+// ---- options ------------------------------------------------------------------------------------
+
+void FinetuneOptions::validate() const {
+  const bool lens = !donor_embeddings.empty();
+  TOY_CHECK(!model.empty() || lens, "[finetune] -m/--model is required (or --donor-embeddings with the shape flags, "
+            "for a fresh model)");
+  TOY_CHECK(!data.empty(), "[finetune] --data is required");
+  TOY_CHECK(!out.empty(), "[finetune] --out is required");
+  TOY_CHECK(method == "full" || method == "lora", "[finetune] --method must be full or lora, got '{}'",
+            printable(method));
+  TOY_CHECK(!model.empty() || method == "full", "[finetune] a fresh model (no -m) trains in full: --method full");
+  TOY_CHECK(!train_embeddings || method == "full", "[finetune] --train-embeddings applies to --method full");
+  TOY_CHECK(lora_rank >= 1, "[finetune] --lora-rank must be at least 1");
+  TOY_CHECK(std::isfinite(lora_alpha) && lora_alpha > 0, "[finetune] --lora-alpha must be positive");
+  TOY_CHECK(lora_dropout >= 0 && lora_dropout < 1, "[finetune] --lora-dropout must be in [0, 1)");
+  TOY_CHECK(ctx >= 0, "[finetune] --ctx must not be negative");
+  TOY_CHECK(batch >= 1 && accum >= 1, "[finetune] --batch and --accum must be at least 1");
+  TOY_CHECK(steps >= 0, "[finetune] --steps must not be negative");
+  TOY_CHECK(std::isfinite(epochs) && epochs > 0, "[finetune] --epochs must be positive");
+  TOY_CHECK(std::isfinite(lr) && lr > 0, "[finetune] --lr must be positive");
+  TOY_CHECK(std::isnan(min_lr) || (min_lr >= 0 && min_lr <= lr), "[finetune] --min-lr must be in [0, lr]");
+  TOY_CHECK(warmup >= 0, "[finetune] --warmup must not be negative");
+  TOY_CHECK(std::isfinite(weight_decay) && weight_decay >= 0, "[finetune] --wd must not be negative");
+  TOY_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "[finetune] beta1 and beta2 must be in [0, 1)");
+  TOY_CHECK(std::isfinite(clip) && clip >= 0, "[finetune] --clip must not be negative");
+  TOY_CHECK(val_fraction >= 0 && val_fraction < 1, "[finetune] --val-fraction must be in [0, 1)");
+  TOY_CHECK(precision == "f32" || precision == "bf16" || precision == "f16",
+            "[finetune] --precision must be f32, bf16 or f16, got '{}'", printable(precision));
+  TOY_CHECK(std::isfinite(loss_scale) && loss_scale >= 1, "[finetune] the loss scale must be at least 1");
+  TOY_CHECK(eval_every >= 0, "[finetune] --eval-every must not be negative");
+  TOY_CHECK(log_every >= 1, "[finetune] --log-every must be at least 1");
+  TOY_CHECK(stop_after >= 0, "[finetune] --stop-after must not be negative");
+  TOY_CHECK(save_every >= 0, "[finetune] --save-every must not be negative (0 = off)");
+  TOY_CHECK(std::isfinite(save_minutes) && save_minutes >= 0 && save_minutes <= 1e6,
+            "[finetune] --save-minutes must be in [0, 1e6] (0 = off)");
+  if (!merge_type.empty())
+    TOY_CHECK(merge_type == "f32" || merge_type == "f16" || merge_type == "bf16" || merge_type == "q8_0",
+              "[finetune] --merge-type must be f32, f16, bf16 or q8_0, got '{}'", printable(merge_type));
+  if (model.empty()) {
+    ModelConfig m = shape;
+    m.vocab = 1;  // the donor's, known once it is read
+    m.tied = false;
+    m.resolve();
+    m.validate();
+  }
+}
+
+nlohmann::json FinetuneOptions::to_json() const {
+  nlohmann::json j = {{"model", model},
+          {"data", data},
+          {"out", out},
+          {"method", method},
+          {"train_embeddings", train_embeddings},
+          {"donor_embeddings", donor_embeddings},
+          {"lora_rank", lora_rank},
+          {"lora_alpha", json_float(lora_alpha)},
+          {"lora_dropout", json_float(lora_dropout)},
+          {"lora_targets", lora_targets},
+          {"ctx", ctx},
+          {"batch", batch},
+          {"accum", accum},
+          {"pack", pack},
+          {"recompute", recompute},
+          {"precision", precision},
+          {"loss_scale", json_float(loss_scale)},
+          {"steps", steps},
+          {"epochs", epochs},
+          {"lr", json_float(lr)},
+          {"min_lr", json_float(std::isnan(min_lr) ? lr / 10 : min_lr)},
+          {"warmup", warmup},
+          {"weight_decay", json_float(weight_decay)},
+          {"beta1", json_float(beta1)},
+          {"beta2", json_float(beta2)},
+          {"clip", json_float(clip)},
+          {"seed", seed},
+          {"val_fraction", val_fraction},
+          {"eval_every", eval_every},
+          {"log_every", log_every},
+          {"merge_type", merge_type},
+          {"stop_after", stop_after},
+          {"save_every", save_every},
+          {"save_minutes", save_minutes}};
+  if (model.empty()) j["shape"] = shape.to_json();  // a fresh model's (its vocabulary the donor's)
+  return j;
+}
+
+FinetuneOptions FinetuneOptions::from_json(const nlohmann::json& j, const std::string& where) {
+  using namespace json_fields;
+  FinetuneOptions o;
+  o.model = get_string(j, "model", where);
+  o.data = get_string(j, "data", where);
+  o.out = get_string(j, "out", where);
+  o.method = get_string(j, "method", where);
+  o.train_embeddings = get_bool(j, "train_embeddings", where);
+  o.donor_embeddings = get_string(j, "donor_embeddings", where);
+  if (o.model.empty()) o.shape = ModelConfig::from_json(get_object(j, "shape", where), where + " shape");
+  o.lora_rank = get_int(j, "lora_rank", where);
+  o.lora_alpha = get_float(j, "lora_alpha", where);
+  o.lora_dropout = get_float(j, "lora_dropout", where);
+  o.lora_targets = get_string(j, "lora_targets", where);
+  o.ctx = get_int(j, "ctx", where);
+  o.batch = get_int(j, "batch", where);
+  o.accum = get_int(j, "accum", where);
+  o.pack = get_bool(j, "pack", where);
+  o.recompute = get_bool(j, "recompute", where);
+  o.precision = get_string(j, "precision", where);
+  o.loss_scale = get_float(j, "loss_scale", where);
+  o.steps = get_int(j, "steps", where);
+  o.epochs = get_double(j, "epochs", where);
+  o.lr = get_float(j, "lr", where);
+  o.min_lr = get_float(j, "min_lr", where);
+  o.warmup = get_int(j, "warmup", where);
+  o.weight_decay = get_float(j, "weight_decay", where);
+  o.beta1 = get_float(j, "beta1", where);
+  o.beta2 = get_float(j, "beta2", where);
+  o.clip = get_float(j, "clip", where);
+  o.seed = get_uint(j, "seed", where);
+  o.val_fraction = get_double(j, "val_fraction", where);
+  o.eval_every = get_int(j, "eval_every", where);
+  o.log_every = get_int(j, "log_every", where);
+  o.merge_type = get_string(j, "merge_type", where);
+  o.stop_after = get_int(j, "stop_after", where);
+  o.save_every = get_int(j, "save_every", where);
+  o.save_minutes = get_double(j, "save_minutes", where);
+  try {
+    o.validate();
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  return o;
+}
+
+// ---- the run ------------------------------------------------------------------------------------
+
+void shuffle_epoch(FinetuneRun& r) {
+  r.order.resize(r.train.size());
+  for (size_t i = 0; i < r.order.size(); ++i) r.order[i] = i;
+  Generator g(r.o.seed, kFinetuneShuffleStream + uint64_t(r.epoch));
+  shuffle(r.order, g);
+}
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr uint64_t kShuffleStream = 100;  // + epoch: each epoch's order
-constexpr uint64_t kDropoutStream = 2;
-
-bool is_embedding_like(const std::string& name) {
-  return name == "token_embd.weight" || name == "position_embd.weight" || name == "output.weight" ||
-         name.rfind("output_norm.", 0) == 0;
-}
-
-// The merged model's type when none is asked: the base's float type, F16 for a quantized base.
-std::string default_merge_type(const gguf::Reader& r, DecoderLM& m) {
-  const auto projections = m.projections();
-  if (projections.empty()) return "f32";
-  const gguf::TensorInfo* t = r.find_tensor(projections.front().first);
-  const DType dt = t ? t->dtype : DType::F32;
-  return dt == DType::F32 ? "f32" : dt == DType::BF16 ? "bf16" : "f16";
-}
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Token-weighted mean loss over examples, in batches.
 double mean_loss(DecoderLM& m, const std::vector<SftExample>& examples, int64_t batch) {
@@ -63,308 +189,331 @@ double mean_loss(DecoderLM& m, const std::vector<SftExample>& examples, int64_t 
   return counted ? total / double(counted) : NAN;
 }
 
-std::string eta(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const int64_t s = int64_t(seconds + 0.5);
-  return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
-}
-
-}  // namespace
-
-void FinetuneOptions::validate() const {
-  TOY_CHECK(!model.empty(), "[finetune] -m/--model is required");
-  TOY_CHECK(!data.empty(), "[finetune] --data is required");
-  TOY_CHECK(!out.empty(), "[finetune] --out is required");
-  TOY_CHECK(method == "full" || method == "lora", "[finetune] --method must be full or lora, got '{}'",
-            printable(method));
-  TOY_CHECK(!train_embeddings || method == "full", "[finetune] --train-embeddings applies to --method full");
-  TOY_CHECK(lora_rank >= 1, "[finetune] --lora-rank must be at least 1");
-  TOY_CHECK(std::isfinite(lora_alpha) && lora_alpha > 0, "[finetune] --lora-alpha must be positive");
-  TOY_CHECK(lora_dropout >= 0 && lora_dropout < 1, "[finetune] --lora-dropout must be in [0, 1)");
-  TOY_CHECK(batch >= 1 && accum >= 1, "[finetune] --batch and --accum must be at least 1");
-  TOY_CHECK(steps >= 0, "[finetune] --steps must not be negative");
-  TOY_CHECK(std::isfinite(epochs) && epochs > 0, "[finetune] --epochs must be positive");
-  TOY_CHECK(std::isfinite(lr) && lr > 0, "[finetune] --lr must be positive");
-  TOY_CHECK(std::isnan(min_lr) || (min_lr >= 0 && min_lr <= lr), "[finetune] --min-lr must be in [0, lr]");
-  TOY_CHECK(warmup >= 0, "[finetune] --warmup must not be negative");
-  TOY_CHECK(std::isfinite(weight_decay) && weight_decay >= 0, "[finetune] --wd must not be negative");
-  TOY_CHECK(std::isfinite(clip) && clip >= 0, "[finetune] --clip must not be negative");
-  TOY_CHECK(val_fraction >= 0 && val_fraction < 1, "[finetune] --val-fraction must be in [0, 1)");
-  TOY_CHECK(precision == "f32" || precision == "bf16" || precision == "f16",
-            "[finetune] --precision must be f32, bf16 or f16, got '{}'", printable(precision));
-  TOY_CHECK(std::isfinite(loss_scale) && loss_scale >= 1, "[finetune] the loss scale must be at least 1");
-  if (!merge_type.empty())
-    TOY_CHECK(merge_type == "f32" || merge_type == "f16" || merge_type == "bf16" || merge_type == "q8_0",
-              "[finetune] --merge-type must be f32, f16, bf16 or q8_0, got '{}'", printable(merge_type));
-}
-
-nlohmann::json FinetuneOptions::to_json() const {
-  return {{"model", model},          {"data", data},
-          {"out", out},              {"method", method},
-          {"train_embeddings", train_embeddings},
-          {"lora_rank", lora_rank},  {"lora_alpha", lora_alpha},
-          {"lora_dropout", lora_dropout},
-          {"lora_targets", lora_targets},
-          {"ctx", ctx},              {"batch", batch},
-          {"accum", accum},          {"pack", pack},
-          {"recompute", recompute},  {"precision", precision},
-          {"steps", steps},
-          {"epochs", epochs},        {"lr", lr},
-          {"min_lr", std::isnan(min_lr) ? lr / 10 : min_lr},
-          {"warmup", warmup},        {"weight_decay", weight_decay},
-          {"beta1", beta1},          {"beta2", beta2},
-          {"clip", clip},            {"seed", seed},
-          {"val_fraction", val_fraction},
-          {"merge_type", merge_type}};
-}
-
-FinetuneResult finetune(const FinetuneOptions& o) {
-  o.validate();
-  check_new_run_folder(o.out, o.force);
-  gguf::Reader reader(o.model);
-  const bool full = o.method == "full";
-  LoadedModel lm = load_model(reader, full ? LoadMode::Train : LoadMode::Infer);
-  DecoderLM& m = *lm.model;
-  const Tokenizer& tok = *lm.tokenizer;
-  std::optional<ChatTemplate> chat;
-  try {
-    chat = ChatTemplate::from_model(reader);
-  } catch (const Error&) {
-    // "messages" records will say the template is not one toy renders
+const SftExample* next_example(FinetuneRun& r) {
+  if (r.epoch < 0 || r.cursor == r.order.size()) {  // a new epoch: a fresh seeded order
+    ++r.epoch;
+    shuffle_epoch(r);
+    r.cursor = 0;
   }
+  return &r.train[r.order[r.cursor++]];
+}
 
-  const int64_t ctx = o.ctx ? o.ctx : std::min<int64_t>(m.config().ctx, 512);
-  TOY_CHECK(ctx <= m.config().ctx, "[finetune] --ctx {} is longer than the model's context {}", ctx, m.config().ctx);
-  SftData data = read_sft_data(o.data, tok, chat ? &*chat : nullptr, ctx);
-  std::vector<SftExample> train, val;
-  split_sft(std::move(data.examples), o.val_fraction, o.seed, train, val);
-  TOY_CHECK(!train.empty(), "[finetune] no training examples are left after the validation split");
-  if (!o.quiet && (data.truncated || data.dropped))
-    std::fprintf(stderr, "toy finetune: warning: %lld records longer than --ctx %lld + 1 tokens were truncated%s\n",
-                 (long long)data.truncated, (long long)ctx,
-                 data.dropped ? fmt::format(" ({} left with nothing to learn were dropped)", data.dropped).c_str() : "");
-
-  // What trains.
-  if (full) {
-    for (Param& p : m.params().all())
-      if (p.trainable && is_embedding_like(p.name) && !o.train_embeddings) m.params().set_trainable(p.name, false);
-  } else {
-    LoraOptions lo;
-    if (!o.lora_targets.empty()) lo.targets = parse_lora_targets(o.lora_targets);
-    lo.rank = o.lora_rank, lo.alpha = o.lora_alpha, lo.dropout = o.lora_dropout, lo.seed = o.seed;
-    add_lora(m, lo);
-  }
-  m.set_recompute(o.recompute);
-  // Mixed precision: trainable projections multiply in BF16/F16 over their F32 masters; a
-  // frozen F32 base (LoRA) is stored in that type outright (half the memory).
-  const DType compute = o.precision == "bf16" ? DType::BF16 : o.precision == "f16" ? DType::F16 : DType::F32;
-  if (compute != DType::F32) {
-    NoGradGuard ng;
-    for (auto& [name, lin] : m.projections()) {
-      if (m.params().record(name).trainable)
-        lin->compute = compute;
-      else if (lin->weight.dtype() == DType::F32)
-        lin->weight = m.params().replace(name, cast(lin->weight, compute));
+// A packed row: examples in order until the next does not fit; it opens the next row.
+std::vector<const SftExample*> next_row(FinetuneRun& r) {
+  std::vector<const SftExample*> row;
+  int64_t used = 0;
+  while (true) {
+    const SftExample* e = r.pending ? &r.train[r.order[r.cursor - 1]] : next_example(r);
+    r.pending = false;
+    const int64_t n = int64_t(e->tokens.size()) - 1;
+    if (used + n > r.o.ctx) {
+      r.pending = true;
+      return row;
     }
+    row.push_back(e);
+    used += n;
   }
-  const std::string merge_type = o.merge_type.empty() ? default_merge_type(reader, m) : o.merge_type;
-  // Steps from epochs: examples per step, or (packed) input tokens per step.
-  double per_epoch = double(train.size()) / double(o.batch * o.accum);
-  if (o.pack) {
-    double inputs = 0;
-    for (const SftExample& e : train) inputs += double(e.tokens.size() - 1);
-    per_epoch = inputs / double(ctx * o.batch * o.accum);
-  }
-  const int64_t steps = o.steps ? o.steps : std::max<int64_t>(1, int64_t(std::ceil(o.epochs * per_epoch)));
-  const float min_lr = std::isnan(o.min_lr) ? o.lr / 10 : o.min_lr;
+}
 
-  prepare_new_run_folder(o.out, o.force);
-  const std::filesystem::path dir(o.out);
-  EventLog events((dir / "events.jsonl").string(), false);
+void read_finetune_data(FinetuneRun& r) {
+  SftData data = read_sft_data(r.o.data, *r.tok, r.chat ? &*r.chat : nullptr, r.o.ctx);
+  r.truncated = data.truncated, r.dropped = data.dropped;
+  split_sft(std::move(data.examples), r.o.val_fraction, r.o.seed, r.train, r.val);
+  TOY_CHECK(!r.train.empty(), "[finetune] no training examples are left after the validation split");
+}
+
+// The files the run depends on, as they are now.
+void identify_files(FinetuneRun& r) {
+  if (!r.o.model.empty()) r.base_id = file_identity(r.o.model, "[finetune]");
+  if (!r.o.donor_embeddings.empty()) r.donor_id = file_identity(r.o.donor_embeddings, "[finetune]");
+  r.data_id = file_identity(r.o.data, "[finetune]");
+}
+
+void check_same_file(const FileIdentity& saved, const FileIdentity& now, const char* what) {
+  TOY_CHECK(saved.path == now.path && saved.bytes == now.bytes && saved.hash == now.hash,
+            "[finetune] the {} changed since the checkpoint ('{}', {} bytes, then; '{}', {} bytes, now, or the same size "
+            "with other bytes): resuming would train on something else than the run started with; restore it",
+            what, printable(saved.path), saved.bytes, printable(now.path), now.bytes);
+}
+
+std::string absolute(const std::string& p) {
+  if (p.empty()) return p;
+  std::error_code ec;
+  const fs::path abs = fs::absolute(p, ec);
+  return ec ? p : abs.lexically_normal().string();
+}
+
+FinetuneResult run_loop(FinetuneRun& r, bool resumed) {
+  const FinetuneOptions& o = r.o;
+  DecoderLM& m = *r.model;
+  const fs::path dir(o.out);
+  const bool full = o.method == "full";
+  ProgressLine progress(stderr, o.quiet, o.log_every);
+  EventLog events((dir / "events.jsonl").string(), resumed);
   nlohmann::json start = provenance();
+  start["command"] = "finetune";
+  start["resumed"] = resumed;
+  start["step"] = r.step;
   start["config"] = o.to_json();
-  start["config"]["ctx"] = ctx;
-  start["steps"] = steps;
-  start["train_examples"] = train.size();
-  start["val_examples"] = val.size();
-  start["truncated"] = data.truncated;
-  start["dropped"] = data.dropped;
+  start["steps"] = o.steps;
+  start["train_examples"] = r.train.size();
+  start["val_examples"] = r.val.size();
+  start["truncated"] = r.truncated;
+  start["dropped"] = r.dropped;
+  start["model"] = m.config().to_json();
   start["params"] = m.params().numel();
   start["trainable_params"] = m.params().trainable_numel();
   events.emit("run_start", start);
-  if (!o.quiet)
-    std::fprintf(stderr, "toy finetune: %s, %s of %lld parameters train; %zu examples (%zu validation), %lld steps\n",
-                 full ? "full" : fmt::format("LoRA rank {}", o.lora_rank).c_str(),
-                 fmt::format("{}", m.params().trainable_numel()).c_str(), (long long)m.params().numel(),
-                 train.size() + val.size(), val.size(), (long long)steps);
-
-  AdamW opt(m.params(), AdamWConfig{o.beta1, o.beta2, 1e-8f, o.weight_decay});
-  Generator dropout_gen(o.seed, kDropoutStream);
-  std::vector<size_t> order(train.size());
-  int64_t epoch = -1;
-  size_t cursor = order.size();
-  auto next_example = [&]() -> const SftExample* {
-    if (cursor == order.size()) {  // a new epoch: a fresh seeded order
-      ++epoch;
-      std::iota(order.begin(), order.end(), size_t(0));
-      Generator g(o.seed, kShuffleStream + uint64_t(epoch));
-      shuffle(order, g);
-      cursor = 0;
-    }
-    return &train[order[cursor++]];
-  };
-  // Packed rows: examples in order until the next does not fit; it opens the next row.
-  const SftExample* pending = nullptr;
-  auto next_row = [&]() {
-    std::vector<const SftExample*> row;
-    int64_t used = 0;
-    while (true) {
-      const SftExample* e = pending ? pending : next_example();
-      pending = nullptr;
-      const int64_t n = int64_t(e->tokens.size()) - 1;
-      if (used + n > ctx) {
-        pending = e;
-        return row;
-      }
-      row.push_back(e);
-      used += n;
-    }
-  };
+  const std::string what = (full ? std::string("full") : fmt::format("LoRA rank {}", o.lora_rank)) +
+                           (o.donor_embeddings.empty() ? "" : ", projection lens");
+  progress.line(fmt::format("toy finetune: {}, {} of {} parameters train; {} examples ({} validation), {} steps{}",
+                            what, m.params().trainable_numel(), m.params().numel(), r.train.size() + r.val.size(),
+                            r.val.size(), o.steps, resumed ? fmt::format(", resuming at step {}", r.step) : ""));
 
   FinetuneResult res;
   res.out = o.out;
-  // A copy of the trainable weights at the best validation loss so far.
-  std::vector<Tensor> best;
-  auto note_validation = [&](int64_t step, double v) {
-    if (!std::isfinite(v) || (res.best_step >= 0 && v >= res.best_val_loss)) return;
+  res.trainable_params = m.params().trainable_numel();
+  // Keeps a copy of the trainable weights when v is the best validation loss so far.
+  auto note_validation = [&](double v) {
+    if (!std::isfinite(v) || (r.best_step >= 0 && v >= r.best_val)) return false;
     NoGradGuard ng;
     size_t i = 0;
     for (Param& p : m.params().all()) {
       if (!p.trainable) continue;
-      if (best.size() <= i) best.push_back(empty(p.value.shape(), p.value.dtype()));
-      copy_(best[i++], p.value.detach());
+      if (r.best.size() <= i) r.best.push_back(empty(p.value.shape(), p.value.dtype()));
+      copy_(r.best[i++], p.value.detach());
     }
-    res.best_step = step, res.best_val_loss = v;
+    r.best_step = r.step, r.best_val = v;
+    return true;
   };
-  res.trainable_params = m.params().trainable_numel();
-  const auto t0 = Clock::now();
-  double window_loss = 0;
-  int64_t window_steps = 0, tokens = 0;
+  auto evaluate = [&] {
+    const double v = mean_loss(m, r.val, o.batch);
+    const bool best = note_validation(v);
+    events.emit("eval", {{"step", r.step}, {"val_loss", v}, {"best", best}});
+    progress.line(fmt::format("step {:>6}  val loss {:.4f}{}", r.step, v, best ? "  (best so far)" : ""));
+    return v;
+  };
+  auto checkpoint = [&](const char* reason) {
+    save_finetune_checkpoint(r);
+    events.emit("checkpoint", {{"step", r.step}, {"reason", reason}});
+  };
+  auto end_events = [&](const nlohmann::json& extra) {
+    nlohmann::json e = {{"steps", r.step},           {"train_loss", r.train_loss},
+                        {"val_loss", res.val_loss},  {"tokens_per_s", double(r.tokens) / std::max(r.seconds, 1e-9)},
+                        {"seconds", r.seconds},      {"stopped", res.stopped},
+                        {"skipped_steps", r.skipped_steps}};
+    e.update(extra);
+    events.emit("run_end", e);
+    write_report((dir / "events.jsonl").string(), (dir / "report.html").string());
+  };
+  // A step that cannot go on (a non-finite loss or gradient) applies nothing and writes
+  // nothing: the files of the run stay those of the last good save.
+  auto fail_step = [&](const std::string& why) {
+    const std::string kept = r.saved_step >= 0
+                                 ? fmt::format("the checkpoint of step {} is kept; no file was replaced", r.saved_step)
+                                 : std::string("nothing was written");
+    const std::string msg = fmt::format("[finetune] step {}: {}; {}", r.step + 1, why, kept);
+    events.emit("error", {{"step", r.step + 1}, {"message", msg}});
+    end_events({{"error", msg}});
+    fail("{}", msg);
+  };
+
   // F16: dynamic loss scaling (a step whose gradient overflows is skipped and the scale
   // halved; after 200 good steps in a row it doubles).
-  const bool scaled = compute == DType::F16;
-  DynamicLossScale loss_scale(scaled ? o.loss_scale : 1.0f);
-  for (int64_t step = 0; step < steps; ++step) {
-    const float lr = cosine_lr(step, o.warmup, steps, o.lr, min_lr);
+  const bool scaled = o.precision == "f16";
+  const auto session_start = Clock::now();
+  auto last_save = Clock::now();
+  while (r.step < o.steps) {
+    const auto t0 = Clock::now();
+    const float lr = cosine_lr(r.step, o.warmup, o.steps, o.lr, o.min_lr);
     double loss_sum = 0;
+    int64_t step_tokens = 0;
     for (int64_t micro = 0; micro < o.accum; ++micro) {
       Tensor ids, targets;
       Packing packing;
       if (o.pack) {
         std::vector<std::vector<const SftExample*>> rows;
-        for (int64_t i = 0; i < o.batch; ++i) rows.push_back(next_row());
-        make_packed_sft_batch(rows, ctx, m.config().vocab, ids, targets, packing.positions, packing.segments);
+        for (int64_t i = 0; i < o.batch; ++i) rows.push_back(next_row(r));
+        make_packed_sft_batch(rows, o.ctx, m.config().vocab, ids, targets, packing.positions, packing.segments);
         for (const auto& row : rows)
-          for (const SftExample* e : row) tokens += int64_t(e->tokens.size()) - 1;
+          for (const SftExample* e : row) step_tokens += int64_t(e->tokens.size()) - 1;
       } else {
         std::vector<const SftExample*> b;
-        for (int64_t i = 0; i < o.batch; ++i) b.push_back(next_example());
+        for (int64_t i = 0; i < o.batch; ++i) b.push_back(next_example(r));
         make_sft_batch(b, m.config().vocab, ids, targets);
-        for (const SftExample* e : b) tokens += int64_t(e->tokens.size()) - 1;
+        for (const SftExample* e : b) step_tokens += int64_t(e->tokens.size()) - 1;
       }
-      Tensor loss = m.loss(ids, targets, true, &dropout_gen, o.pack ? &packing : nullptr);
+      Tensor loss = m.loss(ids, targets, true, &r.dropout_gen, o.pack ? &packing : nullptr);
       const double l = loss.item();
-      TOY_CHECK(std::isfinite(l), "[finetune] step {}: the loss became {} (try a lower --lr); nothing was written",
-                step + 1, l);
+      if (!std::isfinite(l)) fail_step(fmt::format("the loss became {} (try a lower --lr)", l));
       loss_sum += l;
-      const float s = loss_scale.scale() / float(o.accum);
+      const float s = r.loss_scale.scale() / float(o.accum);
       backward(s == 1.0f ? loss : scale(loss, s));
     }
     if (scaled) {
       NoGradGuard ng;
       for (Param& p : m.params().all())
-        if (p.value.grad().defined()) p.value.set_grad(scale(p.value.grad(), 1.0f / loss_scale.scale()));
+        if (p.value.grad().defined()) p.value.set_grad(scale(p.value.grad(), 1.0f / r.loss_scale.scale()));
     }
     const double norm = clip_grad_norm(m.params(), o.clip);
+    bool skipped = false;
     if (scaled) {
-      const float used = loss_scale.scale();
-      if (!loss_scale.update(std::isfinite(norm))) {
-        m.params().zero_grad();
-        ++res.skipped_steps;
-        events.emit("skipped_step", {{"step", step + 1}, {"loss_scale", used}, {"grad_norm", norm}});
-        res.steps = step + 1;
-        continue;
+      const float used = r.loss_scale.scale();
+      if (!r.loss_scale.update(std::isfinite(norm))) {
+        skipped = true;
+        ++r.skipped_steps;
+        events.emit("skipped_step", {{"step", r.step + 1}, {"loss_scale", used}, {"grad_norm", norm}});
       }
     }
-    TOY_CHECK(std::isfinite(norm), "[finetune] step {}: the gradient norm became {} (try a lower --lr or --clip)",
-              step + 1, norm);
-    opt.step(lr);
+    if (!skipped && !std::isfinite(norm)) {
+      m.params().zero_grad();
+      fail_step(fmt::format("the gradient norm became {} (try a lower --lr or --clip)", norm));
+    }
+    if (!skipped) r.opt->step(lr);
     m.params().zero_grad();
+    ++r.step;
+    const double dt = since(t0);
+    r.seconds += dt;
+    r.tokens += step_tokens;
     const double loss = loss_sum / double(o.accum);
-    window_loss += loss, ++window_steps;
-    res.steps = step + 1;
-    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    const bool last = step + 1 == steps;
-    if ((step + 1) % o.log_every == 0 || last) {
-      res.train_loss = window_loss / double(window_steps);
-      const double tps = double(tokens) / std::max(secs, 1e-9);
-      events.emit("step", {{"step", step + 1}, {"loss", res.train_loss}, {"lr", lr}, {"grad_norm", norm},
-                           {"tokens_per_s", tps}, {"epoch", epoch}});
-      if (!o.quiet)
-        std::fprintf(stderr, "step %6lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  ETA %s\n", (long long)(step + 1),
-                     (long long)steps, res.train_loss, lr, tps, eta(secs / double(step + 1) * double(steps - step - 1)).c_str());
-      window_loss = 0, window_steps = 0;
+    const bool last = r.step == o.steps;
+    nlohmann::json ev = {{"step", r.step}, {"loss", loss}, {"lr", json_float(lr)}, {"grad_norm", norm},
+                         {"tokens_per_s", double(step_tokens) / std::max(dt, 1e-9)}, {"epoch", r.epoch}};
+    if (!skipped) {
+      r.window_loss += loss, ++r.window_steps;
+      if (r.step % o.log_every == 0 || last) {
+        r.train_loss = r.window_loss / double(r.window_steps);
+        ev["window_loss"] = r.train_loss;
+        r.window_loss = 0, r.window_steps = 0;
+      }
     }
-    if (o.eval_every && (step + 1) % o.eval_every == 0 && !last && !val.empty()) {
-      const double v = mean_loss(m, val, o.batch);
-      events.emit("eval", {{"step", step + 1}, {"val_loss", v}});
-      if (!o.quiet) std::fprintf(stderr, "step %6lld  val loss %.4f\n", (long long)(step + 1), v);
-      note_validation(step + 1, v);
-    }
-    if (stop_requested()) {
+    events.emit("step", ev);
+    const double tps = double(r.tokens) / std::max(r.seconds, 1e-9);
+    const double eta = double(o.steps - r.step) * r.seconds / double(std::max<int64_t>(1, r.step));
+    progress.step(r.step, o.steps, loss, lr, tps, eta);
+    if (!last && o.eval_every && r.step % o.eval_every == 0 && !r.val.empty()) evaluate();
+    if (!last && (stop_requested() || (o.stop_after > 0 && r.step >= o.stop_after))) {
       res.stopped = true;
+      clear_stop_request();
       break;
     }
+    const bool periodic = (o.save_every > 0 && r.step % o.save_every == 0) ||
+                          (o.save_minutes > 0 && since(last_save) >= o.save_minutes * 60);
+    if (!last && periodic) {
+      checkpoint("periodic");
+      last_save = Clock::now();
+    }
   }
-  if (window_steps) res.train_loss = window_loss / double(window_steps);
-  res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  res.tokens_per_s = double(tokens) / std::max(res.seconds, 1e-9);
-  if (!val.empty()) {
-    res.val_loss = mean_loss(m, val, o.batch);
-    events.emit("eval", {{"step", res.steps}, {"val_loss", res.val_loss}});
-    note_validation(res.steps, res.val_loss);
+  if (r.window_steps) r.train_loss = r.window_loss / double(r.window_steps);
+  // The trained weights first: nothing after the last step may lose them.
+  checkpoint(res.stopped ? "stop" : "end");
+  if (!res.stopped && !r.val.empty()) {
+    const int64_t best_before = r.best_step;
+    res.val_loss = evaluate();
+    if (r.best_step != best_before) checkpoint("best");  // the final evaluation found better weights
   }
-  // The best-model rule (as toy train's): the outputs hold the weights of the best
-  // validation loss, which may be an earlier evaluation's.
-  if (res.best_step >= 0 && res.best_step != res.steps) {
+  // The best-model rule (as toy train's): the outputs hold the weights of the best validation
+  // loss, which may be an earlier evaluation's; the checkpoint keeps the last step's.
+  if (r.best_step >= 0 && r.best_step != r.step) {
     NoGradGuard ng;
     size_t i = 0;
     for (Param& p : m.params().all())
-      if (p.trainable) copy_(p.value, best[i++]);
+      if (p.trainable) copy_(p.value, r.best[i++]);
     res.model = "best";
-    if (!o.quiet)
-      std::fprintf(stderr, "toy finetune: the outputs hold the best validation weights (step %lld, val loss %.4f)\n",
-                   (long long)res.best_step, res.best_val_loss);
+    progress.line(fmt::format("toy finetune: the outputs hold the best validation weights (step {}, val loss {:.4f})",
+                              r.best_step, r.best_val));
   }
-
-  // The outputs: the adapter (LoRA), then the merged model.
-  const std::string arch = lm.arch.empty() ? "toy" : lm.arch;
-  if (!full) save_lora_adapter((dir / "adapter.gguf").string(), m, arch, o.lora_alpha);
-  // (Merged straight into an F16/BF16 output type: the F32 sum exists one weight at a time.)
-  merge_lora(m, merge_type == "f16" ? DType::F16 : merge_type == "bf16" ? DType::BF16 : DType::F32);
-  ModelWriteOptions wo;
-  wo.toy_config = reader.has("toy.config");
-  if (const gguf::Value* t = reader.find("tokenizer.chat_template"); t && t->type == gguf::Type::STRING)
-    wo.chat_template = t->s;
-  wo.quant = &quant_kind(merge_type);
-  gguf::Writer w;
-  add_model_to_gguf(w, m, tok, "toy finetune", wo);
-  w.write((dir / "model.gguf").string());
-  events.emit("run_end", {{"steps", res.steps}, {"train_loss", res.train_loss}, {"val_loss", res.val_loss},
-                          {"tokens_per_s", res.tokens_per_s}, {"seconds", res.seconds}, {"stopped", res.stopped},
-                          {"skipped_steps", res.skipped_steps}, {"model", res.model}, {"best_step", res.best_step},
-                          {"best_val_loss", res.best_val_loss}});
+  write_finetune_outputs(r);
+  res.steps = r.step;
+  res.train_loss = r.train_loss;
+  res.seconds = r.seconds;
+  res.tokens_per_s = double(r.tokens) / std::max(r.seconds, 1e-9);
+  res.skipped_steps = r.skipped_steps;
+  res.best_step = r.best_step;
+  res.best_val_loss = r.best_step >= 0 ? r.best_val : NAN;
+  events.emit("models", {{"model_gguf", res.model},
+                         {"last_step", r.step},
+                         {"best_step", res.best_step},
+                         {"best_val_loss", res.best_val_loss},
+                         {"adapter", fs::exists(dir / "adapter.gguf")}});
+  if (res.stopped)
+    progress.line(fmt::format("stopped at step {}: checkpoint written; continue with toy finetune --resume {}", r.step,
+                              o.out));
+  end_events({{"session_seconds", since(session_start)}, {"model", res.model}, {"best_step", res.best_step},
+              {"best_val_loss", res.best_val_loss}});
   return res;
+}
+
+}  // namespace
+
+FinetuneResult finetune(const FinetuneOptions& opts) {
+  opts.validate();
+  check_new_run_folder(opts.out, opts.force);
+  FinetuneRun r;
+  r.o = opts;
+  // Saved absolute, so `--resume DIR` finds the files from any working directory.
+  r.o.model = absolute(opts.model);
+  r.o.data = absolute(opts.data);
+  r.o.donor_embeddings = absolute(opts.donor_embeddings);
+  build_finetune_model(r);
+  if (r.o.model.empty()) r.o.shape.vocab = r.model->config().vocab;  // the donor's
+  const int64_t model_ctx = r.model->config().ctx;
+  r.o.ctx = opts.ctx ? opts.ctx : std::min<int64_t>(model_ctx, 512);
+  TOY_CHECK(r.o.ctx <= model_ctx, "[finetune] --ctx {} is longer than the model's context {}", r.o.ctx, model_ctx);
+  read_finetune_data(r);
+  if (!opts.quiet && (r.truncated || r.dropped))
+    std::fprintf(stderr, "toy finetune: warning: %lld records longer than --ctx %lld + 1 tokens were truncated%s\n",
+                 (long long)r.truncated, (long long)r.o.ctx,
+                 r.dropped ? fmt::format(" ({} left with nothing to learn were dropped)", r.dropped).c_str() : "");
+  // Steps from epochs: examples per step, or (packed) input tokens per step.
+  double per_epoch = double(r.train.size()) / double(opts.batch * opts.accum);
+  if (opts.pack) {
+    double inputs = 0;
+    for (const SftExample& e : r.train) inputs += double(e.tokens.size() - 1);
+    per_epoch = inputs / double(r.o.ctx * opts.batch * opts.accum);
+  }
+  if (!opts.steps) r.o.steps = std::max<int64_t>(1, int64_t(std::ceil(opts.epochs * per_epoch)));
+  if (std::isnan(opts.min_lr)) r.o.min_lr = opts.lr / 10;
+  identify_files(r);
+  prepare_new_run_folder(opts.out, opts.force);
+  r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{opts.beta1, opts.beta2, 1e-8f, opts.weight_decay});
+  r.dropout_gen = Generator(opts.seed, kFinetuneDropoutStream);
+  r.loss_scale = DynamicLossScale(opts.precision == "f16" ? opts.loss_scale : 1.0f);
+  return run_loop(r, false);
+}
+
+FinetuneResult resume_finetune(const std::string& dir, const std::function<void(FinetuneOptions&)>& override_fn) {
+  struct stat st {};
+  TOY_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "[finetune] --resume '{}' is not a run folder",
+            printable(dir));
+  const std::string path = finetune_checkpoint_path(dir);
+  std::error_code ec;
+  TOY_CHECK(fs::exists(fs::symlink_status(path, ec)), "[finetune] no checkpoint to resume in '{}' (expected {})",
+            printable(dir), printable(path));
+  gguf::Reader rd(path);
+  FinetuneRun r;
+  r.o = read_finetune_checkpoint_options(rd, dir);
+  // The run's files are rewritten or appended to: each must be a regular file.
+  for (const std::string& f : run_file_names()) check_output_file((fs::path(dir) / f).string(), "[finetune]");
+  for (const std::string& t : remove_stale_temporaries(dir))
+    std::fprintf(stderr, "toy finetune: removed '%s' left by a write that was interrupted\n", printable(t).c_str());
+  r.o.stop_after = 0;  // a stop point belongs to the session that set it
+  if (override_fn) override_fn(r.o);
+  r.o.validate();
+  // The files first: a run continues only on what it started with.
+  FileIdentity base, donor, data;
+  read_finetune_checkpoint_files(rd, base, donor, data);
+  identify_files(r);
+  check_same_file(base, r.base_id, "base model");
+  check_same_file(donor, r.donor_id, "donor model");
+  check_same_file(data, r.data_id, "training data");
+  build_finetune_model(r);
+  read_finetune_data(r);
+  r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{r.o.beta1, r.o.beta2, 1e-8f, r.o.weight_decay});
+  load_finetune_checkpoint(r, rd);
+  TOY_CHECK(r.step < r.o.steps, "[finetune] the run in '{}' already finished its {} steps (pass a larger --steps to go "
+            "on)", printable(dir), r.o.steps);
+  return run_loop(r, true);
 }
 
 }  // namespace toy

@@ -1,29 +1,38 @@
 // Fine-tuning a model from a GGUF file: the loop behind `toy finetune`.
-//   base GGUF -> (full: F32 copies of the block weights train; LoRA: the base stays as the
-//   file stores it, frozen — F32, F16, BF16 or quantized — and F32 adapters train) -> SFT
-//   examples (data/sft.h) with a seeded validation split -> micro-batches (padded, or packed
-//   into rows of ctx tokens under a block-causal mask), masked
-//   cross-entropy, gradient accumulation, global-norm clipping, AdamW with warmup + cosine.
+//   base GGUF -> (full: F32 copies of the weights that train, the frozen ones kept as the file
+//   stores them; LoRA: the base frozen — F32, F16, BF16 or quantized — and F32 adapters train)
+//   -> SFT examples (data/sft.h) with a seeded validation split -> micro-batches (padded, or
+//   packed into rows of ctx tokens under a block-causal mask), masked cross-entropy, gradient
+//   accumulation, global-norm clipping, AdamW with warmup + cosine.
+// Projection lens (--donor-embeddings): the token table comes frozen from another model (of
+// any width) through a trainable [d_model, d_donor] projection, with the donor's tokenizer and
+// an untied head; the base is -m, or a fresh model of `shape` when -m is not given.
 // The run folder (run_folder.h rules) gets model.gguf (the merged model, in merge_type; same
-// architecture and tokenizer as the base, so llama.cpp runs it), for LoRA adapter.gguf
-// (llama.cpp's adapter format), and events.jsonl. A stop request (Ctrl-C) ends the run after
-// the current step and writes what it has. With validation examples, the outputs hold the
-// weights of the best validation loss (at --eval-every steps and the end), as toy train's do.
+// architecture and tokenizer as the base, so llama.cpp runs it; a lens folded into token_embd),
+// for LoRA adapter.gguf (llama.cpp's adapter format), checkpoint.gguf, events.jsonl and
+// report.html. As toy train's: a stop request (Ctrl-C) or stop_after writes a checkpoint (so do
+// save_every steps and save_minutes of training) that resume_finetune continues bit for bit;
+// with validation examples the outputs hold the weights of the best validation loss.
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "toy/models/config.h"
+
 namespace toy {
 
 struct FinetuneOptions {
-  std::string model;              // base GGUF
+  std::string model;              // base GGUF (empty with a donor: a fresh model of `shape`)
   std::string data;               // .jsonl records or plain text
   std::string out;                // run folder
   std::string method = "lora";    // full | lora
-  bool train_embeddings = false;  // full: also token embeddings, final norm, untied head
+  bool train_embeddings = false;  // full: also token embeddings, final norm and an untied head
+  std::string donor_embeddings;   // projection lens: the frozen token table of this GGUF model
+  ModelConfig shape = ModelConfig::from_preset("llama");  // the fresh model's shape (no -m)
   int64_t lora_rank = 8;
   float lora_alpha = 16, lora_dropout = 0;
   std::string lora_targets;       // empty: every projection
@@ -43,11 +52,17 @@ struct FinetuneOptions {
   int64_t eval_every = 0;         // 0: only at the end
   int64_t log_every = 10;
   std::string merge_type;         // f32|f16|bf16|q8_0; empty: the base's float type, F16 for a quantized base
+  int64_t stop_after = 0;         // stop (with a checkpoint) after this step; 0: run to the end
+  int64_t save_every = 0;         // a checkpoint every N steps (0: off)
+  double save_minutes = 10;       // and at least every M minutes of training (0: off)
+  // Not saved with the run: they apply to one invocation.
   bool quiet = false;
   bool force = false;
 
   void validate() const;
   nlohmann::json to_json() const;
+  // Strict (types and ranges checked); `where` names the source in messages.
+  static FinetuneOptions from_json(const nlohmann::json& j, const std::string& where);
 };
 
 struct FinetuneResult {
@@ -62,9 +77,16 @@ struct FinetuneResult {
   int64_t best_step = -1;     // step of the best validation loss (-1: no validation)
   double best_val_loss = NAN;
   std::string out;
-  bool stopped = false;
+  bool stopped = false;       // stopped early (a signal or stop_after): resumable
 };
 
 FinetuneResult finetune(const FinetuneOptions& o);
+// Continues the run in `dir` from its checkpoint (checking that the base, donor and data files
+// are the ones it started with); `override_fn` may change what may differ on resume (steps,
+// stop_after, save_every, save_minutes, eval_every, log_every, quiet).
+FinetuneResult resume_finetune(const std::string& dir, const std::function<void(FinetuneOptions&)>& override_fn = {});
+
+// The checkpoint layout `toy finetune` writes and reads (key toy.finetune.version).
+inline constexpr uint32_t kFinetuneCheckpointVersion = 1;
 
 }  // namespace toy

@@ -37,8 +37,11 @@ class DynamicLossScale {
   explicit DynamicLossScale(float initial = 65536.0f, int64_t growth_interval = 200)
       : scale_(initial), interval_(growth_interval) {}
   float scale() const { return scale_; }
+  int64_t good_steps() const { return good_; }  // finite steps since the last change
   // Records a step; returns whether it may be applied (its gradient was finite).
   bool update(bool finite);
+  // A checkpoint's state (resume).
+  void restore(float scale, int64_t good_steps) { scale_ = scale, good_ = good_steps; }
 
  private:
   float scale_;

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "toy/core/rng.h"
 #include "toy/data/batches.h"
 #include "toy/data/corpus.h"
@@ -39,7 +41,6 @@ struct Run {
   int64_t best_step = -1;
   double best_val = 0;
   int64_t saved_step = -1;  // step of the last checkpoint written or loaded (-1: none)
-  bool tty = false;
 };
 
 std::string checkpoint_path(const std::string& dir);
@@ -52,6 +53,14 @@ void save_checkpoint(Run& r);
 void load_checkpoint(Run& r, const std::string& dir);
 // Same, from a reader already open (its path names it in messages).
 void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir);
+// Checkpoint helpers shared by toy train's and toy finetune's checkpoints; `who` ("[train]",
+// "[finetune]") starts their messages.
+// Copies tensor `name` of the checkpoint into dst after checking its shape and that it is
+// finite (and, for second moments, never negative).
+void load_checked(const gguf::Reader& rd, const std::string& name, Tensor& dst, bool non_negative, const char* who);
+std::string hex(uint64_t v);  // 16 hex digits
+// Field `key` of j as 16 hex digits.
+uint64_t parse_hex(const nlohmann::json& j, const char* key, const std::string& where);
 // Index of the first NaN/Inf element of t, or -1.
 int64_t first_non_finite(const Tensor& t);
 // Throws when a parameter of m holds NaN/Inf: "<context>: weight 'NAME' holds nan (element

@@ -23,6 +23,7 @@
 #include "toy/infer/sampler.h"
 #include "toy/io/model_file.h"
 #include "toy/obs/events.h"
+#include "toy/obs/progress.h"
 #include "toy/obs/report.h"
 #include "toy/ops/ops.h"
 #include "toy/train/memory.h"
@@ -43,6 +44,7 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 void request_stop() { g_stop = true; }
 bool stop_requested() { return g_stop; }
+void clear_stop_request() { g_stop = false; }
 
 // ---- options ------------------------------------------------------------------------------------
 
@@ -138,12 +140,7 @@ TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string&
 
 namespace {
 
-void log_line(const Run& r, const std::string& s) {
-  if (r.o.quiet) return;
-  if (r.tty) std::fputs("\r\033[K", stdout);
-  std::fputs((s + "\n").c_str(), stdout);
-  std::fflush(stdout);
-}
+void log_line(const Run& r, const std::string& s) { ProgressLine(stdout, r.o.quiet, 1).line(s); }
 
 // Notes go to stderr (even with --quiet: they report something the user should know).
 void note(const std::string& s) { std::fprintf(stderr, "toy train: %s\n", s.c_str()); }
@@ -288,17 +285,9 @@ std::string write_model_files(Run& r) {
   return best_first ? "best" : "last";
 }
 
-std::string fmt_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const int64_t t = int64_t(s + 0.5);
-  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, int(t % 3600 / 60));
-  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, int(t % 60));
-  return fmt::format("{}s", t);
-}
-
 TrainResult run_loop(Run& r, bool resumed) {
   const TrainOptions& o = r.o;
-  r.tty = isatty(fileno(stdout)) && !o.quiet;
+  ProgressLine progress(stdout, o.quiet, o.log_every);
   EventLog events((fs::path(o.out) / "events.jsonl").string(), resumed);
   nlohmann::json start = provenance();
   start["resumed"] = resumed;
@@ -391,14 +380,7 @@ TrainResult run_loop(Run& r, bool resumed) {
     events.emit("step", {{"step", r.step}, {"loss", last_loss}, {"lr", json_float(lr)}, {"grad_norm", gnorm},
                          {"tokens_per_s", double(tokens_per_step) / std::max(dt, 1e-9)}});
     const double eta = double(end_step - r.step) * r.train_seconds / double(std::max<int64_t>(1, r.step));
-    if (r.tty) {
-      std::printf("\r\033[Kstep %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  ETA %s", (long long)r.step,
-                  (long long)end_step, last_loss, lr, tps, fmt_duration(eta).c_str());
-      std::fflush(stdout);
-    } else if (r.step % o.log_every == 0 || r.step == 1) {
-      log_line(r, fmt::format("step {:>6}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tok/s  ETA {}", r.step, end_step, last_loss,
-                              lr, tps, fmt_duration(eta)));
-    }
+    progress.step(r.step, end_step, last_loss, lr, tps, eta);
     const bool last = r.step == end_step;
     if (!last && o.eval_every > 0 && r.step % o.eval_every == 0) evaluate();
     if (!last && o.sample_every > 0 && r.step % o.sample_every == 0) sample();
@@ -457,7 +439,6 @@ TrainResult train(const TrainOptions& opts) {
   // Everything that can fail on bad input happens before the run folder is written.
   check_new_run_folder(opts.out, opts.force);
   if (opts.threads) set_num_threads(opts.threads);
-  r.tty = isatty(fileno(stdout)) && !opts.quiet;
   load_data(r, list_data(r.o), true, false);
   ModelConfig mc = opts.model;
   mc.vocab = r.tok->vocab_size();

@@ -82,6 +82,7 @@ TrainResult resume(const std::string& dir, const std::function<void(TrainOptions
 // after each step and stops with a checkpoint.
 void request_stop();
 bool stop_requested();
+void clear_stop_request();  // once a loop has honoured it
 
 // The checkpoint layout this toy writes and reads (key toy.checkpoint.version).
 inline constexpr uint32_t kCheckpointVersion = 1;

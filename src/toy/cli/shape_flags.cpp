@@ -1,0 +1,45 @@
+#include "toy/cli/shape_flags.h"
+
+#include "toy/cli/flags.h"
+
+namespace toy::cli {
+
+void add_shape_flags(CLI::App* cmd, ShapeFlags& f, const std::string& preset) {
+  f.preset = preset;
+  cmd->add_option("--preset", f.preset, "Model preset: gpt (GPT-2 shape) or llama")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gpt", "llama"}));
+  add_int(cmd, "--layers", f.layers, 1, 10000, "Transformer layers");
+  add_int(cmd, "--heads", f.heads, 1, 4096, "Attention heads");
+  add_int(cmd, "--kv-heads", f.kv_heads, 1, 4096, "Key/value heads (GQA; default = heads)");
+  add_int(cmd, "--dim", f.dim, 1, int64_t(1) << 20, "Model width");
+  add_int(cmd, "--ffn", f.ffn, 1, int64_t(1) << 22, "MLP width (default: 4*dim for GELU, ~8/3*dim for SwiGLU)");
+  cmd->add_option("--norm", f.norm, "Override the preset: rms or layer")->check(CLI::IsMember({"rms", "layer"}));
+  cmd->add_option("--mlp", f.mlp, "Override the preset: swiglu or gelu")->check(CLI::IsMember({"swiglu", "gelu"}));
+  cmd->add_option("--pos", f.pos, "Override the preset: rope or learned")->check(CLI::IsMember({"rope", "learned"}));
+  add_int(cmd, "--bias", f.bias, 0, 1, "Override the preset: biases on (1) or off (0)");
+  add_int(cmd, "--tied", f.tied, 0, 1, "Override the preset: tied output head (1) or untied (0)");
+  add_real(cmd, "--dropout", f.dropout, {0, 1, false, true}, "Dropout on embeddings and residual branches");
+  add_real(cmd, "--init-scale", f.init_scale, {0, 100, true}, "Matrices are N(0, s/sqrt(fan_in))");
+  cmd->add_flag("--depth-scale", f.depth_scale, "Scale the pre-norm outputs of layer l by 1/sqrt(l) (Curse of Depth)");
+}
+
+ModelConfig shape_from_flags(const ShapeFlags& f) {
+  ModelConfig m = ModelConfig::from_preset(f.preset);
+  if (f.layers) m.layers = *f.layers;
+  if (f.heads) m.heads = *f.heads;
+  m.kv_heads = f.kv_heads ? *f.kv_heads : m.heads;
+  if (f.dim) m.dim = *f.dim;
+  if (f.ffn) m.ffn = *f.ffn;
+  if (!f.norm.empty()) m.norm = f.norm == "rms" ? NormKind::RMS : NormKind::Layer;
+  if (!f.mlp.empty()) m.mlp = f.mlp == "swiglu" ? MlpKind::SwiGLU : MlpKind::GELU;
+  if (!f.pos.empty()) m.pos = f.pos == "rope" ? PosKind::RoPE : PosKind::Learned;
+  if (f.bias) m.bias = *f.bias != 0;
+  if (f.tied) m.tied = *f.tied != 0;
+  if (f.dropout) m.dropout = *f.dropout;
+  if (f.init_scale) m.init_scale = *f.init_scale;
+  m.depth_scale = f.depth_scale;
+  return m;
+}
+
+}  // namespace toy::cli

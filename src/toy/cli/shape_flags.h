@@ -1,0 +1,27 @@
+// The model-shape flags of a fresh model (`toy train`, and `toy finetune` without -m): a
+// preset and overrides on top of it. The context length is each command's own flag.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "toy/models/config.h"
+
+namespace toy::cli {
+
+struct ShapeFlags {
+  std::string preset;
+  std::optional<int64_t> layers, heads, kv_heads, dim, ffn, bias, tied;
+  std::string norm, mlp, pos;
+  std::optional<float> dropout, init_scale;
+  bool depth_scale = false;
+};
+
+// --preset (default `preset`), --layers, --heads, --kv-heads, --dim, --ffn, --norm, --mlp,
+// --pos, --bias, --tied, --dropout, --init-scale, --depth-scale.
+void add_shape_flags(CLI::App* cmd, ShapeFlags& f, const std::string& preset);
+// The preset with the overrides given (ctx as the preset has it).
+ModelConfig shape_from_flags(const ShapeFlags& f);
+
+}  // namespace toy::cli
