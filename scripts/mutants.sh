@@ -381,8 +381,56 @@ finetune-best-not-restored
 src/toy/train/finetune.cpp
 toy_finetune_tests
 ^FinetuneBest\.
-      if (p.trainable) copy_(p.value, best[i++]);
+      if (p.trainable) copy_(p.value, r.best[i++]);
       if (p.trainable) ++i;
+finetune-resume-dropout-stream
+src/toy/train/finetune_checkpoint.cpp
+toy_finetune_tests
+^FinetuneResume\.Lora
+  r.dropout_gen.set_offset(get_uint(st, "dropout_rng", w));
+  (void)get_uint(st, "dropout_rng", w);
+finetune-resume-pending-row-lost
+src/toy/train/finetune_checkpoint.cpp
+toy_finetune_tests
+^FinetuneResume\.Lora
+  r.pending = get_bool(st, "pending", w);
+  r.pending = false;
+finetune-resume-best-lost
+src/toy/train/finetune_checkpoint.cpp
+toy_finetune_tests
+^FinetuneResume\.Lora
+      load_checked(rd, "best." + p.name, r.best.back(), false, "[finetune]");
+      (void)0;
+finetune-resume-loss-scale-lost
+src/toy/train/finetune_checkpoint.cpp
+toy_finetune_tests
+^FinetuneResume\.Full
+  r.loss_scale.restore(scale, good);
+  (void)good;
+finetune-resume-data-unchecked
+src/toy/train/finetune.cpp
+toy_finetune_tests
+^FinetuneResume\.Refuses
+  check_same_file(data, r.data_id, "training data");
+  (void)data;
+lens-not-folded
+src/toy/train/finetune_model.cpp
+toy_finetune_tests
+^Lens\.Finetune
+  m.fold_lens();
+  (void)m;
+lens-fold-drops-the-last-row
+src/toy/models/decoder_lm.cpp
+toy_finetune_tests
+^Lens\.Folding
+    const int64_t n = std::min(kRows, V - r0);
+    const int64_t n = std::min(kRows, V - r0 - 1);
+lora-base-trains
+src/toy/train/finetune_model.cpp
+toy_finetune_tests
+^Lens\.Finetune
+    if (!full) return false;
+    if (!full) return true;
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -92,6 +92,13 @@ void expect_resume_is_bit_exact(FinetuneOptions o, int64_t stop, const std::vect
               (long long)a.steps, (long long)a.skipped_steps, a.model.c_str(), (long long)a.best_step);
   for (const std::string& f : outputs)
     EXPECT_TRUE(bytes_of(straight + "/" + f) == bytes_of(split + "/" + f)) << name << ": " << f << " differs";
+  // And the state each ends with (all but the time it took and the folder).
+  auto state_of = [](const std::string& dir) {
+    nlohmann::json st = nlohmann::json::parse(gguf::Reader(dir + "/checkpoint.gguf").get_str("toy.finetune.state"));
+    st.erase("seconds");
+    return st;
+  };
+  EXPECT_EQ(state_of(straight), state_of(split)) << name;
   // One event log: two sessions, every step once.
   const std::string events = bytes_of(split + "/events.jsonl");
   EXPECT_EQ(count_of(events, "\"event\":\"run_start\""), 2);
