@@ -1,5 +1,9 @@
 #include "toy/core/build_info.h"
 
+#include <cstdlib>
+
+#include "toy/core/blas_core.h"
+
 #include <fstream>
 
 #include <fmt/core.h>
@@ -50,9 +54,10 @@ std::string version_text() {
 #endif
   return fmt::format(
       "toy {}\ncommit: {}\ncompiler: {} (C++{}, {})\nCPU features used: AVX2, FMA, F16C (CPU kernels); {}\n"
-      "this CPU: {}\n",
+      "this CPU: {}\nOpenBLAS kernels: {}{}\n",
       version(), git_commit(), compiler(), __cplusplus / 100 % 100, build,
-      missing.empty() ? "this CPU has them" : "this CPU lacks" + missing, cpu);
+      missing.empty() ? "this CPU has them" : "this CPU lacks" + missing, cpu, openblas_core(),
+      std::getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
 }
 
 }  // namespace toy

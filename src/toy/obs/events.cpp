@@ -6,6 +6,7 @@
 #include <ctime>
 #include <fstream>
 
+#include "toy/core/blas_core.h"
 #include "toy/core/error.h"
 #include "toy/core/thread_pool.h"
 #include "toy/version.h"
@@ -51,6 +52,7 @@ nlohmann::json provenance() {
       p["cpu"] = line.substr(line.find(':') + 2);
       break;
     }
+  p["openblas_core"] = openblas_core();
   p["cores"] = sysconf(_SC_NPROCESSORS_ONLN);
   p["threads"] = num_threads();
   p["git_commit"] = TOY_GIT_COMMIT;

@@ -1,0 +1,19 @@
+// The tests' main: as toy's own, it first gives OpenBLAS the kernels this CPU has when OpenBLAS
+// fell back to older ones (core/blas_core.h), so tests run at the speed users see.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "toy/core/blas_core.h"
+
+int main(int argc, char** argv) {
+  if (const std::string core = toy::openblas_core_override(); !core.empty()) {
+    setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+    execv("/proc/self/exe", argv);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
