@@ -12,6 +12,8 @@
 
 #include "helpers.h"
 
+#include <fmt/core.h>
+
 using namespace toy;
 using namespace toy::test;
 
@@ -649,6 +651,100 @@ TEST(Forward, SsmScanMatchesRecurrence) {
     }
   EXPECT_TRUE(close(y, yref, 1e-5, 1e-5));
   EXPECT_TRUE(close(sf, s, 1e-5, 1e-5));
+}
+
+namespace {
+// The gated delta rule token by token in double: o [B, T, Hv, Dv] and the final state.
+std::pair<std::vector<double>, std::vector<double>> gated_delta_naive(const Tensor& q, const Tensor& k,
+                                                                       const Tensor& v, const Tensor& g,
+                                                                       const Tensor& beta, const Tensor& s0) {
+  const int64_t B = q.size(0), T = q.size(1), Hk = q.size(2), Dk = q.size(3), Hv = v.size(2), Dv = v.size(3);
+  const std::vector<double> qv = to_double(q), kv = to_double(k), vv = to_double(v), gv = to_double(g),
+                            bv = to_double(beta);
+  std::vector<double> S = s0.defined() ? to_double(s0) : std::vector<double>(size_t(B * Hv * Dk * Dv), 0.0);
+  std::vector<double> o(static_cast<size_t>(B * T * Hv * Dv)), u(static_cast<size_t>(Dv));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hv; ++h) {
+      double* St = S.data() + (b * Hv + h) * Dk * Dv;
+      for (int64_t t = 0; t < T; ++t) {
+        const double* kt = kv.data() + ((b * T + t) * Hk + h % Hk) * Dk;
+        const double* qt = qv.data() + ((b * T + t) * Hk + h % Hk) * Dk;
+        const double* vt = vv.data() + ((b * T + t) * Hv + h) * Dv;
+        const double a = std::exp(gv[size_t((b * T + t) * Hv + h)]), be = bv[size_t((b * T + t) * Hv + h)];
+        for (int64_t i = 0; i < Dk * Dv; ++i) St[i] *= a;
+        for (int64_t j = 0; j < Dv; ++j) {
+          double p = 0;
+          for (int64_t i = 0; i < Dk; ++i) p += St[i * Dv + j] * kt[i];
+          u[size_t(j)] = be * (vt[j] - p);
+        }
+        for (int64_t i = 0; i < Dk; ++i)
+          for (int64_t j = 0; j < Dv; ++j) St[i * Dv + j] += kt[i] * u[size_t(j)];
+        for (int64_t j = 0; j < Dv; ++j) {
+          double acc = 0;
+          for (int64_t i = 0; i < Dk; ++i) acc += St[i * Dv + j] * qt[i];
+          o[size_t(((b * T + t) * Hv + h) * Dv + j)] = acc;
+        }
+      }
+    }
+  return {o, S};
+}
+
+struct GdrInputs {
+  Tensor q, k, v, g, beta, s0;
+};
+GdrInputs gdr_inputs(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, uint64_t seed,
+                     bool state) {
+  GdrInputs in;
+  // q and k L2-normalised per head, as the model feeds them; strong and weak decays.
+  in.q = l2_norm(randn_t(Shape{B, T, Hk, Dk}, seed), 1e-6f);
+  in.k = l2_norm(randn_t(Shape{B, T, Hk, Dk}, seed + 1), 1e-6f);
+  in.v = randn_t(Shape{B, T, Hv, Dv}, seed + 2);
+  in.g = rand_t(Shape{B, T, Hv}, seed + 3, -3.0f, -0.001f);
+  in.beta = rand_t(Shape{B, T, Hv}, seed + 4, 0.0f, 1.0f);
+  if (state) in.s0 = randn_t(Shape{B, Hv, Dk, Dv}, seed + 5);
+  return in;
+}
+}  // namespace
+
+// Both algorithms against the recurrence in double: several chunk boundaries, T not a
+// multiple of 64, Dk != Dv, fewer K heads than V heads, with and without an initial state.
+TEST(Forward, GatedDeltaRuleMatchesTheNaiveRecurrence) {
+  struct Case {
+    int64_t B, T, Hk, Hv, Dk, Dv;
+    bool state;
+  };
+  for (const Case& c : {Case{2, 5, 2, 4, 3, 5, true}, Case{1, 64, 1, 1, 8, 8, false}, Case{2, 150, 2, 6, 16, 8, true},
+                        Case{1, 200, 3, 3, 8, 12, false}}) {
+    const GdrInputs in = gdr_inputs(c.B, c.T, c.Hk, c.Hv, c.Dk, c.Dv, uint64_t(140 + c.T), c.state);
+    const auto [o_ref, s_ref] = gated_delta_naive(in.q, in.k, in.v, in.g, in.beta, in.s0);
+    for (GatedDeltaAlgorithm a : {GatedDeltaAlgorithm::Chunked, GatedDeltaAlgorithm::Recurrent}) {
+      auto [o, s] = gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, in.s0, a);
+      const std::string what = fmt::format("T={} {}", c.T, a == GatedDeltaAlgorithm::Chunked ? "chunked" : "recurrent");
+      EXPECT_TRUE(close(o, o_ref, 1e-5, 1e-5)) << what;
+      EXPECT_TRUE(close(s, s_ref, 1e-5, 1e-5)) << what;
+    }
+  }
+}
+
+// A prefill's final state continues the sequence: the first 100 tokens chunked, then the rest
+// one token at a time, equals the whole sequence at once.
+TEST(Forward, GatedDeltaRuleContinuesFromItsFinalState) {
+  const int64_t T = 120, split = 100;
+  const GdrInputs in = gdr_inputs(1, T, 2, 4, 8, 8, 160, true);
+  const auto [o_all, s_all] = gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, in.s0);
+  auto part = [](const Tensor& x, int64_t a, int64_t b) { return contiguous(slice(x, 1, a, b)); };
+  auto [o, s] = gated_delta_rule(part(in.q, 0, split), part(in.k, 0, split), part(in.v, 0, split),
+                                 part(in.g, 0, split), part(in.beta, 0, split), in.s0);
+  std::vector<double> got = to_double(o);
+  for (int64_t t = split; t < T; ++t) {
+    auto [ot, st] = gated_delta_rule(part(in.q, t, t + 1), part(in.k, t, t + 1), part(in.v, t, t + 1),
+                                     part(in.g, t, t + 1), part(in.beta, t, t + 1), s);
+    s = st;
+    const std::vector<double> step = to_double(ot);
+    got.insert(got.end(), step.begin(), step.end());
+  }
+  EXPECT_TRUE(close(o_all, got, 1e-5, 1e-5));
+  EXPECT_TRUE(close(s_all, to_double(s), 1e-5, 1e-5));
 }
 
 TEST(Forward, MoePrimitives) {

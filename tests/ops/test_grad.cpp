@@ -60,6 +60,7 @@ UNARY_GRAD(tanh, tanh(in[0]), R(Shape{3, 5}, 9))
 UNARY_GRAD(sigmoid, sigmoid(in[0]), R(Shape{3, 5}, 10, 2.0f))
 UNARY_GRAD(relu, relu(in[0]), away_from_zero(Shape{3, 5}, 11))
 UNARY_GRAD(silu, silu(in[0]), R(Shape{3, 5}, 12, 2.0f))
+UNARY_GRAD(softplus, softplus(in[0]), R(Shape{3, 5}, 13, 3.0f))
 UNARY_GRAD(clamp, clamp(in[0], -0.5f, 0.7f), avoiding(R(Shape{3, 5}, 13), {-0.5f, 0.7f}))
 
 TEST(OpGrad, gelu) {
@@ -426,6 +427,25 @@ TEST(OpGrad, ssm_scan) {
   Fn g = [](const std::vector<Tensor>& in) { return ssm_scan(in[0], in[1], in[2], in[3], in[4]).first; };
   EXPECT_TRUE(grad_ok(g, {R(Shape{1, 7, 2, 2}, 206, 0.5f), R(Shape{1, 7, 2}, 207), U(Shape{2}, 208, -1.0f, -0.2f),
                           R(Shape{1, 7, 1, 4}, 209, 0.5f), R(Shape{1, 7, 1, 4}, 210, 0.5f)}));
+}
+
+TEST(OpGrad, gated_delta_rule) {
+  // 70 tokens (the backward keeps states per 64-token chunk: a boundary inside), 2 K heads read
+  // by 4 V heads, Dk != Dv, an initial state; both outputs, so the final state's gradient and
+  // the initial state's are checked too. Then the chunked forward's own gradient (same rule).
+  for (GatedDeltaAlgorithm a : {GatedDeltaAlgorithm::Recurrent, GatedDeltaAlgorithm::Chunked}) {
+    Fn f = [a](const std::vector<Tensor>& in) {
+      auto [o, s] = gated_delta_rule(in[0], in[1], in[2], in[3], in[4], in[5], a);
+      return concat({reshape(o, Shape{-1}), reshape(s, Shape{-1})}, 0);
+    };
+    EXPECT_TRUE(grad_ok(f, {R(Shape{1, 70, 2, 3}, 212, 0.5f), R(Shape{1, 70, 2, 3}, 213, 0.5f),
+                            R(Shape{1, 70, 4, 2}, 214), U(Shape{1, 70, 4}, 215, -1.0f, -0.01f),
+                            U(Shape{1, 70, 4}, 216, 0.05f, 0.95f), R(Shape{1, 4, 3, 2}, 217, 0.5f)}));
+  }
+  // Without an initial state; only o used.
+  Fn g = [](const std::vector<Tensor>& in) { return gated_delta_rule(in[0], in[1], in[2], in[3], in[4]).first; };
+  EXPECT_TRUE(grad_ok(g, {R(Shape{2, 6, 1, 4}, 218, 0.5f), R(Shape{2, 6, 1, 4}, 219, 0.5f), R(Shape{2, 6, 1, 4}, 220),
+                          U(Shape{2, 6, 1}, 221, -1.0f, -0.01f), U(Shape{2, 6, 1}, 222, 0.05f, 0.95f)}));
 }
 
 TEST(OpGrad, mul_mat_id) {

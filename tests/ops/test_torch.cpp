@@ -213,6 +213,7 @@ TEST(Torch, tanh) { unary_cases("tanh", [](const Tensor& x) { return tanh(x); })
 TEST(Torch, sigmoid) { unary_cases("sigmoid", [](const Tensor& x) { return sigmoid(x); }); }
 TEST(Torch, relu) { unary_cases("relu", [](const Tensor& x) { return relu(x); }); }  // |x| >= 0.2
 TEST(Torch, silu) { unary_cases("silu", [](const Tensor& x) { return silu(x); }); }
+TEST(Torch, softplus) { unary_cases("softplus", [](const Tensor& x) { return softplus(x); }); }
 // F.gelu(approximate='tanh') and the exact erf form.
 TEST(Torch, gelu) {
   unary_cases("gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApprox::Tanh); });
@@ -839,6 +840,20 @@ TEST(Torch, ssm_scan) {
   Case k("ssm_scan/nostate");
   auto [y, s] = ssm_scan(k.in("x"), k.in("dt"), k.in("A"), k.in("B"), k.in("C"));
   k.check({{"y", y}, {"state", s}}, kAccum);
+}
+
+// Gated delta rule against PyTorch autograd of the token-by-token recurrence: 70 tokens (a
+// chunk boundary), 2 K heads read by 4 V heads, Dk != Dv, an initial state — both algorithms;
+// and a short case without a state.
+TEST(Torch, gated_delta_rule) {
+  for (GatedDeltaAlgorithm a : {GatedDeltaAlgorithm::Chunked, GatedDeltaAlgorithm::Recurrent}) {
+    Case k("gated_delta_rule/state");
+    auto [o, s] = gated_delta_rule(k.in("q"), k.in("k"), k.in("v"), k.in("g"), k.in("beta"), k.in("s0"), a);
+    k.check({{"o", o}, {"state", s}}, kAccum);
+  }
+  Case k("gated_delta_rule/nostate");
+  auto [o, s] = gated_delta_rule(k.in("q"), k.in("k"), k.in("v"), k.in("g"), k.in("beta"));
+  k.check({{"o", o}, {"state", s}}, kAccum);
 }
 
 // Per-token expert matmul: x shared by both slots, x per slot, 37-wide K.

@@ -14,7 +14,7 @@ namespace toy::kern {
 
 // ---- elementwise ------------------------------------------------------------------------
 enum class UnaryOp : uint8_t {
-  Neg, Exp, Log, Sqrt, Rsqrt, Square, Abs, Tanh, Sigmoid, Relu, Silu, GeluTanh, GeluErf, Scale, Clamp,
+  Neg, Exp, Log, Sqrt, Rsqrt, Square, Abs, Tanh, Sigmoid, Relu, Silu, GeluTanh, GeluErf, Scale, Clamp, Softplus,
 };
 struct UnaryArgs {
   float alpha = 1.0f;  // Scale: factor
@@ -164,6 +164,24 @@ using SsmScan = void(const Tensor& x, const Tensor& dt, const Tensor& A, const T
 using SsmScanBackward = void(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm, const Tensor& C,
                              const Tensor& s0, const Tensor& gy, const Tensor& gs, Tensor& dx, Tensor& ddt,
                              Tensor& dA, Tensor& dB, Tensor& dC, Tensor& ds0);
+
+// ---- gated delta rule (Gated DeltaNet) ----------------------------------------------------------
+// q, k [B, T, Hk, Dk], v [B, T, Hv, Dv], g (log decay) and beta [B, T, Hv], s0 [B, Hv, Dk, Dv]
+// (undefined: zeros); V head h reads K head h % Hk. Per (b, V head), S [Dk, Dv]:
+//   S <- exp(g_t) S;  u_t = beta_t (v_t - S^T k_t);  S <- S + k_t u_t^T;  o_t = S^T q_t.
+// o [B, T, Hv, Dv], s_final [B, Hv, Dk, Dv]. chunk > 1: the chunked (WY) form over chunks of
+// that many tokens; chunk 1: token by token. `starts`, when defined ([B, Hv, C, Dk, Dv], C =
+// ceil(T / kGatedDeltaStateEvery)), receives the state before every kGatedDeltaStateEvery-th
+// token, for the backward. All F32, contiguous.
+inline constexpr int64_t kGatedDeltaStateEvery = 64;
+using GatedDeltaRule = void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                            const Tensor& s0, int64_t chunk, Tensor& o, Tensor& s_final, Tensor& starts);
+// Gradients (=) of all inputs; gs (the final state's gradient) and ds0 may be undefined;
+// `starts` as the forward wrote them (undefined: recomputed here).
+using GatedDeltaRuleBackward = void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                    const Tensor& beta, const Tensor& s0, const Tensor& starts, const Tensor& go,
+                                    const Tensor& gs, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dg, Tensor& dbeta,
+                                    Tensor& ds0);
 
 // ---- MoE --------------------------------------------------------------------------------------
 // out[t, e, :] = W[ids[t, e]] @ x[t, e or 0, :]; W [E, N, K], x [T, X, K] (X = 1 or n_used), ids I32 [T, n_used].

@@ -1,8 +1,10 @@
 // `toy bench ops`: hot-path benchmarks, each a ratio against a baseline measured in the same
-// run — FMA peak for matmul, the engine's own composed ops for fused attention, a memcpy of
-// the same bytes for the memory-bound kernels.
+// run — FMA peak for matmul, the engine's own composed ops for fused attention and the gated
+// delta rule, a memcpy of the same bytes for the memory-bound kernels.
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <vector>
 #include <memory>
 
 #include "toy/autograd/backward.h"
@@ -90,6 +92,71 @@ BenchResult bench_attention(int reps) {
   return r;
 }
 
+// The gated delta rule, forward + backward at B=4, 8 heads, T=1024, Dk=Dv=64, against the
+// same recurrence composed from the engine's own ops token by token (batched over B and the
+// heads: 8 ops a token, each with its tape node).
+BenchResult bench_gated_delta(int reps) {
+  const int64_t B = 4, H = 8, T = 1024, D = 64;
+  Generator gen(4);
+  Tensor q = l2_norm(randn(Shape{B, T, H, D}, gen)), k = l2_norm(randn(Shape{B, T, H, D}, gen));
+  Tensor v = randn(Shape{B, T, H, D}, gen), gout = randn(Shape{B, T, H, D}, gen);
+  Tensor g = scale(sigmoid(randn(Shape{B, T, H}, gen)), -0.5f), beta = sigmoid(randn(Shape{B, T, H}, gen));
+  for (Tensor* t : {&q, &k, &v, &g, &beta}) t->requires_grad_();
+  auto clear = [&] {
+    for (Tensor* t : {&q, &k, &v, &g, &beta}) t->zero_grad();
+  };
+  auto fused = [&] {
+    clear();
+    backward(gated_delta_rule(q, k, v, g, beta).first, gout);
+  };
+  auto composed = [&] {
+    clear();
+    Tensor S = zeros(Shape{B, H, D, D});
+    std::vector<Tensor> outs;
+    for (int64_t t = 0; t < T; ++t) {
+      auto at = [&](const Tensor& x) { return slice(x, 1, t, t + 1); };  // [B, 1, H, ...]
+      Tensor kt = reshape(at(k), Shape{B, H, D, 1}), qt = reshape(at(q), Shape{B, H, 1, D});
+      Tensor vt = reshape(at(v), Shape{B, H, 1, D});
+      S = mul(S, reshape(exp(at(g)), Shape{B, H, 1, 1}));
+      Tensor p = matmul(transpose(kt, 2, 3), S);                                   // [B, H, 1, D]
+      Tensor u = mul(reshape(at(beta), Shape{B, H, 1, 1}), sub(vt, p));
+      S = add(S, matmul(kt, u));
+      outs.push_back(reshape(matmul(qt, S), Shape{B, 1, H, D}));
+    }
+    backward(concat(outs, 1), gout);
+  };
+  auto [tf, tc] = paired_median_seconds(fused, composed, reps, 1);
+  BenchResult r;
+  r.name = "gated_delta_rule";
+  r.value = tf * 1e3;
+  r.unit = "ms";
+  r.baseline = tc * 1e3;
+  r.baseline_what = "the recurrence composed from engine ops token by token, fwd+bwd, ms";
+  r.ratio = tc / tf;
+  r.target = 10.0;
+  return r;
+}
+
+// Forward only (a prefill): the chunked form's tokens/s against the token-by-token form's.
+BenchResult bench_gated_delta_prefill(int reps) {
+  const int64_t B = 4, H = 8, T = 1024, D = 64;
+  Generator gen(5);
+  Tensor q = l2_norm(randn(Shape{B, T, H, D}, gen)), k = l2_norm(randn(Shape{B, T, H, D}, gen));
+  Tensor v = randn(Shape{B, T, H, D}, gen);
+  Tensor g = scale(sigmoid(randn(Shape{B, T, H}, gen)), -0.5f), beta = sigmoid(randn(Shape{B, T, H}, gen));
+  NoGradGuard ng;
+  auto run = [&](GatedDeltaAlgorithm a) { return [&, a] { gated_delta_rule(q, k, v, g, beta, Tensor(), a); }; };
+  auto [tc, tr] = paired_median_seconds(run(GatedDeltaAlgorithm::Chunked), run(GatedDeltaAlgorithm::Recurrent), reps, 1);
+  BenchResult r;
+  r.name = "gated_delta_rule_prefill";
+  r.value = double(B * T) / tc;
+  r.unit = "tok/s";
+  r.baseline = double(B * T) / tr;
+  r.baseline_what = "the token-by-token form, tok/s";
+  r.ratio = tr / tc;
+  return r;
+}
+
 // A row-wise kernel on [4096, 4096] f32 against a memcpy of the same bytes (read x, write
 // y) on the same threads. The two are timed alternately so that both see the same machine
 // (memory bandwidth on shared hosts drifts by 2x over minutes).
@@ -133,6 +200,8 @@ int run_ops_bench(const OpsBenchOptions& o) {
   if (want("attention_fwd_bwd")) print_result(bench_attention(o.reps * 2), o.json);
   if (want("rms_norm")) print_result(bench_rowwise("rms_norm", o.reps * 2, true), o.json);
   if (want("softmax")) print_result(bench_rowwise("softmax", o.reps * 2, false), o.json);
+  if (want("gated_delta_rule")) print_result(bench_gated_delta(std::max(1, o.reps / 3)), o.json);
+  if (want("gated_delta_rule_prefill")) print_result(bench_gated_delta_prefill(o.reps), o.json);
   return 0;
 }
 

@@ -101,6 +101,7 @@ Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::Tanh, "tanh", x); }
 Tensor sigmoid(const Tensor& x) { return unary_op(UnaryOp::Sigmoid, "sigmoid", x); }
 Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, "relu", x); }
 Tensor silu(const Tensor& x) { return unary_op(UnaryOp::Silu, "silu", x); }
+Tensor softplus(const Tensor& x) { return unary_op(UnaryOp::Softplus, "softplus", x); }
 Tensor gelu(const Tensor& x, GeluApprox approx) {
   return unary_op(approx == GeluApprox::Tanh ? UnaryOp::GeluTanh : UnaryOp::GeluErf, "gelu", x);
 }
@@ -193,6 +194,7 @@ void define_elementwise_ops(Registry& r) {
   r.define_op(primitive_op("sigmoid", un, "1 / (1 + e^-x)"));
   r.define_op(primitive_op("relu", un, "max(x, 0)"));
   r.define_op(primitive_op("silu", un, "x * sigmoid(x)"));
+  r.define_op(primitive_op("softplus", un, "log(1 + e^x); x above 20"));
   r.define_op(primitive_op("gelu", un, "GELU, tanh approximation or exact (erf)"));
   r.define_op(primitive_op("clamp", un, "min(max(x, lo), hi)"));
   r.define_op(primitive_op("swiglu", {"swiglu", "swiglu_backward", "swiglu_packed", "swiglu_packed_backward"},

@@ -32,6 +32,7 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor silu(const Tensor& x);
+Tensor softplus(const Tensor& x);  // log(1 + e^x), x itself above 20 (as PyTorch and ggml)
 enum class GeluApprox { Tanh, None };
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::Tanh);
 Tensor clamp(const Tensor& x, float lo, float hi);
@@ -180,6 +181,17 @@ Tensor ssm_conv(const Tensor& x, const Tensor& w);
 // undefined (zeros). See backend/kernels.h for the recurrence.
 std::pair<Tensor, Tensor> ssm_scan(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& B,
                                    const Tensor& C, const Tensor& s0 = Tensor());
+// The gated delta rule (Gated DeltaNet): q, k [B, T, Hk, Dk], v [B, T, Hv, Dv], g (log decay,
+// usually <= 0) and beta [B, T, Hv], s0 [B, Hv, Dk, Dv] (undefined: zeros); V head h reads K
+// head h % Hk. Per V head, S [Dk, Dv]: S <- exp(g_t) S; u = beta_t (v_t - S^T k_t);
+// S <- S + k_t u^T; o_t = S^T q_t. Returns {o [B, T, Hv, Dv], final state [B, Hv, Dk, Dv]}.
+// Auto: the chunked form (chunks of kGatedDeltaChunk tokens) from that many tokens on,
+// token by token below (decoding); both compute the same function.
+enum class GatedDeltaAlgorithm { Auto, Chunked, Recurrent };
+inline constexpr int64_t kGatedDeltaChunk = 64;
+std::pair<Tensor, Tensor> gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                           const Tensor& beta, const Tensor& s0 = Tensor(),
+                                           GatedDeltaAlgorithm algorithm = GatedDeltaAlgorithm::Auto);
 
 // ---- optimizer steps (ops/optim.cpp): in place on F32 tensors ----------------------------
 struct SgdOptions {

@@ -45,6 +45,8 @@ kern::SsmConv ssm_conv;
 kern::SsmConvBackward ssm_conv_backward;
 kern::SsmScan ssm_scan;
 kern::SsmScanBackward ssm_scan_backward;
+kern::GatedDeltaRule gated_delta_rule;
+kern::GatedDeltaRuleBackward gated_delta_rule_backward;
 kern::MulMatId mul_mat_id;
 kern::MulMatIdBackward mul_mat_id_backward;
 kern::AddId add_id;

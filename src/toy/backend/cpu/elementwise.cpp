@@ -60,6 +60,8 @@ inline __m256 unary8(UnaryOp op, __m256 x, const UnaryArgs& a) {
       return scalar8(x, [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); });
     case UnaryOp::Scale: return _mm256_mul_ps(x, _mm256_set1_ps(a.alpha));
     case UnaryOp::Clamp: return _mm256_min_ps(_mm256_set1_ps(a.hi), _mm256_max_ps(_mm256_set1_ps(a.lo), x));  // keeps NaN
+    case UnaryOp::Softplus:  // log(1 + e^x); x itself above 20 (as PyTorch and ggml)
+      return scalar8(x, [](float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); });
   }
   return x;
 }
@@ -113,6 +115,10 @@ inline __m256 unary_grad8(UnaryOp op, __m256 x, __m256 y, __m256 g, const UnaryA
       __m256 in = _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(a.lo), _CMP_GE_OQ),
                                 _mm256_cmp_ps(x, _mm256_set1_ps(a.hi), _CMP_LE_OQ));
       return _mm256_and_ps(g, in);
+    }
+    case UnaryOp::Softplus: {  // sigmoid(x); 1 above the threshold, where softplus is x
+      const __m256 s = sigmoid256(x);
+      return _mm256_mul_ps(g, _mm256_blendv_ps(s, one, _mm256_cmp_ps(x, _mm256_set1_ps(20.0f), _CMP_GT_OQ)));
     }
   }
   return g;
