@@ -370,6 +370,27 @@ TEST(LlamaCpp, RunsToyInitModelsOfEveryArchitectureAndType) {
   }
 }
 
+// Qwen3.5's hybrid (a Gated DeltaNet layer, a gated-attention layer, fewer K heads than V heads
+// in the GDN, a quarter of each head rotated): toy init's files run in llama.cpp's qwen35 graph
+// as in toy.
+TEST(LlamaCpp, RunsToyInitQwen35Models) {
+  REQUIRE_LLAMACPP();
+  const std::string text = "the terms and conditions for copying, distribution and modification follow";
+  for (const char* type : {"f32", "q8_0", "q4_k_m"}) {
+    SCOPED_TRACE(type);
+    const std::string path = (fs::path(::testing::TempDir()) / (std::string("toy_init_qwen35_") + type + ".gguf")).string();
+    const auto r = toy::test::run_toy({"init", "--arch", "qwen35", "--shape", "tiny", "--type", type, "--seed", "5",
+                                       "--out", path});
+    ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+    const std::vector<int32_t> ids = encode(path, text);
+    EXPECT_EQ(node({path, "--tokenize", text}).get<std::vector<int32_t>>(), ids);
+    const bool exact = std::string(type) == "f32";
+    const double tolerance = exact ? 1e-3 : 0.04;
+    expect_same_distributions(path, ids, tolerance, exact ? 0.0 : 2 * tolerance);
+    expect_same_greedy_tokens(path, ids, 16, exact ? 1e-4 : 2 * tolerance);
+  }
+}
+
 namespace {
 // (name, type, data bytes) of every tensor, sorted by name (llama.cpp's quantizer writes them
 // in its own order).

@@ -61,8 +61,9 @@ Run add_init_command(CLI::App& app) {
     uint64_t seed = 1;
   };
   auto f = std::make_shared<Flags>();
-  cmd->add_option("--arch", f->arch, "llama, qwen2, qwen3 or gpt2")->required();
-  cmd->add_option("--shape", f->shape, "tiny, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b or gpt2-124m")->required();
+  cmd->add_option("--arch", f->arch, "llama, qwen2, qwen3, qwen35 or gpt2")->required();
+  cmd->add_option("--shape", f->shape, "tiny, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, qwen3.5-0.8b or gpt2-124m")
+      ->required();
   cmd->add_option("--type", f->type, "Weight type: " + quant_kind_names() + " (default f32)");
   add_u64(cmd, "--seed", f->seed, "Seed of the random weights (default 1)");
   cmd->add_option("--out", f->out, "The model file to write")->required();

@@ -167,6 +167,7 @@ Value Value::str_array(std::vector<std::string> v) { Value x = typed(Type::ARRAY
 Value Value::f32_array(std::vector<float> v) { Value x = typed(Type::ARRAY, Type::F32); x.af.assign(v.begin(), v.end()); return x; }
 Value Value::i32_array(std::vector<int32_t> v) { Value x = typed(Type::ARRAY, Type::I32); x.ai.assign(v.begin(), v.end()); return x; }
 Value Value::u32_array(std::vector<uint32_t> v) { Value x = typed(Type::ARRAY, Type::U32); x.au.assign(v.begin(), v.end()); return x; }
+Value Value::bool_array(std::vector<bool> v) { Value x = typed(Type::ARRAY, Type::BOOL); x.au.assign(v.begin(), v.end()); return x; }
 
 // --- Reader ------------------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ struct Value {
   static Value f32_array(std::vector<float> v);
   static Value i32_array(std::vector<int32_t> v);
   static Value u32_array(std::vector<uint32_t> v);
+  static Value bool_array(std::vector<bool> v);
 };
 
 struct TensorInfo {

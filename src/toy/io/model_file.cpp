@@ -50,6 +50,22 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
       if (c.rope.orig_ctx) w.set(arch + ".rope.scaling.original_context_length", Value::u32(uint32_t(c.rope.orig_ctx)));
     }
   }
+  if (arch == "qwen35") {
+    const GdnConfig& g = c.gdn;
+    const GdnConfig gd = c.has_gdn() ? g : GdnConfig{c.heads, c.heads, c.head_dim, 4};  // (keys llama.cpp requires)
+    w.set(arch + ".ssm.conv_kernel", Value::u32(uint32_t(gd.conv_kernel)));
+    w.set(arch + ".ssm.state_size", Value::u32(uint32_t(gd.head_dim)));
+    w.set(arch + ".ssm.group_count", Value::u32(uint32_t(gd.k_heads)));
+    w.set(arch + ".ssm.time_step_rank", Value::u32(uint32_t(gd.v_heads)));
+    w.set(arch + ".ssm.inner_size", Value::u32(uint32_t(gd.value_dim())));
+    std::vector<bool> recurrent;
+    for (int64_t l = 0; l < c.layers; ++l) recurrent.push_back(c.layer_kind(l) == LayerKind::GatedDeltaNet);
+    w.set(arch + ".attention.recurrent_layers", Value::bool_array(recurrent));
+    // Multi-section RoPE as Qwen3.5 splits it (three sections over the rotated pairs); for
+    // text every section sees the same position.
+    const int32_t pairs = int32_t((c.rope.n_rot ? c.rope.n_rot : c.head_dim) / 2);
+    w.set(arch + ".rope.dimension_sections", Value::i32_array({(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0}));
+  }
   // Only toy-only fields need toy's own key; standard keys above describe the rest.
   if (options.toy_config || arch == "toy") w.set("toy.config", Value::str(c.to_json().dump()));
   tok.save(w);
@@ -105,6 +121,51 @@ std::optional<float> find_float(const gguf::Reader& r, const std::string& key) {
   return float(v->f);
 }
 
+// Qwen3.5's layers: which are Gated DeltaNet (the per-layer list, else every
+// full_attention_interval-th layer attention, default 4, as llama.cpp reads them), their widths
+// (ssm.* keys), and the next-token-prediction (MTP) blocks some files append after the trunk
+// (counted in block_count, not run: toy decodes one token at a time).
+void read_qwen35_keys(const gguf::Reader& r, ModelConfig& c) {
+  const std::string shown = printable(r.path()), a = "qwen35.";
+  const int64_t all_layers = c.layers;
+  const int64_t nextn = find_int(r, a + "nextn_predict_layers").value_or(0);
+  TOY_CHECK(nextn >= 0 && nextn < all_layers, "[model] '{}': {} next-token-prediction layers of {} blocks", shown,
+            nextn, all_layers);
+  if (nextn > 0) {
+    c.layers = all_layers - nextn;
+    std::fprintf(stderr, "toy: note: '%s' has %lld next-token-prediction (MTP) block(s) after its %lld layers; toy "
+                 "does not run them (they draft tokens for speculative decoding)\n", shown.c_str(), (long long)nextn,
+                 (long long)c.layers);
+  }
+  c.gdn.conv_kernel = need_int(r, a + "ssm.conv_kernel");
+  c.gdn.head_dim = need_int(r, a + "ssm.state_size");
+  c.gdn.k_heads = need_int(r, a + "ssm.group_count");
+  c.gdn.v_heads = need_int(r, a + "ssm.time_step_rank");
+  const int64_t inner = need_int(r, a + "ssm.inner_size");
+  TOY_CHECK(inner == c.gdn.v_heads * c.gdn.head_dim, "[model] '{}': ssm.inner_size {} is not ssm.time_step_rank {} x "
+            "ssm.state_size {}", shown, inner, c.gdn.v_heads, c.gdn.head_dim);
+  if (const gguf::Value* v = r.find(a + "attention.recurrent_layers")) {
+    const bool ints = v->elem == gguf::Type::BOOL || v->elem == gguf::Type::U8 || v->elem == gguf::Type::U32 ||
+                      v->elem == gguf::Type::I32 || v->elem == gguf::Type::I8;
+    TOY_CHECK(v->type == gguf::Type::ARRAY && ints, "[model] '{}': key '{}attention.recurrent_layers' must be an array "
+              "of booleans", shown, a);
+    const size_t n = std::max(v->au.size(), v->ai.size());
+    TOY_CHECK(int64_t(n) >= c.layers, "[model] '{}': attention.recurrent_layers has {} entries for {} layers", shown,
+              n, c.layers);
+    c.layer_kinds.clear();
+    for (int64_t l = 0; l < c.layers; ++l) {
+      const bool recurrent = v->au.empty() ? v->ai[size_t(l)] != 0 : v->au[size_t(l)] != 0;
+      c.layer_kinds.push_back(recurrent ? LayerKind::GatedDeltaNet : LayerKind::Attention);
+    }
+  } else {
+    const int64_t interval = find_int(r, a + "full_attention_interval").value_or(4);
+    TOY_CHECK(interval >= 1, "[model] '{}': full_attention_interval {} must be at least 1", shown, interval);
+    c.layer_kinds = ModelConfig::interval_layer_kinds(interval, c.layers);
+  }
+  // rope.dimension_sections (multi-section RoPE): for text every section sees the same
+  // position, which is NEOX RoPE over the rotated dims.
+}
+
 // The hyper-parameters a GGUF file states in llama.cpp's standard keys.
 ModelConfig config_from_standard_keys(const gguf::Reader& r, const std::string& arch) {
   const std::string shown = printable(r.path());
@@ -150,6 +211,7 @@ ModelConfig config_from_standard_keys(const gguf::Reader& r, const std::string& 
     c.rope.freq_factors = r.find_tensor("rope_freqs.weight") != nullptr;
   }
   c.tied = r.find_tensor("output.weight") == nullptr;
+  if (arch == "qwen35") read_qwen35_keys(r, c);
   if (auto v = find_int(r, a + "vocab_size")) {
     c.vocab = *v;
   } else if (const gguf::TensorInfo* emb = r.find_tensor("token_embd.weight"); emb && emb->shape.ndim() == 2) {

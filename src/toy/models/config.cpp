@@ -23,10 +23,40 @@ LayerKind ModelConfig::layer_kind(int64_t l) const {
   return layer_kinds.empty() ? LayerKind::Attention : layer_kinds[size_t(l)];
 }
 
+bool ModelConfig::has_gdn() const {
+  for (LayerKind k : layer_kinds)
+    if (k == LayerKind::GatedDeltaNet) return true;
+  return false;
+}
+
+std::vector<LayerKind> ModelConfig::parse_layer_kinds(const std::string& pattern, int64_t layers) {
+  TOY_CHECK(!pattern.empty(), "[model] the layer-kind pattern is empty (letters d and a)");
+  for (char c : pattern)
+    TOY_CHECK(c == 'd' || c == 'a', "[model] layer-kind pattern '{}': '{}' is not d (Gated DeltaNet) or a (attention)",
+              printable(pattern), printable(std::string(1, c)));
+  std::vector<LayerKind> kinds;
+  for (int64_t l = 0; l < layers; ++l)
+    kinds.push_back(pattern[size_t(l) % pattern.size()] == 'd' ? LayerKind::GatedDeltaNet : LayerKind::Attention);
+  return kinds;
+}
+
+std::vector<LayerKind> ModelConfig::interval_layer_kinds(int64_t interval, int64_t layers) {
+  TOY_CHECK(interval >= 1, "[model] the full-attention interval must be at least 1, got {}", interval);
+  std::vector<LayerKind> kinds;
+  for (int64_t l = 0; l < layers; ++l)
+    kinds.push_back((l + 1) % interval == 0 ? LayerKind::Attention : LayerKind::GatedDeltaNet);
+  return kinds;
+}
+
 std::string to_string(RopeScaling s) { return s == RopeScaling::None ? "none" : s == RopeScaling::Linear ? "linear" : "yarn"; }
 
 void ModelConfig::resolve() {
   if (head_dim == 0 && heads > 0) head_dim = dim / heads;
+  if (has_gdn()) {
+    if (gdn.v_heads == 0) gdn.v_heads = heads;
+    if (gdn.k_heads == 0) gdn.k_heads = gdn.v_heads;
+    if (gdn.head_dim == 0) gdn.head_dim = head_dim;
+  }
   if (ffn == 0) {
     // SwiGLU has three matrices: 8/3 * dim (rounded up to a multiple of 8) matches the
     // parameter count of a 4 * dim GELU MLP.
@@ -68,6 +98,18 @@ void ModelConfig::validate() const {
             "[model] implausible size (vocab {}, heads {}, kv heads {}, ffn {})", vocab, heads, kv_heads, ffn);
   TOY_CHECK(layer_kinds.empty() || int64_t(layer_kinds.size()) == layers,
             "[model] {} layer kinds given for {} layers", layer_kinds.size(), layers);
+  if (has_gdn()) {
+    TOY_CHECK(gdn.k_heads > 0 && gdn.v_heads > 0 && gdn.head_dim > 0 && gdn.v_heads % gdn.k_heads == 0 &&
+                  gdn.v_heads <= 4096 && gdn.head_dim <= 4096,
+              "[model] Gated DeltaNet heads: V heads {} must be a positive multiple of K heads {}, head dim {} in "
+              "1..4096", gdn.v_heads, gdn.k_heads, gdn.head_dim);
+    TOY_CHECK(gdn.conv_kernel >= 1 && gdn.conv_kernel <= 64, "[model] Gated DeltaNet conv kernel must be in 1..64, "
+              "got {}", gdn.conv_kernel);
+    TOY_CHECK(norm == NormKind::RMS && mlp == MlpKind::SwiGLU, "[model] Gated DeltaNet layers come in Qwen3.5's "
+              "block: RMSNorm and a SwiGLU MLP");
+  }
+  TOY_CHECK(!attn_gate || (norm == NormKind::RMS && !bias && !qkv_bias),
+            "[model] gated attention comes in Qwen3.5's block: RMSNorm, no biases");
   TOY_CHECK(lens_dim >= 0 && lens_dim <= (int64_t(1) << 20), "[model] lens width must be in 0..2^20, got {}",
             lens_dim);
   TOY_CHECK(lens_dim == 0 || !tied, "[model] a projection lens needs an untied output head");
@@ -77,6 +119,13 @@ void ModelConfig::validate() const {
 
 std::string ModelConfig::gguf_arch(bool tokenizer_ok) const {
   if (!tokenizer_ok || depth_scale || dropout < 0 || lens_dim) return "toy";
+  if (qwen35_layout()) {
+    // Qwen3.5: NEOX RoPE (partial allowed, plain frequencies), q/k norms, gated attention.
+    const bool qwen35 = norm == NormKind::RMS && mlp == MlpKind::SwiGLU && pos == PosKind::RoPE && !bias &&
+                        !qkv_bias && qk_norm && attn_gate && rope.neox && rope.scaling == RopeScaling::None &&
+                        !rope.freq_factors;
+    return qwen35 ? "qwen35" : "toy";
+  }
   const bool plain_rope = rope.scaling == RopeScaling::None && (rope.n_rot == 0 || rope.n_rot == head_dim);
   const bool gpt2 = norm == NormKind::Layer && mlp == MlpKind::GELU && pos == PosKind::Learned && bias &&
                     kv_heads == heads && !qkv_bias && !qk_norm && head_dim * heads == dim;
@@ -97,8 +146,12 @@ ModelConfig ModelConfig::for_arch(const std::string& arch) {
     c.qkv_bias = true;
   } else if (arch == "qwen3") {
     c.qk_norm = true;
+  } else if (arch == "qwen35") {
+    c.qk_norm = true;
+    c.attn_gate = true;
   } else {
-    fail("[model] architecture '{}' is not supported (toy runs gpt2, llama, qwen2 and qwen3)", printable(arch));
+    fail("[model] architecture '{}' is not supported (toy runs gpt2, llama, qwen2, qwen3 and qwen35)",
+         printable(arch));
   }
   return c;
 }
@@ -118,15 +171,26 @@ ModelConfig ModelConfig::from_preset(const std::string& name) {
     c.pos = PosKind::RoPE;
     c.bias = false;
     c.tied = true;
+  } else if (name == "qwen35") {
+    // Qwen3.5's block: NEOX RoPE, q/k RMSNorm, gated attention (the layer kinds and the
+    // rotated part of each head depend on the depth and head dim: the caller sets them).
+    c.norm = NormKind::RMS;
+    c.mlp = MlpKind::SwiGLU;
+    c.pos = PosKind::RoPE;
+    c.bias = false;
+    c.tied = true;
+    c.rope.neox = true;
+    c.qk_norm = true;
+    c.attn_gate = true;
   } else {
-    fail("[model] unknown preset '{}' (expected gpt or llama)", name);
+    fail("[model] unknown preset '{}' (expected gpt, llama or qwen35)", name);
   }
   return c;
 }
 
 nlohmann::json ModelConfig::to_json() const {
   nlohmann::json kinds = nlohmann::json::array();
-  for (LayerKind k : layer_kinds) kinds.push_back(k == LayerKind::Attention ? "attention" : "?");
+  for (LayerKind k : layer_kinds) kinds.push_back(k == LayerKind::Attention ? "attention" : "gdn");
   const nlohmann::json r = {{"neox", rope.neox},
                             {"base", json_float(rope.base)},
                             {"n_rot", rope.n_rot},
@@ -147,6 +211,11 @@ nlohmann::json ModelConfig::to_json() const {
           {"norm_eps", json_float(norm_eps)}, {"init_scale", json_float(init_scale)},
           {"dropout", json_float(dropout)}, {"layer_kinds", kinds}};
   if (lens_dim) j["lens_dim"] = lens_dim;  // (only a lens model's, which files never hold unfolded)
+  // Fields of Qwen3.5's block, written when used (older files load without them).
+  if (attn_gate) j["attn_gate"] = true;
+  if (has_gdn())
+    j["gdn"] = {{"k_heads", gdn.k_heads}, {"v_heads", gdn.v_heads}, {"head_dim", gdn.head_dim},
+                {"conv_kernel", gdn.conv_kernel}};
   return j;
 }
 
@@ -202,7 +271,20 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
   }
   c.init_scale = get_float(j, "init_scale", where);
   c.dropout = get_float(j, "dropout", where);
+  if (j.contains("attn_gate")) c.attn_gate = get_bool(j, "attn_gate", where);
+  if (j.contains("gdn")) {
+    const nlohmann::json& g = get_object(j, "gdn", where);
+    const std::string gw = where + " gdn";
+    c.gdn.k_heads = get_int(g, "k_heads", gw);
+    c.gdn.v_heads = get_int(g, "v_heads", gw);
+    c.gdn.head_dim = get_int(g, "head_dim", gw);
+    c.gdn.conv_kernel = get_int(g, "conv_kernel", gw);
+  }
   for (const auto& k : get_array(j, "layer_kinds", where)) {
+    if (k == "gdn") {
+      c.layer_kinds.push_back(LayerKind::GatedDeltaNet);
+      continue;
+    }
     TOY_CHECK(k == "attention", "{}: unknown layer kind {}", where,
               printable(k.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), 64));
     c.layer_kinds.push_back(LayerKind::Attention);

@@ -2,10 +2,14 @@
 // preset and flags say for a model toy trains.
 //   gpt    — LayerNorm, GELU MLP, learned positions, biases, tied head (the GPT-2 shape)
 //   llama  — RMSNorm, SwiGLU MLP, RoPE, GQA-capable, no biases
+//   qwen35 — Qwen3.5's block: llama's with NEOX RoPE, q/k norms and gated attention; its layers
+//            attention or Gated DeltaNet (layer_kinds; the command line picks the pattern and
+//            the rotated part of each head)
 // Models loaded from GGUF add what their architecture needs: q/k/v biases (qwen2), per-head
-// q/k RMSNorm (qwen3), an explicit head dim (qwen3), RoPE on halves (NEOX: qwen2/qwen3),
-// partial rotation and long-context scaling (Llama 3's per-frequency factors, linear, YaRN).
-// The GGUF architecture name follows from the fields: "gpt2", "llama", "qwen2" or "qwen3"
+// q/k RMSNorm (qwen3, qwen35), an explicit head dim (qwen3), RoPE on halves (NEOX: qwen2/qwen3/
+// qwen35), partial rotation and long-context scaling (Llama 3's per-frequency factors, linear,
+// YaRN), Gated DeltaNet layers (qwen35).
+// The GGUF architecture name follows from the fields: "gpt2", "llama", "qwen2", "qwen3", "qwen35"
 // when llama.cpp runs the model as it is, otherwise "toy" (our own name, so llama.cpp refuses
 // the file rather than running it wrong).
 #pragma once
@@ -20,8 +24,20 @@ namespace toy {
 enum class NormKind { RMS, Layer };
 enum class MlpKind { SwiGLU, GELU };
 enum class PosKind { RoPE, Learned };
-// The per-layer mixer; Gated DeltaNet layers come with the hybrid-layers issue.
-enum class LayerKind { Attention };
+// The per-layer mixer: attention, or a Gated DeltaNet (linear attention with a recurrent
+// state, as Qwen3.5 defines it).
+enum class LayerKind { Attention, GatedDeltaNet };
+
+// A Gated DeltaNet layer's widths (llama.cpp's ssm.* keys): K heads (ssm.group_count) and V
+// heads (ssm.time_step_rank), both head_dim wide (ssm.state_size); the causal conv over the
+// q/k/v channels has conv_kernel taps (ssm.conv_kernel).
+struct GdnConfig {
+  int64_t k_heads = 0, v_heads = 0, head_dim = 0;  // 0: the attention's heads and head dim
+  int64_t conv_kernel = 4;
+  int64_t key_dim() const { return k_heads * head_dim; }
+  int64_t value_dim() const { return v_heads * head_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // q, k, v channels
+};
 enum class RopeScaling { None, Linear, Yarn };
 
 // Rotary position embedding as llama.cpp applies it (ggml_rope_ext).
@@ -53,12 +69,15 @@ struct ModelConfig {
   bool bias = false;         // biases on every linear layer and LayerNorm (GPT-2)
   bool qkv_bias = false;     // biases on the q, k and v projections only (Qwen2)
   bool qk_norm = false;      // per-head RMSNorm of q and k before RoPE (Qwen3)
+  bool attn_gate = false;    // gated attention (Qwen3.5): the q projection also gives a per-head
+                             // gate, and the output is multiplied by its sigmoid
   bool tied = true;          // output head shares token_embd.weight
   bool depth_scale = false;  // "Curse of Depth": pre-norm outputs of layer l scaled by 1/sqrt(l)
   float norm_eps = 1e-5f;
   float init_scale = 1.0f;   // matrices ~ N(0, init_scale / sqrt(fan_in))
   float dropout = 0.0f;
   std::vector<LayerKind> layer_kinds;  // empty: every layer is attention
+  GdnConfig gdn;                       // the Gated DeltaNet layers' widths
   // Projection lens (`toy finetune --donor-embeddings`): the token table is lens_dim wide (a
   // donor model's, frozen) and token_embd_proj.weight [dim, lens_dim] projects each row to
   // dim. 0: no lens. Needs an untied head; a file for llama.cpp folds it (fold_lens).
@@ -67,9 +86,17 @@ struct ModelConfig {
   // Fills defaults that depend on other fields (ffn from dim, head_dim from dim / heads).
   void resolve();
   LayerKind layer_kind(int64_t l) const;
+  bool has_gdn() const;
+  // Qwen3.5's tensor names and block layout (the FFN norm is post_attention_norm).
+  bool qwen35_layout() const { return attn_gate || has_gdn(); }
+  // "ddda" (d: Gated DeltaNet, a: attention) repeated to `layers`; throws on other letters.
+  static std::vector<LayerKind> parse_layer_kinds(const std::string& pattern, int64_t layers);
+  // Every interval-th layer attention, the others Gated DeltaNet (llama.cpp's rule when a file
+  // has no per-layer list).
+  static std::vector<LayerKind> interval_layer_kinds(int64_t interval, int64_t layers);
   // Throws toy::Error naming the first nonsense value.
   void validate() const;
-  // "gpt2", "llama", "qwen2", "qwen3" or "toy" (see above); tokenizer_ok says whether the
+  // "gpt2", "llama", "qwen2", "qwen3", "qwen35" or "toy" (see above); tokenizer_ok says whether the
   // vocabulary is one llama.cpp can read (byte / bpe, not char).
   std::string gguf_arch(bool tokenizer_ok) const;
   // The configuration a GGUF architecture implies for the fields its keys do not state

@@ -71,7 +71,30 @@ void DecoderLM::declare(Add add) {
   blocks_.clear();
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     Block b;
+    b.kind = cfg_.layer_kind(l);
     b.attn_norm = make_norm(blk(l, "attn_norm"), D, norm_bias);
+    if (b.kind == LayerKind::GatedDeltaNet) {
+      const GdnConfig& gc = cfg_.gdn;
+      nn::GatedDeltaNet& n = b.gdn;
+      n.k_heads = gc.k_heads, n.v_heads = gc.v_heads, n.head_dim = gc.head_dim, n.eps = cfg_.norm_eps;
+      n.qkv = make_linear(blk(l, "attn_qkv"), gc.conv_dim(), D, false);
+      n.gate = make_linear(blk(l, "attn_gate"), gc.value_dim(), D, false);
+      n.conv = add(blk(l, "ssm_conv1d.weight"), Shape{gc.conv_dim(), gc.conv_kernel}, true);
+      n.dt_bias = add(blk(l, "ssm_dt.bias"), Shape{gc.v_heads}, true);
+      n.a = add(blk(l, "ssm_a"), Shape{gc.v_heads}, true);
+      n.beta = make_linear(blk(l, "ssm_beta"), gc.v_heads, D, false);
+      n.alpha = make_linear(blk(l, "ssm_alpha"), gc.v_heads, D, false);
+      n.norm = nn::Norm{nn::Norm::Kind::RMS, add(blk(l, "ssm_norm.weight"), Shape{gc.head_dim}, true), Tensor(),
+                        cfg_.norm_eps};
+      n.out = make_linear(blk(l, "ssm_out"), D, gc.value_dim(), false);
+      b.ffn_norm = make_norm(blk(l, "post_attention_norm"), D, norm_bias);
+      b.mlp.kind = nn::Mlp::Kind::SwiGLU;
+      b.mlp.gate = make_linear(blk(l, "ffn_gate"), F, D, cfg_.bias);
+      b.mlp.up = make_linear(blk(l, "ffn_up"), F, D, cfg_.bias);
+      b.mlp.down = make_linear(blk(l, "ffn_down"), D, F, cfg_.bias);
+      blocks_.push_back(std::move(b));
+      continue;
+    }
     nn::Attention& a = b.attn;
     a.heads = H, a.kv_heads = Hkv, a.head_dim = d;
     if (gpt_qkv) {
@@ -79,7 +102,8 @@ void DecoderLM::declare(Add add) {
       a.qkv = make_linear(blk(l, "attn_qkv"), (H + 2 * Hkv) * d, D, cfg_.bias);
     } else {
       const bool qkv_bias = cfg_.bias || cfg_.qkv_bias;  // split weights, split biases (Qwen2-style)
-      a.q = make_linear(blk(l, "attn_q"), H * d, D, qkv_bias);
+      a.gated = cfg_.attn_gate;
+      a.q = make_linear(blk(l, "attn_q"), (a.gated ? 2 : 1) * H * d, D, qkv_bias);
       a.k = make_linear(blk(l, "attn_k"), Hkv * d, D, qkv_bias);
       a.v = make_linear(blk(l, "attn_v"), Hkv * d, D, qkv_bias);
     }
@@ -91,7 +115,7 @@ void DecoderLM::declare(Add add) {
     }
     a.out = make_linear(blk(l, "attn_output"), D, H * d, cfg_.bias);
     if (cfg_.pos == PosKind::RoPE) a.rope = rope_options(cfg_, freq_factors);
-    b.ffn_norm = make_norm(blk(l, "ffn_norm"), D, norm_bias);
+    b.ffn_norm = make_norm(blk(l, cfg_.qwen35_layout() ? "post_attention_norm" : "ffn_norm"), D, norm_bias);
     b.mlp.kind = cfg_.mlp == MlpKind::SwiGLU ? nn::Mlp::Kind::SwiGLU : nn::Mlp::Kind::GELU;
     if (cfg_.mlp == MlpKind::SwiGLU) b.mlp.gate = make_linear(blk(l, "ffn_gate"), F, D, cfg_.bias);
     b.mlp.up = make_linear(blk(l, "ffn_up"), F, D, cfg_.bias);
@@ -136,8 +160,8 @@ std::vector<std::pair<std::string, nn::Linear*>> DecoderLM::projections() {
   std::vector<std::pair<std::string, nn::Linear*>> out;
   for (size_t l = 0; l < blocks_.size(); ++l) {
     Block& b = blocks_[l];
-    for (nn::Linear* lin : {&b.attn.qkv, &b.attn.q, &b.attn.k, &b.attn.v, &b.attn.out, &b.mlp.gate, &b.mlp.up,
-                            &b.mlp.down})
+    for (nn::Linear* lin : {&b.attn.qkv, &b.attn.q, &b.attn.k, &b.attn.v, &b.attn.out, &b.gdn.qkv, &b.gdn.gate,
+                            &b.gdn.alpha, &b.gdn.beta, &b.gdn.out, &b.mlp.gate, &b.mlp.up, &b.mlp.down})
       if (lin->defined()) out.emplace_back(lin->weight.name(), lin);
   }
   return out;
@@ -153,8 +177,24 @@ void DecoderLM::init_parameter(Tensor& p, uint64_t seed, uint64_t stream, float 
   Generator g(seed, stream);
   const std::string& n = p.name();
   const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
+  const auto ends_with = [&](const char* s) { return n.ends_with(s); };
   if (n == "rope_freqs.weight") {
     fill_(p, 1.0);  // no scaling until a file says otherwise
+  } else if (ends_with(".ssm_a")) {
+    // Gated DeltaNet decay rates (as flash-linear-attention / Mamba initialise them): a = -A,
+    // A ~ U(1, 16); with dt below, a head's decay per token exp(-A dt) spans short to long
+    // memories.
+    fill_uniform_(p, g, -16.0f, -1.0f);
+  } else if (ends_with(".ssm_dt.bias")) {
+    // dt log-uniform in [1e-3, 1e-1], stored as softplus^-1(dt) = dt + log(1 - e^-dt).
+    Tensor u = empty(p.shape());
+    fill_uniform_(u, g, std::log(1e-3f), std::log(1e-1f));
+    const std::vector<float> lu = u.to_f32_vector();
+    float* dst = p.data<float>();
+    for (size_t i = 0; i < lu.size(); ++i) {
+      const float dt = std::exp(lu[i]);
+      dst[i] = dt + std::log(-std::expm1(-dt));
+    }
   } else if (n == "token_embd.weight" || n == "position_embd.weight") {
     fill_normal_(p, g, 0.0f, 0.02f);
   } else if (n.find("norm") != std::string::npos && !is_bias) {
@@ -208,7 +248,7 @@ Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, con
   Generator& g = gen ? *gen : default_generator();
   Tensor h = b.attn_norm(x);
   if (depth != 1.0f) h = scale(h, depth);
-  Tensor a = b.attn(h, positions, cache, l, segments);
+  Tensor a = b.kind == LayerKind::GatedDeltaNet ? b.gdn(h, cache, l) : b.attn(h, positions, cache, l, segments);
   if (training && cfg_.dropout > 0) a = dropout(a, cfg_.dropout, true, g);
   Tensor xa = add(x, a);
   Tensor h2 = b.ffn_norm(xa);
@@ -236,6 +276,8 @@ Tensor DecoderLM::hidden(const Tensor& ids, bool training, Generator* gen, nn::K
   Tensor positions = position_ids(start, T), segments;
   if (packing) {
     TOY_CHECK(!cache, "[model] packed rows are for training, not for a cache");
+    TOY_CHECK(!cfg_.has_gdn(), "[model] packed rows need attention's block-causal mask; a Gated DeltaNet layer's "
+              "state would carry one example into the next: train this model without --pack");
     TOY_CHECK(packing->positions.dtype() == DType::I32 && packing->positions.shape() == ids.shape() &&
                   packing->segments.dtype() == DType::I32 && packing->segments.shape() == ids.shape(),
               "[model] packed rows need i32 positions and segments shaped as the ids {}, got {} and {}",
@@ -291,7 +333,11 @@ nn::KVCache DecoderLM::new_cache(int64_t batch, int64_t capacity, DType dtype) c
   if (capacity == 0) capacity = cfg_.ctx;
   TOY_CHECK(cfg_.pos != PosKind::Learned || capacity <= cfg_.ctx,
             "[model] a cache of {} tokens is longer than the model's {} learned positions", capacity, cfg_.ctx);
-  return nn::KVCache(cfg_.layers, batch, capacity, cfg_.kv_heads, cfg_.head_dim, dtype);
+  std::vector<nn::RecurrentShape> recurrent;
+  if (cfg_.has_gdn())
+    for (const Block& b : blocks_)
+      recurrent.push_back(b.kind == LayerKind::GatedDeltaNet ? b.gdn.state_shape() : nn::RecurrentShape{});
+  return nn::KVCache(cfg_.layers, batch, capacity, cfg_.kv_heads, cfg_.head_dim, dtype, std::move(recurrent));
 }
 
 Tensor DecoderLM::decode(nn::KVCache& cache, std::span<const int32_t> ids) {

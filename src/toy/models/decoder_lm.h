@@ -8,6 +8,11 @@
 //           (RoPE "normal" rotates adjacent pairs as llama.cpp does for arch llama, so rows need
 //           no permutation when saved; qwen2/qwen3 rotate halves, NEOX)
 //   blk.N.attn_q_norm.weight / attn_k_norm.weight [d]  (qwen3: per-head RMSNorm before RoPE)
+//   qwen35: gated attention's attn_q [2 H d, D] (per head, d query rows then d gate rows); the
+//           FFN norm is blk.N.post_attention_norm.weight; a Gated DeltaNet layer instead of
+//           attention has attn_qkv [2 Hk dk + Hv dv, D], attn_gate [Hv dv, D], ssm_conv1d.weight
+//           [2 Hk dk + Hv dv, K], ssm_dt.bias [Hv], ssm_a [Hv], ssm_beta.weight / ssm_alpha.weight
+//           [Hv, D], ssm_norm.weight [dv], ssm_out.weight [D, Hv dv] (nn/gated_delta_net.h)
 //   blk.N.attn_output.weight [D, H*d]
 //   GELU: blk.N.ffn_up.weight [F, D], ffn_down [D, F]; SwiGLU adds ffn_gate [F, D]
 //   output_norm.weight/.bias [D]        output.weight [V, D] (untied only)
@@ -29,6 +34,7 @@
 #include "toy/models/config.h"
 #include "toy/nn/attention.h"
 #include "toy/nn/embedding.h"
+#include "toy/nn/gated_delta_net.h"
 #include "toy/nn/kv_cache.h"
 #include "toy/nn/linear.h"
 #include "toy/nn/mlp.h"
@@ -107,8 +113,10 @@ class DecoderLM {
 
  private:
   struct Block {
+    LayerKind kind = LayerKind::Attention;
     nn::Norm attn_norm, ffn_norm;
-    nn::Attention attn;
+    nn::Attention attn;     // attention layers
+    nn::GatedDeltaNet gdn;  // Gated DeltaNet layers
     nn::Mlp mlp;
   };
   struct ShapesOnly {};

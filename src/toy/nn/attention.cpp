@@ -24,7 +24,7 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& positions, KVCache* 
   Tensor packed;
   if (qkv.defined()) {
     packed = reshape(qkv(x), Shape{B, T, H + 2 * Hkv, d});
-  } else if (grad_enabled() && q.weight.requires_grad() && !q.lora.defined() && !k.lora.defined() &&
+  } else if (grad_enabled() && !gated && q.weight.requires_grad() && !q.lora.defined() && !k.lora.defined() &&
              !v.lora.defined()) {
     Linear fused{concat({q.weight, k.weight, v.weight}, 0),
                  q.bias.defined() ? concat({q.bias, k.bias, v.bias}, 0) : Tensor()};
@@ -37,8 +37,14 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& positions, KVCache* 
     if (rope) packed = rotate(packed, positions, *rope, 0, H + Hkv);
     o = attention_qkv(packed, H, Hkv, ao);
   } else {
-    Tensor qh, kh, vh;
-    if (packed.defined()) {
+    Tensor qh, kh, vh, gate;
+    if (gated) {
+      Tensor qg = reshape(q(x), Shape{B, T, H, 2 * d});
+      qh = slice(qg, 3, 0, d);
+      gate = reshape(slice(qg, 3, d, 2 * d), Shape{B, T, H * d});
+      kh = reshape(k(x), Shape{B, T, Hkv, d});
+      vh = reshape(v(x), Shape{B, T, Hkv, d});
+    } else if (packed.defined()) {
       qh = slice(packed, 2, 0, H);
       kh = slice(packed, 2, H, H + Hkv);
       vh = slice(packed, 2, H + Hkv, H + 2 * Hkv);
@@ -72,6 +78,7 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& positions, KVCache* 
       }
     }
     o = attention(qh, kh, vh, ao);
+    if (gated) return out(mul(reshape(o, Shape{B, T, H * d}), sigmoid(gate)));
   }
   return out(reshape(o, Shape{B, T, H * d}));
 }

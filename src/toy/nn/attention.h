@@ -2,7 +2,9 @@
 // (GPT-2's one fused attn_qkv, or three), optional biases, optional per-head RMSNorm of q and
 // k (Qwen3), RoPE (llama's adjacent pairs or NEOX halves, partial rotation, scaling) or none,
 // a causal mask or none (a ViT sees every patch), block-causal segments for packed
-// sequences, and the output projection. It reads and writes a cache it is handed.
+// sequences, an output gate (Qwen3.5: the q projection gives, per head, d query values then
+// d gate values, and the output is multiplied by sigmoid(gate) before the projection), and
+// the output projection. It reads and writes a cache it is handed.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -16,12 +18,13 @@ namespace toy::nn {
 
 struct Attention {
   Linear qkv;      // fused [(H + 2 Hkv) d, D] (q rows, then k, then v), or undefined:
-  Linear q, k, v;  // [H d, D], [Hkv d, D], [Hkv d, D]
+  Linear q, k, v;  // [H d, D] ([2 H d, D] when gated), [Hkv d, D], [Hkv d, D]
   Linear out;      // [D, H d]
   Norm q_norm, k_norm;  // over each head's d values (weights [d]), or undefined
   int64_t heads = 1, kv_heads = 1, head_dim = 1;
   std::optional<RopeOptions> rope;  // none: positions come from elsewhere (learned, or none)
   bool causal = true;
+  bool gated = false;
 
   // x [B, T, D] at `positions` (I32 [T]). With a cache, the new keys and values are written
   // for `layer` at positions cache->size().. and attention covers everything cached; the

@@ -2,6 +2,7 @@
 
 #include "toy/core/error.h"
 #include "toy/core/machine.h"
+#include "toy/ops/ops.h"
 
 namespace toy::nn {
 
@@ -11,24 +12,54 @@ double KVCache::bytes(int64_t layers, int64_t batch, int64_t capacity, int64_t k
          double(element_size(dtype));
 }
 
-KVCache::KVCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_heads, int64_t head_dim, DType dtype)
-    : batch_(batch), capacity_(capacity), dtype_(dtype) {
+KVCache::KVCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_heads, int64_t head_dim, DType dtype,
+                 std::vector<RecurrentShape> recurrent)
+    : layers_(layers), batch_(batch), capacity_(capacity), dtype_(dtype) {
   TOY_CHECK(dtype == DType::F32 || dtype == DType::F16, "[kv cache] dtype must be f32 or f16, got {}", name(dtype));
   TOY_CHECK(layers >= 0 && batch > 0 && capacity > 0 && kv_heads > 0 && head_dim > 0,
             "[kv cache] needs batch, capacity, kv heads and head dim > 0 (got {}, {}, {}, {})", batch, capacity,
             kv_heads, head_dim);
-  const double need = bytes(layers, batch, capacity, kv_heads, head_dim, dtype);
+  TOY_CHECK(recurrent.empty() || int64_t(recurrent.size()) == layers, "[kv cache] {} recurrent shapes for {} layers",
+            recurrent.size(), layers);
+  recurrent.resize(size_t(layers));
+  int64_t attention = 0;
+  double need = 0;
+  for (const RecurrentShape& r : recurrent) {
+    if (!r.defined()) {
+      ++attention;
+      continue;
+    }
+    need += double(batch) * double(r.conv_tail * r.conv_channels + r.state.numel()) * sizeof(float);
+  }
+  need += bytes(attention, batch, capacity, kv_heads, head_dim, dtype);
   const uint64_t avail = available_memory_bytes();
   TOY_CHECK(need <= double(avail), "[kv cache] {} tokens x {} sequences need {}, more than the {} available: use a "
             "smaller context (--ctx)", capacity, batch, format_bytes(need), format_bytes(double(avail)));
-  for (int64_t l = 0; l < layers; ++l) {
+  for (const RecurrentShape& r : recurrent) {
+    if (r.defined()) {
+      keys_.emplace_back(), values_.emplace_back();
+      conv_.push_back(zeros(Shape{batch, r.conv_tail, r.conv_channels}));
+      std::vector<int64_t> dims{batch};
+      for (int d = 0; d < r.state.ndim(); ++d) dims.push_back(r.state[d]);
+      state_.push_back(zeros(Shape(dims)));
+      continue;
+    }
     keys_.push_back(zeros(Shape{batch, capacity, kv_heads, head_dim}, dtype));
     values_.push_back(zeros(Shape{batch, capacity, kv_heads, head_dim}, dtype));
+    conv_.emplace_back(), state_.emplace_back();
   }
 }
 
+void KVCache::clear() {
+  len_ = 0;
+  for (Tensor& t : conv_)
+    if (t.defined()) fill_(t, 0.0);
+  for (Tensor& t : state_)
+    if (t.defined()) fill_(t, 0.0);
+}
+
 void KVCache::check_room(int64_t tokens) const {
-  TOY_CHECK(!keys_.empty(), "[kv cache] the cache is empty: create it with the model's new_cache()");
+  TOY_CHECK(layers_ > 0, "[kv cache] the cache is empty: create it with the model's new_cache()");
   TOY_CHECK(len_ + tokens <= capacity_, "[kv cache] full: {} cached + {} new tokens exceed its capacity of {}; create "
             "a larger cache (--ctx) or start over with a shorter history", len_, tokens, capacity_);
 }

@@ -1,8 +1,11 @@
 // Generation state owned by the caller: for every attention layer, the keys and values of
-// the tokens seen so far, [batch, capacity, kv_heads, head_dim] in F32 or F16. One model can
-// serve several sequences, each with its own cache; the sequences of one cache advance
-// together. Writing past the capacity is a toy::Error that says how to size the cache,
-// never an overrun.
+// the tokens seen so far, [batch, capacity, kv_heads, head_dim] in F32 or F16; for every
+// recurrent (Gated DeltaNet) layer, the last inputs of its causal conv [batch, conv_tail,
+// channels] and its state [batch, ...], both F32 and fixed in size whatever the position.
+// One model can serve several sequences, each with its own cache; the sequences of one cache
+// advance together. Writing past the capacity is a toy::Error that says how to size the
+// cache, never an overrun. A recurrent state cannot be cut back to a shorter prefix: clear()
+// starts over.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -11,34 +14,47 @@
 
 namespace toy::nn {
 
+// What a recurrent layer keeps (all zero at the start).
+struct RecurrentShape {
+  int64_t conv_tail = 0, conv_channels = 0;  // the last conv_tail inputs of conv_channels
+  Shape state;                               // per sequence (e.g. [V heads, Dk, Dv])
+  bool defined() const { return state.ndim() > 0; }
+};
+
 class KVCache {
  public:
   KVCache() = default;
-  // Checks the memory it needs against what the machine has before allocating.
+  // Checks the memory it needs against what the machine has before allocating. `recurrent`
+  // (empty, or one entry per layer) marks the layers that keep a recurrent state instead of
+  // keys and values.
   KVCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_heads, int64_t head_dim,
-          DType dtype = DType::F32);
+          DType dtype = DType::F32, std::vector<RecurrentShape> recurrent = {});
 
   int64_t batch() const { return batch_; }
   int64_t capacity() const { return capacity_; }
   int64_t size() const { return len_; }  // tokens cached per sequence
   DType dtype() const { return dtype_; }
-  bool empty() const { return keys_.empty(); }
-  void clear() { len_ = 0; }
+  bool empty() const { return layers_ == 0; }
+  // Starts over: no tokens, recurrent states back to zero.
+  void clear();
 
   // Throws unless `tokens` more fit.
   void check_room(int64_t tokens) const;
   Tensor& keys(int64_t layer) { return keys_[size_t(layer)]; }
   Tensor& values(int64_t layer) { return values_[size_t(layer)]; }
+  bool recurrent(int64_t layer) const { return size_t(layer) < conv_.size() && conv_[size_t(layer)].defined(); }
+  Tensor& conv_tail(int64_t layer) { return conv_[size_t(layer)]; }  // [batch, conv_tail, channels]
+  Tensor& state(int64_t layer) { return state_[size_t(layer)]; }     // [batch, ...state]
   // Called once every layer has written its `tokens` new keys and values.
   void advance(int64_t tokens) { len_ += tokens; }
 
-  // Bytes a cache of this shape takes.
+  // Bytes a cache of this shape takes (attention layers only).
   static double bytes(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_heads, int64_t head_dim,
                       DType dtype);
 
  private:
-  std::vector<Tensor> keys_, values_;
-  int64_t batch_ = 0, capacity_ = 0, len_ = 0;
+  std::vector<Tensor> keys_, values_, conv_, state_;
+  int64_t layers_ = 0, batch_ = 0, capacity_ = 0, len_ = 0;
   DType dtype_ = DType::F32;
 };
 

@@ -22,6 +22,10 @@ constexpr const char* kLlama3 =
 constexpr const char* kQwen2 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Qwen3.5's: Qwen2's with combining marks (\p{M}) kept inside letter runs.
+constexpr const char* kQwen35 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 struct Spec {
   const char* name;
   std::vector<const char*> aliases;
@@ -34,6 +38,7 @@ const std::vector<Spec>& specs() {
       {"gpt-2", {"phi-2", "mpt", "olmo", "jais"}, {kGpt2}, false, false},
       {"llama-bpe", {"llama3", "llama-v3", "falcon3", "dbrx", "smaug-bpe"}, {kLlama3}, true, true},
       {"qwen2", {"deepseek-r1-qwen", "stablelm2"}, {kQwen2}, false, false},
+      {"qwen35", {}, {kQwen35}, false, false},
       {"smollm", {"starcoder", "refact", "command-r", "codeshell", "exaone"}, {R"(\p{N})", kGpt2NoTrail}, false, false},
       {"default", {}, {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2NoTrail, R"(\p{N}+)", "[0-9][0-9][0-9]"}, false, false},
   };
