@@ -370,6 +370,23 @@ TEST(LlamaCpp, RunsToyInitModelsOfEveryArchitectureAndType) {
   }
 }
 
+// A hybrid toy trains (3:1 Gated DeltaNet : gated attention, byte vocabulary) is a qwen35 file
+// llama.cpp runs as toy does.
+TEST(LlamaCpp, RunsAHybridToyTrained) {
+  REQUIRE_LLAMACPP();
+  const std::string dir = (fs::path(::testing::TempDir()) / "toy_llamacpp_qwen35_trained").string();
+  const auto r = toy::test::run_toy({"train", "--data", kGpl3, "--out", dir, "--force", "--preset", "qwen35",
+                                     "--tokenizer", "byte", "--layers", "4", "--layer-kinds", "ddda", "--dim", "64",
+                                     "--heads", "4", "--kv-heads", "2", "--gdn-k-heads", "2", "--gdn-heads", "4",
+                                     "--ctx", "64", "--batch", "8", "--steps", "60", "--lr", "3e-3", "--eval-every",
+                                     "0", "--sample-tokens", "0", "--quiet"});
+  ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+  const std::string m = dir + "/model.gguf";
+  EXPECT_EQ(gguf::Reader(m).get_str("general.architecture"), "qwen35");
+  expect_same_distributions(m, encode(m, "You may convey verbatim copies of the Program's source code"));
+  expect_same_greedy_tokens(m, encode(m, "the terms and conditions "), 24, 0.0);
+}
+
 // Qwen3.5's hybrid (a Gated DeltaNet layer, a gated-attention layer, fewer K heads than V heads
 // in the GDN, a quarter of each head rotated): toy init's files run in llama.cpp's qwen35 graph
 // as in toy.

@@ -47,6 +47,13 @@ ModelConfig build_model(const TrainFlags& f) {
   return m;
 }
 
+// The layer kinds as letters (d: Gated DeltaNet, a: attention), one per layer.
+std::string layer_pattern(const ModelConfig& m) {
+  std::string s;
+  for (int64_t l = 0; l < m.layers; ++l) s += m.layer_kind(l) == LayerKind::GatedDeltaNet ? 'd' : 'a';
+  return s;
+}
+
 // The same path (both exist and are one file or folder), or the same string.
 bool same_path(const std::string& a, const std::string& b) {
   if (a == b) return true;
@@ -90,6 +97,12 @@ const std::map<std::string, ResumeRule>& resume_rules() {
       {"--dropout", fixed([](const TrainOptions& o) { return o.model.dropout; })},
       {"--init-scale", fixed([](const TrainOptions& o) { return o.model.init_scale; })},
       {"--depth-scale", fixed([](const TrainOptions& o) { return o.model.depth_scale ? "on" : "off"; })},
+      {"--layer-kinds", fixed([](const TrainOptions& o) { return layer_pattern(o.model); })},
+      {"--full-attention-interval", fixed([](const TrainOptions& o) { return layer_pattern(o.model); })},
+      {"--gdn-heads", fixed([](const TrainOptions& o) { return o.model.gdn.v_heads; })},
+      {"--gdn-k-heads", fixed([](const TrainOptions& o) { return o.model.gdn.k_heads; })},
+      {"--gdn-head-dim", fixed([](const TrainOptions& o) { return o.model.gdn.head_dim; })},
+      {"--conv-kernel", fixed([](const TrainOptions& o) { return o.model.gdn.conv_kernel; })},
       {"--batch", fixed([](const TrainOptions& o) { return o.batch; })},
       {"--accum", fixed([](const TrainOptions& o) { return o.accum; })},
       {"--lr", fixed([](const TrainOptions& o) { return o.lr; })},

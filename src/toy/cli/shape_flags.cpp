@@ -1,14 +1,17 @@
 #include "toy/cli/shape_flags.h"
 
+#include <algorithm>
+
 #include "toy/cli/flags.h"
 
 namespace toy::cli {
 
 void add_shape_flags(CLI::App* cmd, ShapeFlags& f, const std::string& preset) {
   f.preset = preset;
-  cmd->add_option("--preset", f.preset, "Model preset: gpt (GPT-2 shape) or llama")
+  cmd->add_option("--preset", f.preset, "Model preset: gpt (GPT-2 shape), llama, or qwen35 (hybrid: Gated DeltaNet and "
+                  "gated attention)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"gpt", "llama"}));
+      ->check(CLI::IsMember({"gpt", "llama", "qwen35"}));
   add_int(cmd, "--layers", f.layers, 1, 10000, "Transformer layers");
   add_int(cmd, "--heads", f.heads, 1, 4096, "Attention heads");
   add_int(cmd, "--kv-heads", f.kv_heads, 1, 4096, "Key/value heads (GQA; default = heads)");
@@ -22,6 +25,15 @@ void add_shape_flags(CLI::App* cmd, ShapeFlags& f, const std::string& preset) {
   add_real(cmd, "--dropout", f.dropout, {0, 1, false, true}, "Dropout on embeddings and residual branches");
   add_real(cmd, "--init-scale", f.init_scale, {0, 100, true}, "Matrices are N(0, s/sqrt(fan_in))");
   cmd->add_flag("--depth-scale", f.depth_scale, "Scale the pre-norm outputs of layer l by 1/sqrt(l) (Curse of Depth)");
+  auto* kinds = cmd->add_option("--layer-kinds", f.layer_kinds,
+                                "Layer kinds, repeated to --layers: d (Gated DeltaNet) and a (attention), e.g. ddda");
+  add_int(cmd, "--full-attention-interval", f.full_attention_interval, 1, 10000,
+          "Every N-th layer attention, the others Gated DeltaNet (qwen35's default: 4)")
+      ->excludes(kinds);
+  add_int(cmd, "--gdn-heads", f.gdn_heads, 1, 4096, "Gated DeltaNet V heads (default: --heads)");
+  add_int(cmd, "--gdn-k-heads", f.gdn_k_heads, 1, 4096, "Gated DeltaNet K heads, dividing the V heads (default: as V)");
+  add_int(cmd, "--gdn-head-dim", f.gdn_head_dim, 1, 4096, "Gated DeltaNet head width (default: the attention's)");
+  add_int(cmd, "--conv-kernel", f.conv_kernel, 1, 64, "Gated DeltaNet causal conv taps (default 4)");
 }
 
 ModelConfig shape_from_flags(const ShapeFlags& f) {
@@ -39,6 +51,18 @@ ModelConfig shape_from_flags(const ShapeFlags& f) {
   if (f.dropout) m.dropout = *f.dropout;
   if (f.init_scale) m.init_scale = *f.init_scale;
   m.depth_scale = f.depth_scale;
+  if (!f.layer_kinds.empty())
+    m.layer_kinds = ModelConfig::parse_layer_kinds(f.layer_kinds, m.layers);
+  else if (f.full_attention_interval || f.preset == "qwen35")
+    m.layer_kinds = ModelConfig::interval_layer_kinds(f.full_attention_interval.value_or(4), m.layers);
+  if (f.gdn_heads) m.gdn.v_heads = *f.gdn_heads;
+  if (f.gdn_k_heads) m.gdn.k_heads = *f.gdn_k_heads;
+  if (f.gdn_head_dim) m.gdn.head_dim = *f.gdn_head_dim;
+  if (f.conv_kernel) m.gdn.conv_kernel = *f.conv_kernel;
+  if (f.preset == "qwen35" && m.heads > 0) {
+    const int64_t hd = m.dim / m.heads;
+    m.rope.n_rot = std::max<int64_t>(2, hd / 4 / 2 * 2);  // a quarter of the head, even
+  }
   return m;
 }
 

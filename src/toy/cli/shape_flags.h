@@ -16,12 +16,18 @@ struct ShapeFlags {
   std::string norm, mlp, pos;
   std::optional<float> dropout, init_scale;
   bool depth_scale = false;
+  // Hybrid layers: a d/a pattern or every N-th layer attention (qwen35's default: 4), and the
+  // Gated DeltaNet widths.
+  std::string layer_kinds;
+  std::optional<int64_t> full_attention_interval, gdn_heads, gdn_k_heads, gdn_head_dim, conv_kernel;
 };
 
 // --preset (default `preset`), --layers, --heads, --kv-heads, --dim, --ffn, --norm, --mlp,
-// --pos, --bias, --tied, --dropout, --init-scale, --depth-scale.
+// --pos, --bias, --tied, --dropout, --init-scale, --depth-scale, --layer-kinds,
+// --full-attention-interval, --gdn-heads, --gdn-k-heads, --gdn-head-dim, --conv-kernel.
 void add_shape_flags(CLI::App* cmd, ShapeFlags& f, const std::string& preset);
-// The preset with the overrides given (ctx as the preset has it).
+// The preset with the overrides given (ctx as the preset has it). qwen35 rotates a quarter of
+// each head (as Qwen3.5) and, without a pattern, makes every 4th layer attention.
 ModelConfig shape_from_flags(const ShapeFlags& f);
 
 }  // namespace toy::cli
