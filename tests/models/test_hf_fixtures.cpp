@@ -1,7 +1,9 @@
 // Models written in Hugging Face's conventions by an independent PyTorch reference
 // (tests/fixtures/make_hf_fixtures.py: HF weight layouts, rotate_half RoPE, GPT-2's Conv1D,
 // float64) and converted to GGUF as llama.cpp's converter does (llama's q/k rows permuted,
-// Conv1D transposed), so toy's loader and the reference cannot share one misreading.
+// Conv1D transposed; Qwen3.5's zero-centred norms + 1, ssm_a = -exp(A_log), the Gated DeltaNet
+// V heads reordered from grouped to tiled), so toy's loader and the reference cannot share one
+// misreading.
 //   - F32 files: toy's logits equal the reference's, max |d| <= 1e-4 x max |logit|.
 //   - Q8_0 / Q4_0 files: the reference ran on the weights the file holds (its dequantized
 //     blocks). A prompt (20 tokens) widens the blocks exactly into the GEMM, so the same
@@ -112,7 +114,7 @@ TEST_P(HfFixture, ToyMatchesTheReferenceForEveryWeightType) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Arch, HfFixture, ::testing::Values("llama", "qwen2", "qwen3", "gpt2"),
+INSTANTIATE_TEST_SUITE_P(Arch, HfFixture, ::testing::Values("llama", "qwen2", "qwen3", "gpt2", "qwen35"),
                          [](const auto& i) { return i.param; });
 
 // The same through the command a user runs: toy eval --tokens ... --dump-logits.
