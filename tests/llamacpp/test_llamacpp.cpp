@@ -387,6 +387,46 @@ TEST(LlamaCpp, RunsAHybridToyTrained) {
   expect_same_greedy_tokens(m, encode(m, "the terms and conditions "), 24, 0.0);
 }
 
+// LoRA on every projection of a hybrid — the Gated DeltaNet layer's attn_qkv, attn_gate,
+// ssm_alpha, ssm_beta, ssm_out too: llama.cpp applies the adapter as toy does, and runs the
+// merged model.
+TEST(LlamaCpp, AppliesOurLoraAdapterOnAHybrid) {
+  REQUIRE_LLAMACPP();
+  const std::string base = (fs::path(::testing::TempDir()) / "toy_llamacpp_qwen35_lora_base.gguf").string();
+  const auto r = toy::test::run_toy({"init", "--arch", "qwen35", "--shape", "tiny", "--seed", "11", "--out", base});
+  ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+  const std::string data = (fs::path(::testing::TempDir()) / "toy_llamacpp_qwen35_lora.jsonl").string();
+  {
+    std::ofstream f(data);
+    const std::string words[] = {"program", "license", "source", "copies", "notice", "terms", "work", "code"};
+    for (int i = 0; i < 48; ++i) {
+      const std::string w = words[i % 8] + " " + words[(i * 3 + 1) % 8];
+      f << nlohmann::json({{"prompt", w + " ="}, {"completion", " " + std::string(w.rbegin(), w.rend())}}).dump() << "\n";
+    }
+  }
+  FinetuneOptions o;
+  o.model = base, o.data = data, o.method = "lora", o.merge_type = "f32";
+  o.out = (fs::path(::testing::TempDir()) / "toy_llamacpp_qwen35_lora").string();
+  o.lora_rank = 4, o.lora_alpha = 8, o.steps = 30, o.batch = 8, o.lr = 1e-2f, o.quiet = true, o.force = true;
+  finetune(o);
+  const std::string adapter = o.out + "/adapter.gguf", merged = o.out + "/model.gguf";
+  EXPECT_NE(gguf::Reader(adapter).find_tensor("blk.0.ssm_alpha.weight.lora_a"), nullptr);
+  const std::vector<int32_t> ids = encode(base, "source notice = ecruos eciton and the terms of this License");
+  {  // the adapter moves the distributions (else agreeing would prove nothing)
+    LoadedModel plain = load_model(base), adapted = load_model(base);
+    load_lora_adapter(*adapted.model, adapted.arch, adapter);
+    NoGradGuard ng;
+    const Tensor x = from_vector(ids, Shape{1, int64_t(ids.size())});
+    const std::vector<float> a = plain.model->logits(x).to_f32_vector(), b = adapted.model->logits(x).to_f32_vector();
+    double moved = 0;
+    for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, double(std::fabs(a[i] - b[i])));
+    EXPECT_GT(moved, 0.1);
+  }
+  expect_same_distributions(base, ids, 1e-3, 0.0, adapter);
+  expect_same_greedy_tokens(base, encode(base, "work code ="), 16, 0.0, adapter);
+  expect_same_distributions(merged, ids, 1e-3, 0.0);
+}
+
 // Qwen3.5's hybrid (a Gated DeltaNet layer, a gated-attention layer, fewer K heads than V heads
 // in the GDN, a quarter of each head rotated): toy init's files run in llama.cpp's qwen35 graph
 // as in toy.

@@ -12,7 +12,10 @@
 #include "toy/autograd/grad_mode.h"
 #include "toy/core/rng.h"
 #include "toy/infer/generate.h"
+#include "toy/io/gguf.h"
+#include "toy/io/model_file.h"
 #include "toy/models/decoder_lm.h"
+#include "toy/tokenizer/tokenizer.h"
 
 using namespace toy;
 using namespace toy::test;
@@ -188,5 +191,38 @@ TEST(Decoder, HybridGradientsMatchFiniteDifferences) {
       const double numeric = (up - down) / (2 * h);
       EXPECT_NEAR(grad[size_t(i)], numeric, 2e-3 + 3e-2 * std::fabs(numeric)) << name << " element " << i;
     }
+  }
+}
+
+// depth_scale (layer l's pre-norm outputs times 1/sqrt(l + 1)) is folded into the norms when a
+// model is saved: a plain llama / qwen35 file with the same logits (checkpoints stay unfolded).
+TEST(Decoder, DepthScaleIsFoldedIntoTheNormsAtSave) {
+  const auto tok = Tokenizer::train("byte", "");
+  for (const char* preset : {"llama", "qwen35"}) {
+    SCOPED_TRACE(preset);
+    ModelConfig c = (std::string(preset) == "llama" ? random_model("llama", false, 16) : random_hybrid("da", 16)).config();
+    c.vocab = tok->vocab_size();
+    c.depth_scale = true;
+    DecoderLM scaled(c);
+    scaled.init(3);
+    {
+      NoGradGuard ng;
+      uint64_t stream = 0;
+      for (Tensor& p : scaled.params().values())  // norms away from 1, so a missed fold shows
+        if (p.name().find("norm") != std::string::npos) {
+          Generator g(9, ++stream);
+          copy_(p, add(p, randn(p.shape(), g, 0.0f, 0.3f)));
+        }
+    }
+    const std::string path = ::testing::TempDir() + "/toy_depth_scale_" + preset + ".gguf";
+    save_model(path, scaled, *tok, "depth");
+    gguf::Reader r(path);
+    EXPECT_EQ(r.get_str("general.architecture"), std::string(preset) == "llama" ? "llama" : "qwen35");
+    LoadedModel back = load_model(r);
+    EXPECT_FALSE(back.model->config().depth_scale);
+    const std::vector<int32_t> ids = token_ids(10, c.vocab);
+    NoGradGuard ng;
+    const Tensor x = from_vector(ids, Shape{1, 10});
+    EXPECT_TRUE(close(back.model->logits(x), scaled.logits(x), 1e-5, 1e-5));
   }
 }

@@ -174,14 +174,16 @@ TEST(Train, LlamaAndGpt2FilesUseLlamaCppNames) {
       EXPECT_TRUE(r.has("llama.attention.layer_norm_rms_epsilon"));
     }
   }
-  // Depth scaling cannot be expressed in llama.cpp: own architecture name.
+  // Depth scaling is folded into the norms of the model files (a plain llama file); the
+  // checkpoint, which training continues from, keeps it as trained (toy's own architecture).
   TrainOptions o = tiny(temp_dir("arch_depth"));
   o.steps = 1;
   o.tokenizer = "byte";
   o.model = ModelConfig::from_preset("llama");
   o.model.layers = 1, o.model.dim = 32, o.model.ctx = 16, o.model.depth_scale = true;
   train(o);
-  EXPECT_EQ(gguf::Reader((fs::path(o.out) / "model.gguf").string()).get_str("general.architecture"), "toy");
+  EXPECT_EQ(gguf::Reader((fs::path(o.out) / "model.gguf").string()).get_str("general.architecture"), "llama");
+  EXPECT_EQ(gguf::Reader((fs::path(o.out) / "checkpoint.gguf").string()).get_str("general.architecture"), "toy");
 }
 
 TEST(Train, BadInputFailsClearlyAndWritesNothing) {

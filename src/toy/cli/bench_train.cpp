@@ -4,7 +4,11 @@
 //   cpu-small   nanoGPT's shakespeare-char CPU recipe: 4 layers, 4 heads, dim 128, ctx 64, batch 12
 //   cpu-medium  6 layers, 6 heads, dim 384, ctx 256, batch 8
 // both GPT-shaped (toy's `gpt` preset), vocab 65, AdamW lr 1e-3, betas 0.9/0.99, wd 0.1,
-// clip 1.0, dropout 0.
+// clip 1.0, dropout 0;
+//   hybrid-long  Qwen3.5's block, 4 layers, dim 256, 4 heads, ctx 1024, batch 4: the 3:1 Gated
+//                DeltaNet : attention hybrid (ddda) against toy's own all-attention model of the
+//                same size (a), timed in alternation — linear attention against quadratic at a
+//                long context (no PyTorch peer).
 //
 // A step is exactly what `toy train` does per optimizer step (trainer.cpp run_loop with
 // accum 1): sample windows, loss with training = true, backward, clip_grad_norm, AdamW::step,
@@ -49,6 +53,7 @@ struct TrainRecipe {
   int64_t layers, heads, dim, ctx, batch, vocab;
   int steps, warmup;  // defaults: timed steps per repetition, untimed steps before the first
   double target;      // toy tok/s / peer tok/s the issue asks for
+  const char* kinds = "";     // qwen35 layer kinds (hybrid recipes), against an all-attention model
 };
 
 // Step counts keep a full `toy bench train` (both presets, toy and two peer configurations,
@@ -56,6 +61,7 @@ struct TrainRecipe {
 constexpr TrainRecipe kRecipes[] = {
     {"cpu-small", 4, 4, 128, 64, 12, 65, 50, 5, 2.0},
     {"cpu-medium", 6, 6, 384, 256, 8, 65, 2, 1, 1.2},
+    {"hybrid-long", 4, 4, 256, 1024, 4, 65, 2, 1, 0.0, "ddda"},
 };
 constexpr float kLr = 1e-3f, kBeta1 = 0.9f, kBeta2 = 0.99f, kWeightDecay = 0.1f;
 constexpr double kClip = 1.0;
@@ -94,8 +100,8 @@ std::vector<int32_t> token_stream(int64_t n, int64_t vocab, uint64_t seed) {
 // toy's side: a model, its optimizer and a sampler, stepped the way the trainer steps.
 class ToyTrainer {
  public:
-  explicit ToyTrainer(const TrainRecipe& r)
-      : recipe_(r), tokens_(token_stream(kStreamTokens, r.vocab, kSeed)), model_(make_config(r)),
+  explicit ToyTrainer(const TrainRecipe& r, const std::string& kinds = "")
+      : recipe_(r), tokens_(token_stream(kStreamTokens, r.vocab, kSeed)), model_(make_config(r, kinds)),
         sampler_(&tokens_, r.ctx, r.batch, "benchmark"), data_gen_(kSeed, 1), dropout_gen_(kSeed, 2) {
     model_.init(kSeed);
     opt_ = std::make_unique<AdamW>(model_.params(), AdamWConfig{kBeta1, kBeta2, 1e-8f, kWeightDecay});
@@ -118,8 +124,12 @@ class ToyTrainer {
   int64_t params() const { return model_.params().numel(); }
 
  private:
-  static ModelConfig make_config(const TrainRecipe& r) {
-    ModelConfig m = ModelConfig::from_preset("gpt");
+  static ModelConfig make_config(const TrainRecipe& r, const std::string& kinds) {
+    ModelConfig m = ModelConfig::from_preset(kinds.empty() ? "gpt" : "qwen35");
+    if (!kinds.empty()) {
+      m.layer_kinds = ModelConfig::parse_layer_kinds(kinds, r.layers);
+      m.rope.n_rot = r.dim / r.heads / 4;  // as toy train's qwen35 preset
+    }
     m.layers = r.layers;
     m.heads = m.kv_heads = r.heads;
     m.dim = r.dim;
@@ -229,10 +239,34 @@ struct TrainBenchResult {
   int peer_threads = 0;  // the thread count of the best peer median
   nlohmann::json peer_by_threads = nlohmann::json::object();  // every peer median, by thread count
   std::string peer_name, peer_blas;
+  double attention_tps = 0;  // hybrid recipes: the all-attention model's
+  int64_t attention_params = 0;
 };
+
+// A hybrid recipe: the hybrid and the all-attention model of the same size, alternately.
+TrainBenchResult bench_hybrid(const TrainRecipe& r, const TrainBenchOptions& o) {
+  const int steps = o.steps > 0 ? o.steps : r.steps;
+  const int warmup = o.warmup >= 0 ? o.warmup : r.warmup;
+  ToyTrainer hybrid(r, r.kinds), attention(r, "a");
+  for (int i = 0; i < warmup; ++i) hybrid.step(), attention.step();
+  std::vector<double> h, a;
+  for (int rep = 0; rep < o.reps; ++rep) {
+    h.push_back(hybrid.timed(steps));
+    a.push_back(attention.timed(steps));
+  }
+  TrainBenchResult res;
+  res.recipe = &r;
+  res.toy_tps = median(h);
+  res.attention_tps = median(a);
+  res.toy_threads = num_threads();
+  res.params = hybrid.params();
+  res.attention_params = attention.params();
+  return res;
+}
 
 TrainBenchResult bench_recipe(const TrainRecipe& r, const TrainBenchOptions& o, const std::string& script,
                               std::string& peer_error) {
+  if (*r.kinds) return bench_hybrid(r, o);
   const int steps = o.steps > 0 ? o.steps : r.steps;
   const int warmup = o.warmup >= 0 ? o.warmup : r.warmup;
   ToyTrainer toy(r);
@@ -273,7 +307,26 @@ TrainBenchResult bench_recipe(const TrainRecipe& r, const TrainBenchOptions& o, 
   return res;
 }
 
+void print_hybrid_result(const TrainBenchResult& r, const TrainBenchOptions& o) {
+  const double ratio = r.toy_tps / r.attention_tps;
+  if (o.json) {
+    nlohmann::json j = {{"preset", r.recipe->name},        {"layer_kinds", r.recipe->kinds},
+                        {"tokens_per_s", r.toy_tps},       {"attention_tokens_per_s", r.attention_tps},
+                        {"ratio", ratio},                  {"threads", r.toy_threads},
+                        {"params", r.params},              {"attention_params", r.attention_params},
+                        {"layers", r.recipe->layers},      {"heads", r.recipe->heads},
+                        {"dim", r.recipe->dim},            {"ctx", r.recipe->ctx},
+                        {"batch", r.recipe->batch},        {"vocab", r.recipe->vocab}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%-11s %9.0f tok/s (%s, %d thr)   all-attention %9.0f tok/s   ratio %.2f\n", r.recipe->name,
+                r.toy_tps, r.recipe->kinds, r.toy_threads, r.attention_tps, ratio);
+  }
+  std::fflush(stdout);
+}
+
 void print_train_result(const TrainBenchResult& r, const TrainBenchOptions& o) {
+  if (*r.recipe->kinds) return print_hybrid_result(r, o);
   const bool has_peer = r.peer_tps.has_value();
   const double peer_tps = r.peer_tps.value_or(0.0), ratio = has_peer ? r.toy_tps / peer_tps : 0.0;
   if (o.json) {
@@ -349,7 +402,7 @@ Run add_bench_train_command(CLI::App& bench) {
   auto o = std::make_shared<TrainBenchOptions>();
   std::vector<std::string> names;
   for (const TrainRecipe& r : kRecipes) names.push_back(r.name);
-  cmd->add_option("--preset", o->presets, "Training recipe: cpu-small or cpu-medium (default: both)")
+  cmd->add_option("--preset", o->presets, "Training recipe: cpu-small, cpu-medium or hybrid-long (default: all)")
       ->check(CLI::IsMember(names));
   cmd->add_flag("--json", o->json, "One JSON object per preset per line");
   add_int(cmd, "--steps", o->steps, 1, 100000, "Timed steps per repetition (default: the preset's)")->default_str("");

@@ -1,5 +1,7 @@
 #include "toy/io/model_file.h"
 
+#include <cmath>
+
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -11,9 +13,35 @@
 
 namespace toy {
 
+namespace {
+
+// Layer l of a pre-block norm's weight or bias (attn_norm, ffn_norm, post_attention_norm), or -1.
+int64_t pre_norm_layer(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string::npos) return -1;
+  const std::string rest = name.substr(dot + 1);
+  for (const char* n : {"attn_norm.", "ffn_norm.", "post_attention_norm."})
+    if (rest.rfind(n, 0) == 0) return std::stoll(name.substr(4, dot - 4));
+  return -1;
+}
+
+}  // namespace
+
 void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok, const std::string& name,
                        const ModelWriteOptions& options) {
-  const ModelConfig& c = m.config();
+  // depth_scale (layer l's pre-norm outputs times 1/sqrt(l + 1)) folded into those norms'
+  // weights and biases: the same function in a layout llama.cpp runs.
+  ModelConfig c = m.config();
+  const bool fold = options.fold_depth_scale && c.depth_scale;
+  if (fold) c.depth_scale = false;
+  NoGradGuard ng;
+  auto stored = [&](const std::string& pname) -> Tensor {
+    const Tensor p = m.params().get(pname).detach();
+    const int64_t l = fold ? pre_norm_layer(pname) : -1;
+    if (l < 0) return p;
+    return mul(cast(p, DType::F32), from_vector(std::vector<float>{1.0f / std::sqrt(float(l + 1))}, Shape{}));
+  };
   const std::string arch = c.gguf_arch(tok.kind() != "char");
   using gguf::Value;
   bool all_f32 = true;
@@ -71,16 +99,15 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
   tok.save(w);
   if (!options.chat_template.empty()) w.set("tokenizer.chat_template", Value::str(options.chat_template));
   if (!options.quant) {
-    for (const Tensor& p : m.params().values()) w.add_tensor(p.name(), p.detach());
+    for (const Tensor& p : m.params().values()) w.add_tensor(p.name(), stored(p.name()));
     return;
   }
   std::vector<TensorPlan> plan;
   for (const Tensor& p : m.params().values()) plan.push_back({p.name(), p.shape(), p.dtype(), p.dtype(), false});
   plan = plan_quantization(*options.quant, std::move(plan), c.layers);
-  NoGradGuard ng;
   for (const TensorPlan& t : plan) {
-    const Tensor p = m.params().get(t.name).detach();
-    w.add_tensor(t.name, t.to == t.from ? p : cast(p, t.to));
+    const Tensor p = stored(t.name);
+    w.add_tensor(t.name, t.to == p.dtype() ? p : cast(p, t.to));
   }
 }
 

@@ -27,6 +27,9 @@ struct ModelWriteOptions {
   bool toy_config = true;
   std::string chat_template;         // tokenizer.chat_template, when not empty
   const QuantKind* quant = nullptr;  // weights converted as llama-quantize would
+  // A depth-scaled model (ModelConfig::depth_scale) written with the scale folded into its
+  // pre-block norms (a plain file llama.cpp runs); checkpoints keep it unfolded (they train on).
+  bool fold_depth_scale = true;
 };
 
 // Adds the model's metadata, tokenizer and weights to w (checkpoints add more on top).

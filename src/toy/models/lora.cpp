@@ -17,8 +17,10 @@ namespace toy {
 
 namespace {
 
-const char* const kKinds[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
-                              "attn_qkv"};
+// The projections adapters can attach to: attention's, the MLP's, GPT-2's fused attn_qkv, and a
+// Gated DeltaNet layer's (its attn_qkv, attn_gate, ssm_alpha, ssm_beta, ssm_out).
+const char* const kKinds[] = {"attn_q",   "attn_k",    "attn_v",   "attn_output", "ffn_gate", "ffn_up",
+                              "ffn_down", "attn_qkv",  "attn_gate", "ssm_alpha",  "ssm_beta", "ssm_out"};
 
 // "blk.3.attn_q.weight" -> "attn_q"
 std::string kind_of(const std::string& weight_name) {
@@ -51,7 +53,8 @@ std::vector<std::string> parse_lora_targets(const std::string& list) {
     const bool known = std::any_of(std::begin(kKinds), std::end(kKinds), [&](const char* k) { return item == k; });
     TOY_CHECK(known,
               "[lora] --lora-targets: unknown projection '{}' (use q, k, v, o, gate, up, down, qkv or attn_q, "
-              "attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down, attn_qkv)",
+              "attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down, attn_qkv, attn_gate, ssm_alpha, ssm_beta, "
+              "ssm_out)",
               printable(item));
     if (!targeted(out, item)) out.push_back(item);
     start = end + 1;

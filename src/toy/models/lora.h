@@ -24,11 +24,13 @@ struct LoraOptions {
 };
 
 // "q,k,v,o,gate,up,down" or GGUF weight kinds (attn_q, attn_k, attn_v, attn_output,
-// ffn_gate, ffn_up, ffn_down, attn_qkv), comma-separated, in any mix; duplicates collapse.
+// ffn_gate, ffn_up, ffn_down, attn_qkv, and a Gated DeltaNet layer's attn_gate, ssm_alpha,
+// ssm_beta, ssm_out), comma-separated, in any mix; duplicates collapse.
 // An unknown name is an error listing the valid ones.
 std::vector<std::string> parse_lora_targets(const std::string& list);
 // The default targets for a model: every projection of its blocks (the seven usual ones, or
-// attn_qkv, attn_output, ffn_up, ffn_down for GPT-2's layout).
+// attn_qkv, attn_output, ffn_up, ffn_down for GPT-2's layout; a hybrid adds its Gated DeltaNet
+// layers' attn_qkv, attn_gate, ssm_alpha, ssm_beta, ssm_out).
 std::vector<std::string> default_lora_targets(DecoderLM& m);
 
 // Adds trainable F32 adapters to every block's targeted projections: A ~ N(0, 1/sqrt(in)),

@@ -94,7 +94,9 @@ void save_checkpoint(Run& r) {
   require_finite_weights(*r.model, "[train]", ": not writing checkpoint.gguf");
   gguf::Writer w;
   w.set("toy.checkpoint.version", gguf::Value::u32(kCheckpointVersion));
-  add_model_to_gguf(w, *r.model, *r.tok, "toy checkpoint");
+  ModelWriteOptions unfolded;
+  unfolded.fold_depth_scale = false;  // the run trains on: its weights as they are
+  add_model_to_gguf(w, *r.model, *r.tok, "toy checkpoint", unfolded);
   for (const Param& p : r.model->params().all()) {
     if (!p.trainable) continue;
     w.add_tensor("opt.m." + p.name, p.m);

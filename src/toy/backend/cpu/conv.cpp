@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/backend/cpu/scratch.h"
 #include "toy/backend/cpu/dispatch.h"
 #include "toy/core/thread_pool.h"
 
@@ -78,25 +79,37 @@ void col2im(const Tensor& cols, const kern::Im2ColArgs& a, Tensor& dx) {
   });
 }
 
+// The depthwise conv over time, y[b, t, c] = sum_k w[c, k] x[b, t + k, c]: rows of channels
+// are contiguous, so every loop runs over c innermost with the taps transposed to [K, C]
+// first (a strided walk down one channel's time axis would touch a cache line per element).
 void ssm_conv(const Tensor& x, const Tensor& w, Tensor& y) {
-  const int64_t B = y.size(0), T = y.size(1), C = y.size(2), K = w.size(1);
+  const int64_t B = y.size(0), T = y.size(1), C = y.size(2), K = w.size(1), TX = T + K - 1;
   dispatch_float(x.dtype(), "ssm_conv", [&]<class F>(std::type_identity<F>) {
     const F* px = x.data<F>();  // [B, T+K-1, C] contiguous
     const F* pw = w.data<F>();  // [C, K]
     F* py = y.data<F>();
-    parallel_for(0, B * T, std::max<int64_t>(1, 4096 / std::max<int64_t>(C * K, 1)), [&](int64_t b0, int64_t b1) {
+    std::vector<float> wt(static_cast<size_t>(K * C));
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t k = 0; k < K; ++k) wt[size_t(k * C + c)] = to_f32(pw[c * K + k]);
+    parallel_for(0, B * T, std::max<int64_t>(1, 16384 / std::max<int64_t>(C * K, 1)), [&](int64_t b0, int64_t b1) {
+      float* acc = scratch_floats(size_t(C), 0);
       for (int64_t bt = b0; bt < b1; ++bt) {
         const int64_t b = bt / T, t = bt % T;
-        for (int64_t c = 0; c < C; ++c) {
-          float s = 0;
-          for (int64_t k = 0; k < K; ++k) s += to_f32(pw[c * K + k]) * to_f32(px[(b * (T + K - 1) + t + k) * C + c]);
-          py[bt * C + c] = from_f32<F>(s);
+        std::fill_n(acc, C, 0.0f);
+        for (int64_t k = 0; k < K; ++k) {
+          const F* xr = px + (b * TX + t + k) * C;
+          const float* wk = wt.data() + k * C;
+          for (int64_t c = 0; c < C; ++c) acc[c] += wk[c] * to_f32(xr[c]);
         }
+        F* yr = py + bt * C;
+        for (int64_t c = 0; c < C; ++c) yr[c] = from_f32<F>(acc[c]);
       }
     });
   });
 }
 
+// dx[b, s, c] = sum_k g[b, s - k, c] w[c, k] (0 <= s - k < T), by rows of dx; dw[c, k] +=
+// sum_{b,t} g[b, t, c] x[b, t + k, c], by blocks of channels (one writer each).
 void ssm_conv_backward(const Tensor& x, const Tensor& w, const Tensor& g, Tensor& dx, Tensor& dw) {
   const int64_t B = g.size(0), T = g.size(1), C = g.size(2), K = w.size(1), TX = T + K - 1;
   dispatch_float(x.dtype(), "ssm_conv_backward", [&]<class F>(std::type_identity<F>) {
@@ -105,27 +118,46 @@ void ssm_conv_backward(const Tensor& x, const Tensor& w, const Tensor& g, Tensor
     const F* pg = g.data<F>();
     F* pdx = dx.data<F>();
     F* pdw = dw.defined() ? dw.data<F>() : nullptr;
-    // Channels are independent: one channel range per task.
-    parallel_for(0, C, 8, [&](int64_t c0, int64_t c1) {
-      std::vector<float> col(static_cast<size_t>(TX));
-      for (int64_t c = c0; c < c1; ++c) {
-        for (int64_t b = 0; b < B; ++b) {
-          std::fill(col.begin(), col.end(), 0.0f);
+    std::vector<float> wt(static_cast<size_t>(K * C));
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t k = 0; k < K; ++k) wt[size_t(k * C + c)] = to_f32(pw[c * K + k]);
+    parallel_for(0, B * TX, std::max<int64_t>(1, 16384 / std::max<int64_t>(C * K, 1)), [&](int64_t r0, int64_t r1) {
+      float* acc = scratch_floats(size_t(C), 0);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t b = r / TX, s = r % TX;
+        std::fill_n(acc, C, 0.0f);
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t t = s - k;
+          if (t < 0 || t >= T) continue;
+          const F* gr = pg + (b * T + t) * C;
+          const float* wk = wt.data() + k * C;
+          for (int64_t c = 0; c < C; ++c) acc[c] += wk[c] * to_f32(gr[c]);
+        }
+        F* dr = pdx + r * C;
+        for (int64_t c = 0; c < C; ++c) dr[c] = from_f32<F>(acc[c]);
+      }
+    });
+    if (!pdw) return;
+    constexpr int64_t kBlock = 64;
+    parallel_for(0, (C + kBlock - 1) / kBlock, 1, [&](int64_t q0, int64_t q1) {
+      float* acc = scratch_floats(size_t(K * kBlock), 1);
+      for (int64_t q = q0; q < q1; ++q) {
+        const int64_t c0 = q * kBlock, n = std::min(kBlock, C - c0);
+        std::fill_n(acc, K * kBlock, 0.0f);
+        for (int64_t b = 0; b < B; ++b)
           for (int64_t t = 0; t < T; ++t) {
-            const float gv = to_f32(pg[(b * T + t) * C + c]);
-            for (int64_t k = 0; k < K; ++k) col[size_t(t + k)] += gv * to_f32(pw[c * K + k]);
+            const F* gr = pg + (b * T + t) * C + c0;
+            for (int64_t k = 0; k < K; ++k) {
+              const F* xr = px + (b * TX + t + k) * C + c0;
+              float* ak = acc + k * kBlock;
+              for (int64_t j = 0; j < n; ++j) ak[j] += to_f32(gr[j]) * to_f32(xr[j]);
+            }
           }
-          for (int64_t t = 0; t < TX; ++t) pdx[(b * TX + t) * C + c] = from_f32<F>(col[size_t(t)]);
-        }
-        if (pdw) {
+        for (int64_t j = 0; j < n; ++j)
           for (int64_t k = 0; k < K; ++k) {
-            float s = 0;
-            for (int64_t b = 0; b < B; ++b)
-              for (int64_t t = 0; t < T; ++t)
-                s += to_f32(pg[(b * T + t) * C + c]) * to_f32(px[(b * TX + t + k) * C + c]);
-            pdw[c * K + k] = from_f32<F>(to_f32(pdw[c * K + k]) + s);
+            F& d = pdw[(c0 + j) * K + k];
+            d = from_f32<F>(to_f32(d) + acc[k * kBlock + j]);
           }
-        }
       }
     });
   });

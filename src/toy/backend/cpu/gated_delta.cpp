@@ -35,6 +35,7 @@ namespace toy::cpu {
 namespace {
 
 constexpr int64_t kEvery = kern::kGatedDeltaStateEvery;
+constexpr int64_t kSub = 64;  // tokens whose states the backward keeps at once
 
 struct Dims {
   int64_t B, T, Hk, Hv, Dk, Dv;
@@ -69,28 +70,71 @@ Head head_of(const Dims& d, const float* q, const float* k, const float* v, cons
           g + b * d.T * d.Hv + hv, beta + b * d.T * d.Hv + hv, d.Hk * d.Dk, d.Hv * d.Dv, d.Hv};
 }
 
+// out[j] = sum_r c[r] S[r, j] (S: rows x n, row stride n): blocks of 32 columns kept in
+// registers across the rows, so each row is read once and nothing is stored per row.
+inline void combine_rows(const float* c, const float* S, int64_t rows, int64_t n, float* out) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* sr = S + r * n + j;
+      const __m256 cr = _mm256_set1_ps(c[r]);
+      a0 = _mm256_fmadd_ps(cr, _mm256_loadu_ps(sr), a0);
+      a1 = _mm256_fmadd_ps(cr, _mm256_loadu_ps(sr + 8), a1);
+      a2 = _mm256_fmadd_ps(cr, _mm256_loadu_ps(sr + 16), a2);
+      a3 = _mm256_fmadd_ps(cr, _mm256_loadu_ps(sr + 24), a3);
+    }
+    _mm256_storeu_ps(out + j, a0), _mm256_storeu_ps(out + j + 8, a1);
+    _mm256_storeu_ps(out + j + 16, a2), _mm256_storeu_ps(out + j + 24, a3);
+  }
+  for (; j < n; ++j) {
+    float acc = 0;
+    for (int64_t r = 0; r < rows; ++r) acc += c[r] * S[r * n + j];
+    out[j] = acc;
+  }
+}
+
+// The lane sums of 8 vectors, in order (a transpose-and-add: one result vector).
+inline __m256 lane_sums8(const float* partial) {
+  const __m256 h1 = _mm256_hadd_ps(_mm256_loadu_ps(partial), _mm256_loadu_ps(partial + 8));
+  const __m256 h2 = _mm256_hadd_ps(_mm256_loadu_ps(partial + 16), _mm256_loadu_ps(partial + 24));
+  const __m256 h3 = _mm256_hadd_ps(_mm256_loadu_ps(partial + 32), _mm256_loadu_ps(partial + 40));
+  const __m256 h4 = _mm256_hadd_ps(_mm256_loadu_ps(partial + 48), _mm256_loadu_ps(partial + 56));
+  const __m256 h12 = _mm256_hadd_ps(h1, h2), h34 = _mm256_hadd_ps(h3, h4);
+  return _mm256_add_ps(_mm256_permute2f128_ps(h12, h34, 0x20), _mm256_permute2f128_ps(h12, h34, 0x31));
+}
+// out[r] (+)= scale * (sum of the 8 lanes of partial[r]) for r < rows.
+inline void add_lane_sums(const float* partial, int64_t rows, float scale, float* out) {
+  int64_t r = 0;
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (; r + 8 <= rows; r += 8)
+    _mm256_storeu_ps(out + r, _mm256_fmadd_ps(vs, lane_sums8(partial + r * 8), _mm256_loadu_ps(out + r)));
+  for (; r < rows; ++r) {
+    float t = 0;
+    for (int l = 0; l < 8; ++l) t += partial[r * 8 + l];
+    out[r] += scale * t;
+  }
+}
+
 // One token: S_out = a S_in + k u^T with u = beta (v - a S_in^T k) (S_out may be S_in).
 // Writes u and p = a S_in^T k (Dv each) and, when o is not null, o = S_out^T q.
 void step(const Dims& d, const Head& h, int64_t t, const float* S_in, float* S_out, float* p, float* u, float* o) {
   const float a = std::exp(h.gt(t)), beta = h.bt(t);
   const float *k = h.kt(t), *v = h.vt(t);
   const int64_t Dk = d.Dk, Dv = d.Dv;
-  std::fill_n(p, Dv, 0.0f);
-  for (int64_t i = 0; i < Dk; ++i) axpy(a * k[i], S_in + i * Dv, p, Dv);
-  for (int64_t j = 0; j < Dv; ++j) u[j] = beta * (v[j] - p[j]);
+  combine_rows(k, S_in, Dk, Dv, p);
+  for (int64_t j = 0; j < Dv; ++j) p[j] *= a, u[j] = beta * (v[j] - p[j]);
+  const __m256 va = _mm256_set1_ps(a);
   for (int64_t i = 0; i < Dk; ++i) {
     const float* src = S_in + i * Dv;
     float* dst = S_out + i * Dv;
-    const __m256 va = _mm256_set1_ps(a), vk = _mm256_set1_ps(k[i]);
+    const __m256 vk = _mm256_set1_ps(k[i]);
     int64_t j = 0;
     for (; j + 8 <= Dv; j += 8)
       _mm256_storeu_ps(dst + j, _mm256_fmadd_ps(vk, _mm256_loadu_ps(u + j), _mm256_mul_ps(va, _mm256_loadu_ps(src + j))));
     for (; j < Dv; ++j) dst[j] = a * src[j] + k[i] * u[j];
   }
-  if (!o) return;
-  const float* q = h.qt(t);
-  std::fill_n(o, Dv, 0.0f);
-  for (int64_t i = 0; i < Dk; ++i) axpy(q[i], S_out + i * Dv, o, Dv);
+  if (o) combine_rows(h.qt(t), S_out, Dk, Dv, o);
 }
 
 // One chunk [t0, t0 + n) in the WY form; S holds the state at its start and gets the state
@@ -190,7 +234,7 @@ void gated_delta_rule_backward(const Tensor& q, const Tensor& k, const Tensor& v
                                const Tensor& gs, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dg, Tensor& dbeta,
                                Tensor& ds0) {
   const Dims d = dims_of(q, v);
-  const int64_t Dk = d.Dk, Dv = d.Dv, SS = Dk * Dv, n_chunks = d.starts();
+  const int64_t n_chunks = d.starts();
   const float *pq = q.data<float>(), *pk = k.data<float>(), *pv = v.data<float>();
   const float *pg = g.data<float>(), *pb = beta.data<float>();
   const float* ps0 = s0.defined() ? s0.data<float>() : nullptr;
@@ -200,20 +244,27 @@ void gated_delta_rule_backward(const Tensor& q, const Tensor& k, const Tensor& v
   float *pdq = dq.data<float>(), *pdk = dk.data<float>(), *pdv = dv.data<float>();
   float *pdg = dg.data<float>(), *pdb = dbeta.data<float>();
   float* pds0 = ds0.defined() ? ds0.data<float>() : nullptr;
-  parallel_tasks(d.B * d.Hk, [&](int64_t task) {
-    const int64_t b = task / d.Hk, hk = task % d.Hk;
+  parallel_tasks(d.B * d.Hk, [&, d](int64_t task) {
+    const int64_t T = d.T, Hk = d.Hk, Hv = d.Hv, Dk = d.Dk, Dv = d.Dv, SS = Dk * Dv;
+    const int64_t b = task / Hk, hk = task % Hk;
     // This task's rows of dq and dk: every V head of the group adds to them.
     for (int64_t t = 0; t < d.T; ++t) {
       std::fill_n(pdq + ((b * d.T + t) * d.Hk + hk) * Dk, Dk, 0.0f);
       std::fill_n(pdk + ((b * d.T + t) * d.Hk + hk) * Dk, Dk, 0.0f);
     }
-    // Per chunk: the state before each token, and each token's p and u.
-    float* states = scratch_floats(size_t((kEvery + 1) * SS), 0);
-    float* P = scratch_floats(size_t(kEvery * Dv), 1);
-    float* Uc = scratch_floats(size_t(kEvery * Dv), 2);
+    // Per block: the state before each token, and each token's p and u; per chunk, the state
+    // at each block start.
+    float* states = scratch_floats(size_t((kSub + 1) * SS), 0);
+    float* P = scratch_floats(size_t(kSub * Dv), 1);
+    float* Uc = scratch_floats(size_t(kSub * Dv), 2);
+    std::vector<float> block_starts_buf(static_cast<size_t>((kEvery / kSub) * SS));
+    float* block_starts = block_starts_buf.data();
     float* dS = scratch_floats(size_t(SS), 3);
     float* du = scratch_floats(size_t(Dv), 4);
     float* dp = scratch_floats(size_t(Dv), 5);
+    float* part_q = scratch_floats(size_t(Dk * 8), 6);  // per row: 8 lanes of a dot product
+    std::vector<float> part_k_buf(static_cast<size_t>(Dk * 8));
+    float* part_k = part_k_buf.data();
     std::vector<float> own_starts(pstarts ? 0 : size_t(n_chunks * SS));
     for (int64_t hv = hk; hv < d.Hv; hv += d.Hk) {
       const Head h = head_of(d, pq, pk, pv, pg, pb, b, hv);
@@ -236,9 +287,20 @@ void gated_delta_rule_backward(const Tensor& q, const Tensor& k, const Tensor& v
         std::copy_n(pgs + sidx, SS, dS);
       else
         std::fill_n(dS, SS, 0.0f);
+      // Chunks in reverse; inside a chunk, blocks of kSub tokens in reverse, each block's
+      // states recomputed from its start (the block starts from one pass over the chunk), so
+      // the states walked back over stay in L2.
       for (int64_t c = n_chunks - 1; c >= 0; --c) {
-        const int64_t t0 = c * kEvery, n = std::min(kEvery, d.T - t0);
-        std::copy_n(chunk_starts + c * SS, SS, states);
+        const int64_t c0 = c * kEvery, cn = std::min(kEvery, T - c0), n_blocks = (cn + kSub - 1) / kSub;
+        std::copy_n(chunk_starts + c * SS, SS, block_starts);
+        for (int64_t blk = 1; blk < n_blocks; ++blk) {
+          float* S = block_starts + blk * SS;
+          std::copy_n(S - SS, SS, S);
+          for (int64_t t = c0 + (blk - 1) * kSub; t < c0 + blk * kSub; ++t) step(d, h, t, S, S, P, Uc, nullptr);
+        }
+        for (int64_t blk = n_blocks - 1; blk >= 0; --blk) {
+        const int64_t t0 = c0 + blk * kSub, n = std::min(kSub, c0 + cn - t0);
+        std::copy_n(block_starts + blk * SS, SS, states);
         for (int64_t i = 0; i < n; ++i)
           step(d, h, t0 + i, states + i * SS, states + (i + 1) * SS, P + i * Dv, Uc + i * Dv, nullptr);
         for (int64_t i = n - 1; i >= 0; --i) {
@@ -247,14 +309,14 @@ void gated_delta_rule_backward(const Tensor& q, const Tensor& k, const Tensor& v
           const float *p = P + i * Dv, *u = Uc + i * Dv;
           const float a = std::exp(h.gt(t)), bt = h.bt(t);
           const float *qt = h.qt(t), *kt = h.kt(t), *vt = h.vt(t);
-          const float* got = pgo + ((b * d.T + t) * d.Hv + hv) * Dv;
-          float* dqt = pdq + ((b * d.T + t) * d.Hk + hk) * Dk;
-          float* dkt = pdk + ((b * d.T + t) * d.Hk + hk) * Dk;
-          float* dvt = pdv + ((b * d.T + t) * d.Hv + hv) * Dv;
+          const float* got = pgo + ((b * T + t) * Hv + hv) * Dv;
+          float* dqt = pdq + ((b * T + t) * Hk + hk) * Dk;
+          float* dkt = pdk + ((b * T + t) * Hk + hk) * Dk;
+          float* dvt = pdv + ((b * T + t) * Hv + hv) * Dv;
           // With S_new = a S_prev + k u^T:
           //   o = S_new^T q:  dq = S_new dO = a S_prev dO + k (u.dO);  dS_new += q dO^T
           //   S_new's k u^T:  du = dS_new^T k;  dk += dS_new u
-          const float u_do = dot_row(u, got, Dv);
+          // Row dot products go to 8-lane partials, summed for all rows at once afterwards.
           std::fill_n(du, Dv, 0.0f);
           for (int64_t r = 0; r < Dk; ++r) {
             const float* sp = Sp + r * Dv;
@@ -270,16 +332,19 @@ void gated_delta_rule_backward(const Tensor& q, const Tensor& k, const Tensor& v
               acc_q = _mm256_fmadd_ps(_mm256_loadu_ps(sp + j), o8, acc_q);
               acc_k = _mm256_fmadd_ps(ds8, _mm256_loadu_ps(u + j), acc_k);
             }
-            float sq = hsum256(acc_q), sk = hsum256(acc_k);
-            for (; j < Dv; ++j) {
+            _mm256_storeu_ps(part_q + r * 8, acc_q);
+            _mm256_storeu_ps(part_k + r * 8, acc_k);
+            for (; j < Dv; ++j) {  // (a tail: into lane 0)
               ds[j] += qt[r] * got[j];
               du[j] += kt[r] * ds[j];
-              sq += sp[j] * got[j];
-              sk += ds[j] * u[j];
+              part_q[r * 8] += sp[j] * got[j];
+              part_k[r * 8] += ds[j] * u[j];
             }
-            dqt[r] += a * sq + kt[r] * u_do;
-            dkt[r] += sk;
           }
+          const float u_do = dot_row(u, got, Dv);
+          for (int64_t r = 0; r < Dk; ++r) dqt[r] += kt[r] * u_do;
+          add_lane_sums(part_q, Dk, a, dqt);
+          add_lane_sums(part_k, Dk, 1.0f, dkt);
           // u = beta (v - p).
           float dbeta_t = 0;
           for (int64_t j = 0; j < Dv; ++j) {
@@ -287,16 +352,17 @@ void gated_delta_rule_backward(const Tensor& q, const Tensor& k, const Tensor& v
             dvt[j] = bt * du[j];
             dp[j] = -bt * du[j];
           }
-          pdb[(b * d.T + t) * d.Hv + hv] = dbeta_t;
+          pdb[(b * T + t) * Hv + hv] = dbeta_t;
           // p = a S_prev^T k and S_new's a S_prev: dk += a S_prev dp; dS' = dS_new + k dp^T (the
           // gradient of a S_prev); dg = a <dS', S_prev>; dS_prev = a dS'.
-          float dg_t = 0;
           const __m256 va = _mm256_set1_ps(a);
+          __m256 acc_g = _mm256_setzero_ps();
+          float dg_tail = 0;
           for (int64_t r = 0; r < Dk; ++r) {
             const float* sp = Sp + r * Dv;
             float* ds = dS + r * Dv;
             const __m256 vk = _mm256_set1_ps(kt[r]);
-            __m256 acc_p = _mm256_setzero_ps(), acc_g = _mm256_setzero_ps();
+            __m256 acc_p = _mm256_setzero_ps();
             int64_t j = 0;
             for (; j + 8 <= Dv; j += 8) {
               const __m256 s8 = _mm256_loadu_ps(sp + j), dp8 = _mm256_loadu_ps(dp + j);
@@ -305,17 +371,17 @@ void gated_delta_rule_backward(const Tensor& q, const Tensor& k, const Tensor& v
               acc_g = _mm256_fmadd_ps(ds8, s8, acc_g);
               _mm256_storeu_ps(ds + j, _mm256_mul_ps(va, ds8));
             }
-            float sp_ = hsum256(acc_p), sg = hsum256(acc_g);
+            _mm256_storeu_ps(part_q + r * 8, acc_p);
             for (; j < Dv; ++j) {
               const float ds_j = ds[j] + kt[r] * dp[j];
-              sp_ += sp[j] * dp[j];
-              sg += ds_j * sp[j];
+              part_q[r * 8] += sp[j] * dp[j];
+              dg_tail += ds_j * sp[j];
               ds[j] = a * ds_j;
             }
-            dkt[r] += a * sp_;
-            dg_t += a * sg;
           }
-          pdg[(b * d.T + t) * d.Hv + hv] = dg_t;
+          add_lane_sums(part_q, Dk, a, dkt);
+          pdg[(b * T + t) * Hv + hv] = a * (hsum256(acc_g) + dg_tail);
+        }
         }
       }
       if (pds0) std::copy_n(dS, SS, pds0 + sidx);
