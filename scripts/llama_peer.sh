@@ -29,7 +29,12 @@ targets=(llama-bench)
 [[ $server == 1 ]] && targets+=(llama-server)
 if ! [[ -x "$peer/build/bin/llama-bench" ]] || { [[ $server == 1 ]] && ! [[ -x "$peer/build/bin/llama-server" ]]; }; then
   echo "llama_peer.sh: building ${targets[*]} (llama.cpp $tag, snapshot $commit) in $peer/build" >&2
+  # AMX off: a VM can report AMX in CPUID without enabling its tile state, and ggml's AMX
+  # kernels (compiled in by -march=native) then die on their first tile instruction (seen on
+  # a Sapphire Rapids guest).
+  noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
   cmake -S "$peer/src" -B "$peer/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DCMAKE_C_FLAGS="$noamx" -DCMAKE_CXX_FLAGS="$noamx" \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_SERVER=$([[ $server == 1 ]] && echo ON || echo OFF) \
     >/dev/null
   cmake --build "$peer/build" --target "${targets[@]}"

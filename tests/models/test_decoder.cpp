@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "helpers.h"
+#include "proc.h"
 #include "toy/autograd/backward.h"
 #include "toy/autograd/grad_mode.h"
 #include "toy/core/rng.h"
@@ -224,5 +226,46 @@ TEST(Decoder, DepthScaleIsFoldedIntoTheNormsAtSave) {
     NoGradGuard ng;
     const Tensor x = from_vector(ids, Shape{1, 10});
     EXPECT_TRUE(close(back.model->logits(x), scaled.logits(x), 1e-5, 1e-5));
+  }
+}
+
+// A qwen35 file with next-token-prediction (MTP) blocks after its trunk (block_count counts
+// them): toy runs the trunk, notes the rest, and computes what the file without them computes;
+// widths that disagree are a clear error.
+TEST(Qwen35Files, NextTokenPredictionBlocksAreSkippedAndBadWidthsRefused) {
+  const std::string base = ::testing::TempDir() + "/toy_q35_mtp_base.gguf";
+  ASSERT_EQ(toy::test::run_toy({"init", "--arch", "qwen35", "--shape", "tiny", "--seed", "3", "--out", base}).status, 0);
+  auto rewrite = [&](const std::string& out, const std::function<void(gguf::Writer&, const gguf::Reader&)>& more,
+                     const std::string& skip_key) {
+    gguf::Reader r(base);
+    gguf::Writer w;
+    for (const auto& [key, value] : r.metadata())
+      if (key != skip_key) w.set(key, value);
+    for (const gguf::TensorInfo& t : r.tensors()) w.add_tensor(t.name, r.tensor(t.name));
+    more(w, r);
+    w.write(out);
+  };
+  const std::string mtp = ::testing::TempDir() + "/toy_q35_mtp.gguf";
+  rewrite(mtp, [](gguf::Writer& w, const gguf::Reader&) {
+    w.set("qwen35.block_count", gguf::Value::u32(3));
+    w.set("qwen35.nextn_predict_layers", gguf::Value::u32(1));
+    w.set("qwen35.attention.recurrent_layers", gguf::Value::bool_array({true, false, false}));
+    Generator g(1);
+    w.add_tensor("blk.2.nextn.eh_proj.weight", randn(Shape{256, 512}, g));
+    w.add_tensor("blk.2.attn_norm.weight", randn(Shape{256}, g));
+  }, "qwen35.block_count");
+  LoadedModel a = load_model(base), b = load_model(mtp);
+  EXPECT_EQ(b.model->config().layers, 2);
+  NoGradGuard ng;
+  const Tensor x = from_vector(std::vector<int32_t>{5, 9, 2, 7}, Shape{1, 4});
+  EXPECT_TRUE(close(b.model->logits(x), a.model->logits(x), 0.0, 0.0));
+  const std::string bad = ::testing::TempDir() + "/toy_q35_bad_inner.gguf";
+  rewrite(bad, [](gguf::Writer& w, const gguf::Reader&) { w.set("qwen35.ssm.inner_size", gguf::Value::u32(100)); },
+          "qwen35.ssm.inner_size");
+  try {
+    load_model(bad);
+    FAIL() << "an inner size that is not V heads x state size was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ssm.inner_size 100"), std::string::npos) << e.what();
   }
 }

@@ -144,11 +144,14 @@ Run add_bench_run_command(CLI::App& bench) {
     j["tg_bandwidth_fraction"] = wbytes * double(f->tg) / tg_s / 1e9 / bw;
     j["reps"] = f->reps;
     // Generation deeper in the context: what attention adds is reading the cache (keys and
-    // values of every earlier position, every layer), so compare the extra time per token
-    // with those bytes at the measured bandwidth.
+    // values of every earlier position, every attention layer; a Gated DeltaNet layer's state
+    // does not grow), so compare the extra time per token with those bytes at the measured
+    // bandwidth.
     const ModelConfig& c = m.config();
-    const double kv_bytes_per_position =
-        2.0 * double(c.layers) * double(c.kv_heads) * double(c.head_dim) * double(element_size(cache.dtype()));
+    int64_t attention_layers = 0;
+    for (int64_t l = 0; l < c.layers; ++l) attention_layers += c.layer_kind(l) == LayerKind::Attention;
+    const double kv_bytes_per_position = 2.0 * double(attention_layers) * double(c.kv_heads) * double(c.head_dim) *
+                                         double(element_size(cache.dtype()));
     nlohmann::json by_depth = nlohmann::json::array();
     for (int64_t d : f->depths) {
       const double s = d == 0 ? tg_s : time_tg(d);
