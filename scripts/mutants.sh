@@ -431,6 +431,66 @@ toy_finetune_tests
 ^Lens\.Finetune
     if (!full) return false;
     if (!full) return true;
+gdn-head-repeat-grouped
+src/toy/backend/cpu/gated_delta.cpp
+toy_op_tests
+^Forward\.GatedDeltaRule
+  const int64_t hk = hv % d.Hk;
+  const int64_t hk = hv / (d.Hv / d.Hk);
+gdn-chunk-state-not-decayed
+src/toy/backend/cpu/gated_delta.cpp
+toy_op_tests
+^Forward\.GatedDeltaRule
+              std::exp(last), S, int(Dv));
+              1.0f, S, int(Dv));
+gdn-backward-dq-state-term
+src/toy/backend/cpu/gated_delta.cpp
+toy_op_tests
+^OpGrad\.gated_delta_rule
+          for (int64_t r = 0; r < Dk; ++r) dqt[r] += kt[r] * u_do;
+          (void)u_do;
+gdn-q-unscaled
+src/toy/nn/gated_delta_net.cpp
+toy_model_tests
+HfFixture
+  q = scale(l2_norm(q, eps), 1.0f / std::sqrt(float(d)));
+  q = l2_norm(q, eps);
+gdn-conv-tail-kept
+src/toy/nn/gated_delta_net.cpp
+toy_model_tests
+^Decoder\.HybridPrefill
+      copy_(tail, last);
+      (void)last;
+gated-attention-ungated
+src/toy/nn/attention.cpp
+toy_model_tests
+HfFixture
+    if (gated) return out(mul(reshape(o, Shape{B, T, H * d}), sigmoid(gate)));
+    if (gated) return out(reshape(o, Shape{B, T, H * d}));
+qwen35-attention-interval
+src/toy/models/config.cpp
+toy_model_tests
+HfFixture
+    kinds.push_back((l + 1) % interval == 0 ? LayerKind::Attention : LayerKind::GatedDeltaNet);
+    kinds.push_back(l % interval == 0 ? LayerKind::Attention : LayerKind::GatedDeltaNet);
+softplus-threshold
+src/toy/backend/cpu/elementwise.cpp
+toy_op_tests
+^Torch\.softplus
+      return scalar8(x, [](float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); });
+      return scalar8(x, [](float v) { return v > 2.0f ? v : std::log1p(std::exp(v)); });
+depth-scale-not-folded
+src/toy/io/model_file.cpp
+toy_model_tests
+^Decoder\.DepthScale
+  if (fold) c.depth_scale = false;
+  (void)fold;
+qwen35-mtp-run
+src/toy/io/model_file.cpp
+toy_model_tests
+^Qwen35Files\.
+    c.layers = all_layers - nextn;
+    c.layers = all_layers;
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

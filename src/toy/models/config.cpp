@@ -105,6 +105,9 @@ void ModelConfig::validate() const {
               "1..4096", gdn.v_heads, gdn.k_heads, gdn.head_dim);
     TOY_CHECK(gdn.conv_kernel >= 1 && gdn.conv_kernel <= 64, "[model] Gated DeltaNet conv kernel must be in 1..64, "
               "got {}", gdn.conv_kernel);
+    TOY_CHECK(gdn.v_heads * gdn.head_dim * gdn.head_dim <= (int64_t(1) << 26),
+              "[model] implausible Gated DeltaNet state: {} V heads of {} x {}", gdn.v_heads, gdn.head_dim,
+              gdn.head_dim);
     TOY_CHECK(norm == NormKind::RMS && mlp == MlpKind::SwiGLU, "[model] Gated DeltaNet layers come in Qwen3.5's "
               "block: RMSNorm and a SwiGLU MLP");
   }
