@@ -747,6 +747,21 @@ TEST(Forward, GatedDeltaRuleContinuesFromItsFinalState) {
   EXPECT_TRUE(close(s_all, to_double(s), 1e-5, 1e-5));
 }
 
+// The fused layer form equals its composition: slices of c, L2 norms, q / sqrt(D), the rule.
+TEST(Forward, GatedDeltaRuleQkvEqualsItsComposition) {
+  const int64_t B = 2, T = 90, Hk = 2, Hv = 4, D = 8;
+  Tensor c = randn_t(Shape{B, T, (2 * Hk + Hv) * D}, 170);
+  Tensor g = rand_t(Shape{B, T, Hv}, 171, -2.0f, -0.01f), beta = rand_t(Shape{B, T, Hv}, 172, 0.0f, 1.0f);
+  Tensor s0 = randn_t(Shape{B, Hv, D, D}, 173);
+  auto [o, s] = gated_delta_rule_qkv(c, g, beta, Hk, Hv, D, 1e-6f, s0);
+  Tensor q = scale(l2_norm(reshape(slice(c, 2, 0, Hk * D), Shape{B, T, Hk, D}), 1e-6f), 1.0f / std::sqrt(float(D)));
+  Tensor k = l2_norm(reshape(slice(c, 2, Hk * D, 2 * Hk * D), Shape{B, T, Hk, D}), 1e-6f);
+  Tensor v = reshape(slice(c, 2, 2 * Hk * D, (2 * Hk + Hv) * D), Shape{B, T, Hv, D});
+  auto [o_ref, s_ref] = gated_delta_rule(q, k, v, g, beta, s0);
+  EXPECT_TRUE(close(o, o_ref, 1e-6, 1e-6));
+  EXPECT_TRUE(close(s, s_ref, 1e-6, 1e-6));
+}
+
 TEST(Forward, MoePrimitives) {
   Tensor w = randn_t(Shape{3, 4, 5}, 130), x = randn_t(Shape{2, 1, 5}, 131), b = randn_t(Shape{3, 4}, 132);
   Tensor ids = from_vector(std::vector<int32_t>{2, 0, 1, 2}, Shape{2, 2});

@@ -448,6 +448,16 @@ TEST(OpGrad, gated_delta_rule) {
                           U(Shape{2, 6, 1}, 221, -1.0f, -0.01f), U(Shape{2, 6, 1}, 222, 0.05f, 0.95f)}));
 }
 
+TEST(OpGrad, gated_delta_rule_qkv) {
+  // c [B=1, T=70, (2 x 1 + 2) x 4]: q, k L2-normalised in the op; with an initial state.
+  Fn f = [](const std::vector<Tensor>& in) {
+    auto [o, s] = gated_delta_rule_qkv(in[0], in[1], in[2], 1, 2, 4, 1e-6f, in[3]);
+    return concat({reshape(o, Shape{-1}), reshape(s, Shape{-1})}, 0);
+  };
+  EXPECT_TRUE(grad_ok(f, {R(Shape{1, 70, 16}, 223), U(Shape{1, 70, 2}, 224, -1.0f, -0.01f),
+                          U(Shape{1, 70, 2}, 225, 0.05f, 0.95f), R(Shape{1, 2, 4, 4}, 226, 0.5f)}));
+}
+
 TEST(OpGrad, mul_mat_id) {
   Tensor ids = from_vector(std::vector<int32_t>{0, 2, 2, 1, 0, 0}, Shape{3, 2});
   EXPECT_TRUE(grad_ok([ids](const std::vector<Tensor>& in) { return mul_mat_id(in[0], in[1], ids); },

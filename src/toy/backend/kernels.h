@@ -183,6 +183,16 @@ using GatedDeltaRuleBackward = void(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& gs, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dg, Tensor& dbeta,
                                     Tensor& ds0);
 
+// A Gated DeltaNet layer's conv output c [B, T, 2 Hk D + Hv D] split into q, k [B, T, Hk, D]
+// (each L2-normalised per head: x / max(|x|, eps); q also times q_scale) and v [B, T, Hv, D],
+// all contiguous; q_inv / k_inv [B, T, Hk] keep 1 / max(|x|, eps) for the backward.
+using GdnSplitNorm = void(const Tensor& c, int64_t Hk, int64_t Hv, int64_t D, float eps, float q_scale, Tensor& q,
+                          Tensor& k, Tensor& v, Tensor& q_inv, Tensor& k_inv);
+// dc (=) from the gradients of the three parts (q and k, v as the forward wrote them).
+using GdnSplitNormBackward = void(const Tensor& q, const Tensor& k, const Tensor& q_inv, const Tensor& k_inv,
+                                  float eps, float q_scale, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                  Tensor& dc);
+
 // ---- MoE --------------------------------------------------------------------------------------
 // out[t, e, :] = W[ids[t, e]] @ x[t, e or 0, :]; W [E, N, K], x [T, X, K] (X = 1 or n_used), ids I32 [T, n_used].
 using MulMatId = void(const Tensor& w, const Tensor& x, const Tensor& ids, Tensor& out);

@@ -33,12 +33,8 @@ Tensor GatedDeltaNet::operator()(const Tensor& x, KVCache* cache, int64_t layer)
     conv_out = conv1d(mixed, conv);
   }
   Tensor c = silu(conv_out);
-  Tensor q = reshape(slice(c, 2, 0, Hk * d), Shape{B, T, Hk, d});
-  Tensor k = reshape(slice(c, 2, Hk * d, 2 * Hk * d), Shape{B, T, Hk, d});
-  Tensor v = reshape(slice(c, 2, 2 * Hk * d, C), Shape{B, T, Hv, d});
-  q = scale(l2_norm(q, eps), 1.0f / std::sqrt(float(d)));
-  k = l2_norm(k, eps);
-  auto [o, s] = gated_delta_rule(q, k, v, g, b, cache ? cache->state(layer) : Tensor());
+  // q, k, v split from c, q and k L2-normalised (q / sqrt(d)), then the rule: one fused op.
+  auto [o, s] = gated_delta_rule_qkv(c, g, b, Hk, Hv, d, eps, cache ? cache->state(layer) : Tensor());
   if (cache) {
     NoGradGuard ng;
     copy_(cache->state(layer), s);

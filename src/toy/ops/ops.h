@@ -192,6 +192,13 @@ inline constexpr int64_t kGatedDeltaChunk = 64;
 std::pair<Tensor, Tensor> gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                            const Tensor& beta, const Tensor& s0 = Tensor(),
                                            GatedDeltaAlgorithm algorithm = GatedDeltaAlgorithm::Auto);
+// A Gated DeltaNet layer's fused form: c [B, T, (2 Hk + Hv) D] (its conv output: q, k, v
+// channels) split into q, k [B, T, Hk, D] and v [B, T, Hv, D], q and k L2-normalised per head
+// (x / max(|x|, eps)) and q scaled by 1/sqrt(D), then gated_delta_rule — one tape node, so no
+// slice of c, no normalised copy and no zero-filled gradient of c exists apart from the one dc.
+std::pair<Tensor, Tensor> gated_delta_rule_qkv(const Tensor& c, const Tensor& g, const Tensor& beta, int64_t k_heads,
+                                               int64_t v_heads, int64_t head_dim, float eps,
+                                               const Tensor& s0 = Tensor());
 
 // ---- optimizer steps (ops/optim.cpp): in place on F32 tensors ----------------------------
 struct SgdOptions {

@@ -47,6 +47,8 @@ kern::SsmScan ssm_scan;
 kern::SsmScanBackward ssm_scan_backward;
 kern::GatedDeltaRule gated_delta_rule;
 kern::GatedDeltaRuleBackward gated_delta_rule_backward;
+kern::GdnSplitNorm gdn_split_norm;
+kern::GdnSplitNormBackward gdn_split_norm_backward;
 kern::MulMatId mul_mat_id;
 kern::MulMatIdBackward mul_mat_id_backward;
 kern::AddId add_id;

@@ -389,4 +389,58 @@ void gated_delta_rule_backward(const Tensor& q, const Tensor& k, const Tensor& v
   });
 }
 
+// ---- the layer's q/k/v split with the L2 norms -------------------------------------------
+
+void gdn_split_norm(const Tensor& c, int64_t Hk, int64_t Hv, int64_t D, float eps, float q_scale, Tensor& q,
+                    Tensor& k, Tensor& v, Tensor& q_inv, Tensor& k_inv) {
+  const int64_t rows = c.size(0) * c.size(1), C = c.size(2);
+  const float* pc = c.data<float>();
+  float *pq = q.data<float>(), *pk = k.data<float>(), *pv = v.data<float>();
+  float *pqi = q_inv.data<float>(), *pki = k_inv.data<float>();
+  parallel_for(0, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* cr = pc + r * C;
+      for (int64_t h = 0; h < Hk; ++h) {
+        for (int part = 0; part < 2; ++part) {  // q then k
+          const float* x = cr + (part * Hk + h) * D;
+          float* y = (part ? pk : pq) + (r * Hk + h) * D;
+          const float inv = 1.0f / std::max(std::sqrt(dot_row(x, x, D)), eps);
+          (part ? pki : pqi)[r * Hk + h] = inv;
+          const float m = part ? inv : inv * q_scale;
+          for (int64_t j = 0; j < D; ++j) y[j] = x[j] * m;
+        }
+      }
+      std::copy_n(cr + 2 * Hk * D, Hv * D, pv + r * Hv * D);
+    }
+  });
+}
+
+void gdn_split_norm_backward(const Tensor& q, const Tensor& k, const Tensor& q_inv, const Tensor& k_inv, float eps,
+                             float q_scale, const Tensor& dq, const Tensor& dk, const Tensor& dv, Tensor& dc) {
+  const int64_t Hk = q.size(2), D = q.size(3), Hv = dv.size(2), rows = q.size(0) * q.size(1), C = dc.size(2);
+  const float *pq = q.data<float>(), *pk = k.data<float>(), *pqi = q_inv.data<float>(), *pki = k_inv.data<float>();
+  const float *pdq = dq.data<float>(), *pdk = dk.data<float>(), *pdv = dv.data<float>();
+  float* pdc = dc.data<float>();
+  parallel_for(0, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* dr = pdc + r * C;
+      for (int64_t h = 0; h < Hk; ++h) {
+        for (int part = 0; part < 2; ++part) {
+          // y = s x inv (s = q_scale for q, 1 for k), with n = y / s the unit vector:
+          // dx = s inv (dy - n (n.dy)), or s inv dy where the norm was clamped at eps.
+          const int64_t at = (r * Hk + h) * D;
+          const float* y = (part ? pk : pq) + at;
+          const float* dy = (part ? pdk : pdq) + at;
+          const float inv = (part ? pki : pqi)[r * Hk + h], s = part ? 1.0f : q_scale;
+          const bool clamped = inv >= 1.0f / eps;
+          const float proj = clamped ? 0.0f : dot_row(y, dy, D) / (s * s);
+          float* dx = dr + (part * Hk + h) * D;
+          for (int64_t j = 0; j < D; ++j) dx[j] = s * inv * (dy[j] - y[j] * proj);
+        }
+      }
+      std::copy_n(pdv + r * Hv * D, Hv * D, dr + 2 * Hk * D);
+    }
+  });
+}
+
 }  // namespace toy::cpu

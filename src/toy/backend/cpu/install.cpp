@@ -54,6 +54,8 @@ void install_cpu_backend(Registry& r) {
   r.add<kern::SsmScanBackward>("ssm_scan_backward", d, &cpu::ssm_scan_backward);
   r.add<kern::GatedDeltaRule>("gated_delta_rule", d, &cpu::gated_delta_rule);
   r.add<kern::GatedDeltaRuleBackward>("gated_delta_rule_backward", d, &cpu::gated_delta_rule_backward);
+  r.add<kern::GdnSplitNorm>("gdn_split_norm", d, &cpu::gdn_split_norm);
+  r.add<kern::GdnSplitNormBackward>("gdn_split_norm_backward", d, &cpu::gdn_split_norm_backward);
   r.add<kern::MulMatId>("mul_mat_id", d, &cpu::mul_mat_id);
   r.add<kern::MulMatIdBackward>("mul_mat_id_backward", d, &cpu::mul_mat_id_backward);
   r.add<kern::AddId>("add_id", d, &cpu::add_id);
