@@ -108,6 +108,36 @@ inline ProcResult run_toy(const std::vector<std::string>& args, const ProcOption
   return r;
 }
 
+// Counts the "step" events a run has written to its events.jsonl so far.
+inline size_t step_events(const std::string& events_path) {
+  const std::string text = read_all(events_path);
+  size_t n = 0;
+  for (size_t p = text.find("\"event\":\"step\""); p != std::string::npos; p = text.find("\"event\":\"step\"", p + 1))
+    ++n;
+  return n;
+}
+
+// Runs toy with args until `events_path` holds more than `steps` step events (60 s at most),
+// then sends it `sig` and waits for it to end (60 s at most, then SIGKILL: a hang fails the
+// test, never blocks it). *seen gets the step events counted before the signal.
+inline ProcResult interrupt_toy_after_steps(const std::vector<std::string>& args, const std::string& events_path,
+                                            size_t steps, size_t* seen, int sig = SIGINT) {
+  const std::string base = (std::filesystem::path(::testing::TempDir()) / ("toy_int_" + std::to_string(getpid())))
+                               .string();
+  ProcResult r;
+  const pid_t pid = spawn_toy(args, ProcOptions{}, base + ".out", base + ".err");
+  *seen = 0;
+  for (int i = 0; i < 1200 && *seen <= steps; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    *seen = step_events(events_path);
+  }
+  kill(pid, sig);
+  wait_toy(pid, 60, r);
+  r.out = read_all(base + ".out");
+  r.err = read_all(base + ".err");
+  return r;
+}
+
 // Printable summary for assertion messages.
 inline std::string describe(const ProcResult& r) {
   return "exit " + std::to_string(r.status) + (r.signal ? " signal " + std::to_string(r.signal) : "") +

@@ -2,13 +2,7 @@
 // adapter applied by generate and eval, and clear errors for bad data and occupied folders.
 #include <gtest/gtest.h>
 
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-
-#include <chrono>
 #include <filesystem>
-#include <thread>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -18,8 +12,6 @@
 #include <unistd.h>
 
 #include "proc.h"
-
-extern char** environ;
 
 namespace fs = std::filesystem;
 using toy::test::describe;
@@ -121,37 +113,15 @@ TEST(CliFinetune, CtrlCWritesACheckpointAndResumes) {
   const Fixture& fx = fixture();
   const std::string dir = temp("sigint_" + std::to_string(getpid()));
   fs::remove_all(dir);
-  std::vector<std::string> args = {TOY_BINARY, "finetune", "-m", fx.model, "--data", fx.data, "--method", "lora",
-                                   "--steps", "100000", "--batch", "2", "--lora-rank", "2", "--lr", "1e-3",
-                                   "--out", dir, "--quiet"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid;
-  ASSERT_EQ(posix_spawn(&pid, TOY_BINARY, nullptr, nullptr, argv.data(), environ), 0);
   const fs::path events = fs::path(dir) / "events.jsonl";
-  auto count_steps = [&] {
-    std::ifstream in(events);
-    std::string text((std::istreambuf_iterator<char>(in)), {});
-    size_t n = 0;
-    for (size_t p = text.find("\"event\":\"step\""); p != std::string::npos; p = text.find("\"event\":\"step\"", p + 1)) ++n;
-    return n;
-  };
-  for (int i = 0; i < 1200 && count_steps() <= 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  kill(pid, SIGINT);
-  int status = 0;
-  bool exited = false;
-  for (int i = 0; i < 1200 && !exited; ++i) {
-    exited = waitpid(pid, &status, WNOHANG) == pid;
-    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  if (!exited) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    FAIL() << "toy finetune did not stop after SIGINT";
-  }
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  size_t steps = 0;
+  const auto run = toy::test::interrupt_toy_after_steps(
+      {"finetune", "-m", fx.model, "--data", fx.data, "--method", "lora", "--steps", "100000", "--batch", "2",
+       "--lora-rank", "2", "--lr", "1e-3", "--out", dir, "--quiet"},
+      events.string(), 3, &steps);
+  ASSERT_FALSE(run.timed_out) << "toy finetune did not stop after SIGINT";
+  ASSERT_GT(steps, 3u) << "the run took no steps before it was interrupted";
+  EXPECT_EQ(run.status, 0) << describe(run);
   for (const char* f : {"checkpoint.gguf", "model.gguf", "adapter.gguf", "report.html"})
     EXPECT_TRUE(fs::exists(fs::path(dir) / f)) << f;
   std::ifstream in(events);

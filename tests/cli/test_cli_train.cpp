@@ -2,9 +2,9 @@
 // seeds, Ctrl-C leaves a resumable checkpoint, errors exit non-zero without output files.
 #include <gtest/gtest.h>
 
+#include "proc.h"
 #include "requirements.h"
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,7 +26,6 @@
 #include "toy/ops/ops.h"
 
 namespace fs = std::filesystem;
-extern char** environ;
 
 namespace {
 
@@ -116,40 +115,15 @@ TEST(CliTrain, AContextOfOneTokenTrainsSamplesAndGenerates) {
 TEST(CliTrain, CtrlCWritesACheckpointAndResumes) {
   TOY_REQUIRE_FILE(kGpl3);
   const std::string dir = run_dir("sigint");
-  std::vector<std::string> args = {TOY_BINARY, "train", "--data", kGpl3, "--out", dir, "--steps", "100000",
-                                   "--layers", "1", "--heads", "2", "--dim", "32", "--ctx", "16", "--batch", "4",
-                                   "--eval-batches", "2", "--sample-tokens", "0", "--quiet"};
-  std::vector<char*> argv;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t pid;
-  ASSERT_EQ(posix_spawn(&pid, TOY_BINARY, nullptr, nullptr, argv.data(), environ), 0);
-  // Wait until it has taken a few steps, then interrupt it.
   const fs::path events = fs::path(dir) / "events.jsonl";
   size_t steps = 0;
-  for (int i = 0; i < 600 && steps <= 5; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::ifstream in(events);
-    std::string s((std::istreambuf_iterator<char>(in)), {});
-    steps = 0;
-    for (size_t p = s.find("\"event\":\"step\""); p != std::string::npos; p = s.find("\"event\":\"step\"", p + 1)) ++steps;
-  }
-  kill(pid, SIGINT);
-  // The run must stop within a minute; never wait on it forever.
-  int status = 0;
-  bool exited = false;
-  for (int i = 0; i < 1200 && !exited; ++i) {
-    exited = waitpid(pid, &status, WNOHANG) == pid;
-    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  if (!exited) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    FAIL() << "toy train did not stop after SIGINT";
-  }
+  const auto run = toy::test::interrupt_toy_after_steps(
+      {"train", "--data", kGpl3, "--out", dir, "--steps", "100000", "--layers", "1", "--heads", "2", "--dim", "32",
+       "--ctx", "16", "--batch", "4", "--eval-batches", "2", "--sample-tokens", "0", "--quiet"},
+      events.string(), 5, &steps);
+  ASSERT_FALSE(run.timed_out) << "toy train did not stop after SIGINT";
   ASSERT_GT(steps, 5u) << "the run took no steps before it was interrupted";
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(run.status, 0) << toy::test::describe(run);
   EXPECT_TRUE(fs::exists(fs::path(dir) / "checkpoint.gguf"));
   std::ifstream in(events);
   std::string line, last;

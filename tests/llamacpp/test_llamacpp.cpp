@@ -83,6 +83,18 @@ std::string train_model(const std::string& name, const std::string& preset, cons
   return o.out + "/model.gguf";
 }
 
+// The largest change an adapter makes to the base's logits on ids.
+double adapter_moves_logits(const std::string& base, const std::string& adapter, const std::vector<int32_t>& ids) {
+  LoadedModel plain = load_model(base), adapted = load_model(base);
+  load_lora_adapter(*adapted.model, adapted.arch, adapter);
+  NoGradGuard ng;
+  const Tensor x = from_vector(ids, Shape{1, int64_t(ids.size())});
+  const std::vector<float> a = plain.model->logits(x).to_f32_vector(), b = adapted.model->logits(x).to_f32_vector();
+  double moved = 0;
+  for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, double(std::fabs(a[i] - b[i])));
+  return moved;
+}
+
 // Compares toy's log-probabilities with llama.cpp's at every position of `ids`; returns the
 // largest difference. `tolerance` bounds it; the most likely token must agree wherever
 // toy's top two are further apart than `tie` in log-probability.
@@ -217,16 +229,7 @@ TEST(LlamaCpp, AppliesOurLoraAdapterAndRunsTheMergedModel) {
   const std::string adapter = o.out + "/adapter.gguf", merged = o.out + "/model.gguf";
   const std::vector<int32_t> ids = encode(base, "source notice = ecruos eciton and the terms of this License");
   // The adapter changes the distributions (else the comparison would prove nothing) ...
-  {
-    LoadedModel plain = load_model(base), adapted = load_model(base);
-    load_lora_adapter(*adapted.model, adapted.arch, adapter);
-    NoGradGuard ng;
-    const Tensor x = from_vector(ids, Shape{1, int64_t(ids.size())});
-    const std::vector<float> a = plain.model->logits(x).to_f32_vector(), b = adapted.model->logits(x).to_f32_vector();
-    double moved = 0;
-    for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, double(std::fabs(a[i] - b[i])));
-    EXPECT_GT(moved, 0.1);
-  }
+  EXPECT_GT(adapter_moves_logits(base, adapter, ids), 0.1);
   // ... and llama.cpp applies it as toy does.
   expect_same_distributions(base, ids, 1e-3, 0.0, adapter);
   expect_same_greedy_tokens(base, encode(base, "work code ="), 16, 0.0, adapter);
@@ -412,16 +415,8 @@ TEST(LlamaCpp, AppliesOurLoraAdapterOnAHybrid) {
   const std::string adapter = o.out + "/adapter.gguf", merged = o.out + "/model.gguf";
   EXPECT_NE(gguf::Reader(adapter).find_tensor("blk.0.ssm_alpha.weight.lora_a"), nullptr);
   const std::vector<int32_t> ids = encode(base, "source notice = ecruos eciton and the terms of this License");
-  {  // the adapter moves the distributions (else agreeing would prove nothing)
-    LoadedModel plain = load_model(base), adapted = load_model(base);
-    load_lora_adapter(*adapted.model, adapted.arch, adapter);
-    NoGradGuard ng;
-    const Tensor x = from_vector(ids, Shape{1, int64_t(ids.size())});
-    const std::vector<float> a = plain.model->logits(x).to_f32_vector(), b = adapted.model->logits(x).to_f32_vector();
-    double moved = 0;
-    for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, double(std::fabs(a[i] - b[i])));
-    EXPECT_GT(moved, 0.1);
-  }
+  // The adapter moves the distributions (else agreeing would prove nothing).
+  EXPECT_GT(adapter_moves_logits(base, adapter, ids), 0.1);
   expect_same_distributions(base, ids, 1e-3, 0.0, adapter);
   expect_same_greedy_tokens(base, encode(base, "work code ="), 16, 0.0, adapter);
   expect_same_distributions(merged, ids, 1e-3, 0.0);
