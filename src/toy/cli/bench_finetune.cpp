@@ -27,6 +27,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "toy/cli/bench_util.h"
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
 #include "toy/core/error.h"
@@ -96,8 +97,6 @@ std::optional<nlohmann::json> last_json(const std::string& text) {
   }
   return found;
 }
-
-std::string cpu_name() { return provenance().value("cpu", std::string("?")); }
 
 std::string self_exe() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
 

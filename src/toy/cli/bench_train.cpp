@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "toy/autograd/backward.h"
+#include "toy/cli/bench_util.h"
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
 #include "toy/core/error.h"
@@ -311,6 +312,7 @@ void print_hybrid_result(const TrainBenchResult& r, const TrainBenchOptions& o) 
   const double ratio = r.toy_tps / r.attention_tps;
   if (o.json) {
     nlohmann::json j = {{"preset", r.recipe->name},        {"layer_kinds", r.recipe->kinds},
+                        {"cpu", cpu_name()},
                         {"tokens_per_s", r.toy_tps},       {"attention_tokens_per_s", r.attention_tps},
                         {"ratio", ratio},                  {"threads", r.toy_threads},
                         {"params", r.params},              {"attention_params", r.attention_params},
@@ -331,6 +333,7 @@ void print_train_result(const TrainBenchResult& r, const TrainBenchOptions& o) {
   const double peer_tps = r.peer_tps.value_or(0.0), ratio = has_peer ? r.toy_tps / peer_tps : 0.0;
   if (o.json) {
     nlohmann::json j = {{"preset", r.recipe->name},
+                        {"cpu", cpu_name()},
                         {"tokens_per_s", r.toy_tps},
                         {"peer", nullptr},
                         {"peer_tokens_per_s", nullptr},
@@ -374,7 +377,7 @@ int run_train_bench(const TrainBenchOptions& o) {
   bool warned = false;
   if (!o.json)
     std::printf("toy bench train: tokens per second of a full training step (fwd + loss + bwd + clip + AdamW), "
-                "medians of %d reps\n", o.reps);
+                "medians of %d reps, %s\n", o.reps, cpu_name().c_str());
   for (const TrainRecipe& r : kRecipes) {
     if (!o.presets.empty() && std::find(o.presets.begin(), o.presets.end(), r.name) == o.presets.end()) continue;
     TrainBenchResult res = bench_recipe(r, o, script, peer_error);

@@ -8,7 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "toy/obs/events.h"
+
 namespace toy::cli {
+
+// The CPU every benchmark names beside its numbers (machines of one kind differ).
+inline std::string cpu_name() { return provenance().value("cpu", std::string("?")); }
 
 // Median wall time in seconds of `reps` runs of f, after `warmup` untimed runs.
 template <class F>

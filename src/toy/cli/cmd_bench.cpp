@@ -193,7 +193,9 @@ int run_ops_bench(const OpsBenchOptions& o) {
   const int threads = num_threads();
   auto want = [&](const char* n) { return o.only.empty() || o.only == n; };
   const double peak = cpu::measure_fma_peak_gflops(threads, 0.25);
-  print_result({"fma_peak", peak, "GFLOP/s", peak, 1.0, "itself (" + std::to_string(threads) + " threads)", 0}, o.json);
+  print_result({"fma_peak", peak, "GFLOP/s", peak, 1.0,
+                "itself (" + std::to_string(threads) + " threads, " + cpu_name() + ")", 0},
+               o.json);
   if (want("matmul_f32_1024")) print_result(bench_matmul("matmul_f32_1024", 1024, 1024, 1024, peak, o.reps, 0.60), o.json);
   if (want("matmul_f32_train"))
     print_result(bench_matmul("matmul_f32_train", 768, 128, 512, peak, o.reps * 5, 0.40), o.json);

@@ -33,13 +33,6 @@ struct FinetuneFlags {
   bool json = false;
 };
 
-bool same_path(const std::string& a, const std::string& b) {
-  if (a == b) return true;
-  std::error_code e1, e2;
-  const fs::path ca = fs::weakly_canonical(a, e1), cb = fs::weakly_canonical(b, e2);
-  return !e1 && !e2 && ca == cb;
-}
-
 // What each flag does on --resume: the flags that say how the run proceeds may change; any
 // other flag, given again, must have the value the run was started with (a user re-runs the
 // command line with --resume added); a path names the same file. Every flag has a rule:

@@ -54,14 +54,6 @@ std::string layer_pattern(const ModelConfig& m) {
   return s;
 }
 
-// The same path (both exist and are one file or folder), or the same string.
-bool same_path(const std::string& a, const std::string& b) {
-  if (a == b) return true;
-  std::error_code e1, e2;
-  const fs::path ca = fs::weakly_canonical(a, e1), cb = fs::weakly_canonical(b, e2);
-  return !e1 && !e2 && ca == cb;
-}
-
 // What each flag of `toy train` does on --resume. Fixed flags say what the run is: given
 // again with the value the run was started with they are fine (a user re-runs the command
 // line with --resume added); another value is refused naming both. Cadence flags say how the

@@ -1,5 +1,7 @@
 #include "toy/cli/flags.h"
 
+#include <filesystem>
+
 #include <cmath>
 
 #include <fmt/core.h>
@@ -105,6 +107,13 @@ CLI::Option* add_real(CLI::App* cmd, const std::string& names, std::optional<flo
   const std::string flag = flag_name(names);
   return add_parsed(cmd, names, [&var, flag, r](const std::string& s) { var = float(parse_real_in(flag, s, r)); },
                     desc, "NUM");
+}
+
+bool same_path(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  std::error_code e1, e2;
+  const std::filesystem::path ca = std::filesystem::weakly_canonical(a, e1), cb = std::filesystem::weakly_canonical(b, e2);
+  return !e1 && !e2 && ca == cb;
 }
 
 }  // namespace toy::cli

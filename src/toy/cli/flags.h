@@ -32,6 +32,10 @@ CLI::Option* add_real(CLI::App* cmd, const std::string& names, double& var, Rang
 CLI::Option* add_real(CLI::App* cmd, const std::string& names, std::optional<float>& var, Range r,
                       const std::string& desc);
 
+// The same path (both exist and are one file or folder), or the same string: how a --resume
+// compares the paths a run was started with to the ones given again.
+bool same_path(const std::string& a, const std::string& b);
+
 // The exit code and message shape of every toy error: "toy: <message>" on stderr; usage
 // errors (bad flags) exit 2, runtime errors exit 1.
 constexpr int kExitRuntime = 1;

@@ -87,34 +87,29 @@ void DecoderLM::declare(Add add) {
       n.norm = nn::Norm{nn::Norm::Kind::RMS, add(blk(l, "ssm_norm.weight"), Shape{gc.head_dim}, true), Tensor(),
                         cfg_.norm_eps};
       n.out = make_linear(blk(l, "ssm_out"), D, gc.value_dim(), false);
-      b.ffn_norm = make_norm(blk(l, "post_attention_norm"), D, norm_bias);
-      b.mlp.kind = nn::Mlp::Kind::SwiGLU;
-      b.mlp.gate = make_linear(blk(l, "ffn_gate"), F, D, cfg_.bias);
-      b.mlp.up = make_linear(blk(l, "ffn_up"), F, D, cfg_.bias);
-      b.mlp.down = make_linear(blk(l, "ffn_down"), D, F, cfg_.bias);
-      blocks_.push_back(std::move(b));
-      continue;
-    }
-    nn::Attention& a = b.attn;
-    a.heads = H, a.kv_heads = Hkv, a.head_dim = d;
-    if (gpt_qkv) {
-      // GPT-2's GGUF layout: one fused projection, rows Q then K then V.
-      a.qkv = make_linear(blk(l, "attn_qkv"), (H + 2 * Hkv) * d, D, cfg_.bias);
     } else {
-      const bool qkv_bias = cfg_.bias || cfg_.qkv_bias;  // split weights, split biases (Qwen2-style)
-      a.gated = cfg_.attn_gate;
-      a.q = make_linear(blk(l, "attn_q"), (a.gated ? 2 : 1) * H * d, D, qkv_bias);
-      a.k = make_linear(blk(l, "attn_k"), Hkv * d, D, qkv_bias);
-      a.v = make_linear(blk(l, "attn_v"), Hkv * d, D, qkv_bias);
+      nn::Attention& a = b.attn;
+      a.heads = H, a.kv_heads = Hkv, a.head_dim = d;
+      if (gpt_qkv) {
+        // GPT-2's GGUF layout: one fused projection, rows Q then K then V.
+        a.qkv = make_linear(blk(l, "attn_qkv"), (H + 2 * Hkv) * d, D, cfg_.bias);
+      } else {
+        const bool qkv_bias = cfg_.bias || cfg_.qkv_bias;  // split weights, split biases (Qwen2-style)
+        a.gated = cfg_.attn_gate;
+        a.q = make_linear(blk(l, "attn_q"), (a.gated ? 2 : 1) * H * d, D, qkv_bias);
+        a.k = make_linear(blk(l, "attn_k"), Hkv * d, D, qkv_bias);
+        a.v = make_linear(blk(l, "attn_v"), Hkv * d, D, qkv_bias);
+      }
+      if (cfg_.qk_norm) {
+        a.q_norm = nn::Norm{nn::Norm::Kind::RMS, add(blk(l, "attn_q_norm.weight"), Shape{d}, true), Tensor(),
+                            cfg_.norm_eps};
+        a.k_norm = nn::Norm{nn::Norm::Kind::RMS, add(blk(l, "attn_k_norm.weight"), Shape{d}, true), Tensor(),
+                            cfg_.norm_eps};
+      }
+      a.out = make_linear(blk(l, "attn_output"), D, H * d, cfg_.bias);
+      if (cfg_.pos == PosKind::RoPE) a.rope = rope_options(cfg_, freq_factors);
     }
-    if (cfg_.qk_norm) {
-      a.q_norm = nn::Norm{nn::Norm::Kind::RMS, add(blk(l, "attn_q_norm.weight"), Shape{d}, true), Tensor(),
-                          cfg_.norm_eps};
-      a.k_norm = nn::Norm{nn::Norm::Kind::RMS, add(blk(l, "attn_k_norm.weight"), Shape{d}, true), Tensor(),
-                          cfg_.norm_eps};
-    }
-    a.out = make_linear(blk(l, "attn_output"), D, H * d, cfg_.bias);
-    if (cfg_.pos == PosKind::RoPE) a.rope = rope_options(cfg_, freq_factors);
+    // (A Gated DeltaNet block is Qwen3.5's: RMSNorm and SwiGLU, validate() says so.)
     b.ffn_norm = make_norm(blk(l, cfg_.qwen35_layout() ? "post_attention_norm" : "ffn_norm"), D, norm_bias);
     b.mlp.kind = cfg_.mlp == MlpKind::SwiGLU ? nn::Mlp::Kind::SwiGLU : nn::Mlp::Kind::GELU;
     if (cfg_.mlp == MlpKind::SwiGLU) b.mlp.gate = make_linear(blk(l, "ffn_gate"), F, D, cfg_.bias);
