@@ -262,6 +262,8 @@ ModelConfig config_from_gguf(const gguf::Reader& r) {
   } else {
     TOY_CHECK(!arch.empty(), "[model] '{}' has no general.architecture key", shown);
     TOY_CHECK(arch != "toy", "[model] '{}': architecture 'toy' needs its toy.config key", shown);
+    TOY_CHECK(arch != "vit", "[model] '{}' is a ViT image classifier, not a language model: use toy classify or "
+              "toy vision eval", shown);
     try {
       cfg = config_from_standard_keys(r, arch);
     } catch (const Error& e) {

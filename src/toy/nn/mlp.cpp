@@ -6,7 +6,7 @@
 namespace toy::nn {
 
 Tensor Mlp::operator()(const Tensor& x) const {
-  if (kind == Kind::GELU) return down(gelu(up(x)));
+  if (kind == Kind::GELU) return down(gelu(up(x), gelu_approx));
   // Training: one matmul for gate and up together, then the packed swiglu (its backward
   // returns one packed gradient). Inference: two products (no per-call weight copy).
   if (grad_enabled() && gate.weight.requires_grad()) {
