@@ -153,12 +153,6 @@ class ToyTrainer {
 
 // ---- the PyTorch peer, run as a subprocess -------------------------------------------------
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 struct PeerRun {
   std::optional<double> tokens_per_s;  // empty: the peer failed (see error)
   std::string error, torch_version, blas;

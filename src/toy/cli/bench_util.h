@@ -15,6 +15,13 @@ namespace toy::cli {
 // The CPU every benchmark names beside its numbers (machines of one kind differ).
 inline std::string cpu_name() { return provenance().value("cpu", std::string("?")); }
 
+// A shell word for popen() command lines.
+inline std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
 // Median wall time in seconds of `reps` runs of f, after `warmup` untimed runs.
 template <class F>
 double median_seconds(F&& f, int reps, int warmup = 1) {

@@ -21,5 +21,7 @@ Run add_init_command(CLI::App& app);
 Run add_chat_command(CLI::App& app);
 Run add_perplexity_command(CLI::App& app);
 Run add_quantize_command(CLI::App& app);
+Run add_vision_command(CLI::App& app);
+Run add_classify_command(CLI::App& app);
 
 }  // namespace toy::cli

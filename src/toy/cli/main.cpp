@@ -48,6 +48,8 @@ int main(int argc, char** argv) {
   auto reg = [&](toy::cli::Run r) { runs[app.get_subcommands({}).back()] = std::move(r); };
   reg(toy::cli::add_train_command(app));
   reg(toy::cli::add_finetune_command(app));
+  reg(toy::cli::add_vision_command(app));
+  reg(toy::cli::add_classify_command(app));
   reg(toy::cli::add_generate_command(app));
   reg(toy::cli::add_chat_command(app));
   reg(toy::cli::add_perplexity_command(app));

@@ -274,7 +274,7 @@ Image read_image_file(const std::string& path, int64_t channels, int64_t height,
   TOY_CHECK(bytes.size() <= size_t(INT32_MAX), "[data] '{}' is too large for an image", shown(path));
   TOY_CHECK(stbi_info_from_memory(buf, int(bytes.size()), &w, &h, &c),
             "[data] cannot read image '{}': {}", shown(path), stbi_failure_reason());
-  TOY_CHECK(int64_t(w) * h <= (int64_t(1) << 28), "[data] image '{}' is {}x{}: too large", shown(path), w, h);
+  TOY_CHECK(int64_t(w) * h <= (int64_t(1) << 26), "[data] image '{}' is {}x{}: too large", shown(path), w, h);
   const int want = channels == 1 ? 1 : channels == 3 ? 3 : c <= 2 ? 1 : 3;
   // Grey(+alpha) images read as grey and colour as RGB; stb converts between the two.
   stbi_uc* px = stbi_load_from_memory(buf, int(bytes.size()), &w, &h, &c, want);

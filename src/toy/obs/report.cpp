@@ -38,7 +38,7 @@ struct Series {
 };
 
 // A line chart of the series on shared axes.
-std::string svg_chart(const std::vector<Series>& series, const std::string& ylabel) {
+std::string svg_chart(const std::vector<Series>& series, const std::string& ylabel, const std::string& xlabel = "step") {
   const double W = 760, H = 360, L = 60, R = 20, T = 20, B = 45;
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
   for (const auto& s : series)
@@ -63,7 +63,7 @@ std::string svg_chart(const std::vector<Series>& series, const std::string& ylab
     o += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.3f}</text>\n", L - 5, Y(yv) + 4, yv);
     o += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{:.0f}</text>\n", X(xv), H - B + 16, xv);
   }
-  o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">step</text>", (L + W - R) / 2, H - 8);
+  o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>", (L + W - R) / 2, H - 8, esc(xlabel));
   o += fmt::format("<text x=\"14\" y=\"{}\" transform=\"rotate(-90 14 {})\" text-anchor=\"middle\">{}</text>\n",
                    (T + H - B) / 2, (T + H - B) / 2, esc(ylabel));
   int li = 0;
@@ -97,6 +97,63 @@ double number(const nlohmann::json& e, const char* key) {
   auto it = e.find(key);
   return it != e.end() && it->is_number() ? it->get<double>() : NAN;
 }
+// toy vision train's sections: accuracy by epoch, the confusion matrix, misclassified images.
+std::string vision_sections(const std::vector<nlohmann::json>& epochs, const nlohmann::json& confusion,
+                            const nlohmann::json& wrong) {
+  Series tr{"train (augmented batches)", "#1f77b4", {}, true}, val{"validation", "#2ca02c", {}, true},
+      te{"test", "#d62728", {}, true};
+  Series trl{"train", "#1f77b4", {}, true}, tel{"test", "#d62728", {}, true};
+  for (const auto& e : epochs) {
+    const double x = e.value("epoch", 0.0);
+    tr.pts.emplace_back(x, 100 * number(e, "train_accuracy"));
+    val.pts.emplace_back(x, 100 * number(e, "val_accuracy"));
+    te.pts.emplace_back(x, 100 * number(e, "test_accuracy"));
+    trl.pts.emplace_back(x, number(e, "train_loss"));
+    tel.pts.emplace_back(x, number(e, "test_loss"));
+  }
+  std::string h = "<h2>Accuracy by epoch</h2>\n" + svg_chart({tr, val, te}, "accuracy (%)", "epoch");
+  h += "<h2>Loss by epoch</h2>\n" + svg_chart({trl, tel}, "cross-entropy", "epoch");
+  if (confusion.is_object() && confusion.contains("matrix")) {
+    const auto& m = confusion["matrix"];
+    const auto& names = confusion["classes"];
+    int64_t peak = 1;
+    for (const auto& row : m)
+      for (const auto& v : row) peak = std::max<int64_t>(peak, v.get<int64_t>());
+    h += fmt::format("<h2>Confusion matrix (test set, {} weights: {:.2f}% accuracy)</h2>\n<p>Rows: true class; "
+                     "columns: predicted.</p>\n<table><tr><td></td>",
+                     esc(confusion.value("model", "")), 100 * number(confusion, "accuracy"));
+    for (size_t c = 0; c < names.size(); ++c) h += fmt::format("<td><b>{}</b></td>", c);
+    h += "<td>accuracy</td></tr>\n";
+    for (size_t r = 0; r < m.size(); ++r) {
+      h += fmt::format("<tr><td><b>{}</b> {}</td>", r, esc(names[r].get<std::string>()));
+      int64_t total = 0;
+      for (const auto& v : m[r]) total += v.get<int64_t>();
+      for (size_t c = 0; c < m[r].size(); ++c) {
+        const int64_t v = m[r][c].get<int64_t>();
+        const double a = double(v) / double(peak);
+        const std::string bg = r == c ? fmt::format("rgba(44,160,44,{:.2f})", 0.15 + 0.85 * a)
+                                      : fmt::format("rgba(214,39,40,{:.2f})", std::min(1.0, 4 * a));
+        h += fmt::format("<td style=\"background:{};text-align:right\">{}</td>", bg, v);
+      }
+      h += fmt::format("<td>{:.1f}%</td></tr>\n", total ? 100.0 * double(m[r][r].get<int64_t>()) / double(total) : 0.0);
+    }
+    h += "</table>\n";
+  }
+  if (wrong.is_object() && wrong.contains("images")) {
+    h += fmt::format("<h2>Misclassified test images</h2>\n<p>{} of the test images are misclassified; the {} most "
+                     "confident mistakes:</p>\n<div style=\"display:flex;flex-wrap:wrap;gap:8px\">",
+                     wrong.value("count", int64_t(0)), wrong["images"].size());
+    for (const auto& im : wrong["images"])
+      h += fmt::format("<figure style=\"margin:0;width:96px;font-size:11px\"><img width=\"96\" height=\"96\" "
+                       "style=\"image-rendering:pixelated;border:1px solid #ccc\" src=\"data:image/png;base64,{}\">"
+                       "<figcaption>#{}: {}<br>as <b>{}</b> ({:.0f}%)</figcaption></figure>",
+                       im.value("png", ""), im.value("index", int64_t(0)), esc(im.value("label", "")),
+                       esc(im.value("predicted", "")), 100 * number(im, "prob"));
+    h += "</div>\n";
+  }
+  return h;
+}
+
 }  // namespace
 
 void write_report(const std::string& events_path, const std::string& html_path) {
@@ -106,6 +163,8 @@ void write_report(const std::string& events_path, const std::string& html_path) 
       est_val{"validation", "#d62728", {}, true};
   nlohmann::json start, end, models;
   std::vector<std::pair<int64_t, std::string>> samples;
+  std::vector<nlohmann::json> epochs;
+  nlohmann::json confusion, wrong;
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
@@ -124,16 +183,28 @@ void write_report(const std::string& events_path, const std::string& html_path) 
     }
     if (ev == "sample") samples.emplace_back(e.value("step", int64_t(0)), e.value("text", ""));
     if (ev == "run_end") end = e;
+    if (ev == "epoch") epochs.push_back(e);
+    if (ev == "confusion") confusion = e;
+    if (ev == "misclassified") wrong = e;
     if (ev == "models") models = e;
   }
-  const std::string title = start.is_object() && start.value("command", "") == "finetune" ? "toy finetune report"
-                                                                                          : "toy run report";
+  const std::string command = start.is_object() ? start.value("command", "") : "";
+  const bool vision = command == "vision";
+  const std::string title = command == "finetune" ? "toy finetune report"
+                            : vision              ? "toy vision report"
+                                                  : "toy run report";
   std::string h = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + title + "</title>\n<style>"
                   "body{font-family:sans-serif;max-width:820px;margin:2em auto;color:#222}"
                   "table{border-collapse:collapse}td{border:1px solid #ddd;padding:2px 8px;font-size:13px}"
                   "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}</style></head><body>\n";
   h += "<h1>" + title + "</h1>\n";
-  if (!end.is_null())
+  if (!end.is_null() && vision)
+    h += fmt::format("<p>{} epochs ({} steps) in {:.1f} s, {:.0f} images/s. Final train loss {:.4f}, test accuracy "
+                     "{:.2f}%{}.</p>\n",
+                     end.value("epochs", 0), end.value("steps", 0), end.value("seconds", 0.0),
+                     end.value("images_per_s", 0.0), number(end, "train_loss"), 100 * number(end, "test_accuracy"),
+                     end.value("stopped", false) ? " (stopped early; resumable)" : "");
+  else if (!end.is_null())
     h += fmt::format("<p>{} steps in {:.1f} s, {:.0f} tokens/s. Final train loss {:.4f}, validation loss {:.4f}{}.</p>\n",
                      end.value("steps", 0), end.value("seconds", 0.0), end.value("tokens_per_s", 0.0),
                      number(end, "train_loss"), number(end, "val_loss"),
@@ -144,7 +215,15 @@ void write_report(const std::string& events_path, const std::string& html_path) 
     // toy train keeps the other weights in a companion model file; toy finetune in its checkpoint.
     const std::string other = models.contains("companion") ? "<code>" + esc(models.value("companion", "")) + "</code>"
                                                            : std::string("<code>checkpoint.gguf</code>");
-    if (best)
+    if (vision)
+      h += fmt::format("<p><code>model.gguf</code> holds the {} weights{}; {} holds the {}.</p>\n",
+                       best ? "best validation-accuracy" : "last step's",
+                       best_step >= 0 ? fmt::format(" (best: epoch {}, validation accuracy {:.2f}%)",
+                                                    models.value("best_epoch", int64_t(-1)),
+                                                    100 * number(models, "best_val_accuracy"))
+                                      : std::string(),
+                       other, best ? "last step's" : "best validation weights");
+    else if (best)
       h += fmt::format("<p><code>model.gguf</code> holds the best validation weights (step {}, validation loss {:.4f}); "
                        "{} holds the last step's (step {}).</p>\n",
                        best_step, number(models, "best_val_loss"), other, last_step);
@@ -161,8 +240,9 @@ void write_report(const std::string& events_path, const std::string& html_path) 
       h += "<p><code>adapter.gguf</code> holds the same LoRA adapter unmerged, for llama.cpp's <code>--lora</code>."
            "</p>\n";
   }
-  h += "<h2>Loss</h2>\n" + svg_chart({train, est_train, est_val}, "cross-entropy (nats/token)");
-  if (!samples.empty() || title == "toy run report") {  // (toy finetune draws none)
+  h += "<h2>Loss</h2>\n" + svg_chart({train, est_train, est_val}, vision ? "training loss (per step)" : "cross-entropy (nats/token)");
+  if (vision) h += vision_sections(epochs, confusion, wrong);
+  if (!samples.empty() || (!vision && title == "toy run report")) {  // (toy finetune draws none)
     h += "<h2>Samples</h2>\n";
     for (const auto& [step, text] : samples) h += fmt::format("<p>step {}</p><pre>{}</pre>\n", step, esc(text));
     if (samples.empty()) h += "<p>(none)</p>\n";

@@ -1,0 +1,698 @@
+#include "toy/train/vision.h"
+
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "toy/autograd/backward.h"
+#include "toy/core/files.h"
+#include "toy/core/json_fields.h"
+#include "toy/core/machine.h"
+#include "toy/core/text.h"
+#include "toy/core/thread_pool.h"
+#include "toy/io/gguf.h"
+#include "toy/io/vit_file.h"
+#include "toy/models/config.h"
+#include "toy/obs/events.h"
+#include "toy/obs/progress.h"
+#include "toy/obs/report.h"
+#include "toy/ops/ops.h"
+#include "toy/train/optimizer.h"
+#include "toy/train/run_folder.h"
+#include "toy/train/run_state.h"
+#include "toy/train/step.h"
+#include "toy/train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace toy {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+constexpr uint64_t kOrderStream = 1u << 24;  // + epoch: that epoch's order
+constexpr uint64_t kAugStream = 7;
+constexpr uint32_t kVisionCheckpointVersion = 1;
+}  // namespace
+
+// ---- options ------------------------------------------------------------------------------------
+
+void VisionTrainOptions::validate() const {
+  TOY_CHECK(!out.empty(), "[vision] --out (the run folder) is required");
+  TOY_CHECK(!data.empty(), "[vision] --data is required");
+  TOY_CHECK(epochs >= 1 && epochs <= 100000, "[vision] --epochs must be in 1..100000, got {}", epochs);
+  TOY_CHECK(batch >= 1 && batch <= 65536, "[vision] --batch must be in 1..65536, got {}", batch);
+  TOY_CHECK(accum >= 1 && accum <= 4096, "[vision] --accum must be in 1..4096, got {}", accum);
+  TOY_CHECK(std::isfinite(lr) && lr > 0 && lr <= 1, "[vision] --lr must be in (0, 1], got {}", lr);
+  TOY_CHECK(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, "[vision] --min-lr must be in [0, lr], got {}",
+            min_lr);
+  TOY_CHECK(warmup >= 0, "[vision] --warmup must be >= 0, got {}", warmup);
+  TOY_CHECK(weight_decay >= 0 && weight_decay < 1, "[vision] --wd must be in [0, 1), got {}", weight_decay);
+  TOY_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "[vision] --beta1/--beta2 must be in [0, 1)");
+  TOY_CHECK(std::isfinite(clip) && clip >= 0, "[vision] --clip must be >= 0 (0 = off), got {}", clip);
+  TOY_CHECK(label_smoothing >= 0 && label_smoothing < 1, "[vision] --label-smoothing must be in [0, 1), got {}",
+            label_smoothing);
+  TOY_CHECK(crop_pad >= 0 && crop_pad <= 64, "[vision] --crop-pad must be in 0..64, got {}", crop_pad);
+  TOY_CHECK(val_count >= 1, "[vision] --val-count must be >= 1, got {}", val_count);
+  TOY_CHECK(threads >= 0 && threads <= kMaxThreads, "[vision] --threads must be in 0..{}, got {}", kMaxThreads,
+            threads);
+  TOY_CHECK(log_every >= 1, "[vision] --log-every must be >= 1, got {}", log_every);
+  TOY_CHECK(stop_after >= 0 && save_every >= 0, "[vision] --stop-after and --save-every must be >= 0");
+  TOY_CHECK(std::isfinite(save_minutes) && save_minutes >= 0 && save_minutes <= 1e6,
+            "[vision] --save-minutes must be in [0, 1e6], got {}", save_minutes);
+  TOY_CHECK(keep == "best" || keep == "last", "[vision] --keep must be best or last, got '{}'", printable(keep));
+  TOY_CHECK(misclassified >= 0 && misclassified <= 1000, "[vision] misclassified images shown must be in 0..1000");
+  VitConfig m = model;
+  m.validate();
+}
+
+nlohmann::json VisionTrainOptions::to_json() const {
+  return {{"data", data},         {"out", out},
+          {"preset", preset},     {"model", model.to_json()},
+          {"epochs", epochs},     {"batch", batch},
+          {"accum", accum},       {"lr", json_float(lr)},
+          {"min_lr", json_float(min_lr)}, {"warmup", warmup},
+          {"weight_decay", json_float(weight_decay)}, {"beta1", json_float(beta1)},
+          {"beta2", json_float(beta2)}, {"clip", json_float(clip)},
+          {"label_smoothing", json_float(label_smoothing)}, {"crop_pad", crop_pad},
+          {"flip", flip},         {"seed", seed},
+          {"val_count", val_count}, {"threads", threads},
+          {"log_every", log_every}, {"stop_after", stop_after},
+          {"save_every", save_every}, {"save_minutes", save_minutes},
+          {"keep", keep},         {"misclassified", misclassified}};
+}
+
+VisionTrainOptions VisionTrainOptions::from_json(const nlohmann::json& j, const std::string& where) {
+  using namespace json_fields;
+  VisionTrainOptions o;
+  o.data = get_string(j, "data", where);
+  o.out = get_string(j, "out", where);
+  o.preset = get_string(j, "preset", where);
+  o.model = VitConfig::from_json(get_object(j, "model", where), where + " model");
+  o.epochs = get_int(j, "epochs", where);
+  o.batch = get_int(j, "batch", where);
+  o.accum = get_int(j, "accum", where);
+  o.lr = get_float(j, "lr", where);
+  o.min_lr = get_float(j, "min_lr", where);
+  o.warmup = get_int(j, "warmup", where);
+  o.weight_decay = get_float(j, "weight_decay", where);
+  o.beta1 = get_float(j, "beta1", where);
+  o.beta2 = get_float(j, "beta2", where);
+  o.clip = get_float(j, "clip", where);
+  o.label_smoothing = get_float(j, "label_smoothing", where);
+  o.crop_pad = get_int(j, "crop_pad", where);
+  o.flip = get_bool(j, "flip", where);
+  o.seed = get_uint(j, "seed", where);
+  o.val_count = get_int(j, "val_count", where);
+  const int64_t threads = get_int(j, "threads", where);
+  TOY_CHECK(threads >= 0 && threads <= kMaxThreads, "{}: threads {} is outside 0..{}", where, threads, kMaxThreads);
+  o.threads = int(threads);
+  o.log_every = get_int(j, "log_every", where);
+  o.stop_after = get_int(j, "stop_after", where);
+  o.save_every = get_int(j, "save_every", where);
+  o.save_minutes = get_double(j, "save_minutes", where);
+  o.keep = get_string(j, "keep", where);
+  o.misclassified = get_int(j, "misclassified", where);
+  try {
+    o.validate();
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  return o;
+}
+
+// ---- evaluation ---------------------------------------------------------------------------------
+
+std::vector<double> Evaluation::per_class() const {
+  std::vector<double> r;
+  for (size_t c = 0; c < confusion.size(); ++c) {
+    int64_t n = 0;
+    for (int64_t v : confusion[c]) n += v;
+    r.push_back(n ? double(confusion[c][c]) / double(n) : NAN);
+  }
+  return r;
+}
+
+void check_images_fit(const Vit& m, const ImageSet& s) {
+  const VitConfig& c = m.config();
+  TOY_CHECK(s.channels == c.channels && s.height == c.image && s.width == c.image,
+            "[vision] '{}' holds {}x{} images with {} channel(s); the model takes {}x{} with {}", printable(s.source),
+            s.width, s.height, s.channels, c.image, c.image, c.channels);
+  for (int64_t i = 0; i < s.size(); ++i)
+    TOY_CHECK(s.labels[size_t(i)] >= 0 && s.labels[size_t(i)] < c.classes,
+              "[vision] '{}': image {} has label {}, outside the model's {} classes", printable(s.source), i,
+              s.labels[size_t(i)], c.classes);
+}
+
+Evaluation evaluate(const Vit& m, const ImageSet& s, int64_t batch) {
+  check_images_fit(m, s);
+  NoGradGuard ng;
+  const int64_t K = m.config().classes;
+  Evaluation e;
+  e.n = s.size();
+  e.confusion.assign(size_t(K), std::vector<int64_t>(size_t(K), 0));
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t at = 0; at < s.size(); at += batch) {
+    const int64_t n = std::min(batch, s.size() - at);
+    Tensor logits = m.logits(m.input(s.image(at), n));
+    std::vector<int32_t> ids(s.labels.begin() + at, s.labels.begin() + at + n);
+    loss_sum += cross_entropy(logits, from_vector(ids, Shape{n})).item() * double(n);
+    Tensor probs = softmax(logits);
+    const std::vector<float> p = probs.to_f32_vector();
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = p.data() + i * K;
+      const int32_t pred = int32_t(std::max_element(row, row + K) - row);
+      e.predicted.push_back(pred);
+      e.confidence.push_back(row[pred]);
+      e.confusion[size_t(ids[size_t(i)])][size_t(pred)]++;
+      correct += pred == ids[size_t(i)];
+    }
+  }
+  e.accuracy = e.n ? double(correct) / double(e.n) : 0;
+  e.loss = e.n ? loss_sum / double(e.n) : 0;
+  return e;
+}
+
+// ---- the run ------------------------------------------------------------------------------------
+
+namespace {
+
+struct VisionRun {
+  VisionTrainOptions o;
+  VisionData data;
+  std::unique_ptr<Vit> model, best;
+  std::unique_ptr<AdamW> opt;
+  uint64_t data_hash = 0;
+  int64_t step = 0, steps_per_epoch = 1, total_steps = 1;
+  double seconds = 0;
+  int64_t images = 0;
+  // The epoch in progress: its steps' loss and training accuracy so far.
+  double epoch_loss = 0;
+  int64_t epoch_steps = 0, epoch_correct = 0, epoch_seen = 0;
+  // The last finished epoch's numbers.
+  double train_loss = NAN, train_accuracy = NAN, val_accuracy = NAN, val_loss = NAN, test_accuracy = NAN,
+         test_loss = NAN;
+  int64_t best_epoch = -1;
+  double best_val_accuracy = -1, best_val_loss = 0;
+  int64_t saved_step = -1;
+  std::vector<int64_t> order;  // this epoch's order
+  int64_t order_epoch = -1;
+};
+
+void log_line(const VisionRun& r, const std::string& s) { ProgressLine(stdout, r.o.quiet, 1).line(s); }
+
+uint64_t hash_set(const ImageSet& s, uint64_t h) {
+  h = XXH3_64bits_withSeed(s.pixels.data(), s.pixels.size(), h);
+  h = XXH3_64bits_withSeed(s.labels.data(), s.labels.size() * sizeof(int32_t), h);
+  std::string names;
+  for (const std::string& c : s.classes) names += c + '\n';
+  return XXH3_64bits_withSeed(names.data(), names.size(), h);
+}
+
+uint64_t data_hash(const VisionData& d) { return hash_set(d.test, hash_set(d.val, hash_set(d.train, 0))); }
+
+nlohmann::json set_json(const ImageSet& s) {
+  return {{"images", s.size()}, {"source", s.source}, {"size", fmt::format("{}x{}x{}", s.channels, s.height, s.width)}};
+}
+
+// Mean and standard deviation of each channel over the training images, on the [0, 1] scale.
+void measure_normalisation(const ImageSet& s, VitConfig& c) {
+  c.mean.clear(), c.std.clear();
+  const int64_t hw = s.height * s.width;
+  for (int64_t ch = 0; ch < s.channels; ++ch) {
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < s.size(); ++i) {
+      const uint8_t* p = s.image(i) + ch * hw;
+      for (int64_t k = 0; k < hw; ++k) sum += p[k], sq += double(p[k]) * p[k];
+    }
+    const double n = double(s.size() * hw), mean = sum / n / 255.0;
+    const double var = std::max(sq / n / (255.0 * 255.0) - mean * mean, 1e-6);
+    c.mean.push_back(float(mean));
+    c.std.push_back(float(std::sqrt(var)));
+  }
+}
+
+const std::vector<int64_t>& epoch_order(VisionRun& r, int64_t epoch) {
+  if (r.order_epoch != epoch) {
+    r.order = seeded_permutation(r.data.train.size(), r.o.seed, kOrderStream + uint64_t(epoch));
+    r.order_epoch = epoch;
+  }
+  return r.order;
+}
+
+// The 8-bit pixels of training images idx, augmented as the options say; each image's shift
+// and flip come from the counter of its place in the run (epoch, position), nothing else.
+std::vector<uint8_t> gather(const VisionRun& r, std::span<const int64_t> idx, int64_t epoch, int64_t first_pos) {
+  const ImageSet& s = r.data.train;
+  const int64_t C = s.channels, H = s.height, W = s.width, ib = s.image_bytes();
+  std::vector<uint8_t> out(size_t(ib) * idx.size());
+  for (size_t k = 0; k < idx.size(); ++k) {
+    const uint8_t* src = s.image(idx[k]);
+    uint8_t* dst = out.data() + int64_t(k) * ib;
+    if (r.o.crop_pad == 0 && !r.o.flip) {
+      std::memcpy(dst, src, size_t(ib));
+      continue;
+    }
+    const auto b = philox4x32(r.o.seed, kAugStream, uint64_t(epoch) * uint64_t(s.size()) + uint64_t(first_pos) + k);
+    const int64_t span = 2 * r.o.crop_pad + 1;
+    const int64_t dy = r.o.crop_pad ? int64_t(b[0] % uint32_t(span)) - r.o.crop_pad : 0;
+    const int64_t dx = r.o.crop_pad ? int64_t(b[1] % uint32_t(span)) - r.o.crop_pad : 0;
+    const bool flip = r.o.flip && (b[2] & 1);
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t y = 0; y < H; ++y)
+        for (int64_t x = 0; x < W; ++x) {
+          const int64_t sy = y + dy, sx0 = x + dx, sx = flip ? W - 1 - sx0 : sx0;
+          dst[(c * H + y) * W + x] =
+              sy >= 0 && sy < H && sx0 >= 0 && sx0 < W ? src[(c * H + sy) * W + sx] : uint8_t(0);
+        }
+  }
+  return out;
+}
+
+StepResult vision_step(VisionRun& r, float lr) {
+  auto refuse = [&](const std::string& what) {
+    r.model->params().zero_grad();
+    throw NonFiniteStep(fmt::format("[vision] {}: the step was not applied (try a lower --lr or --clip)", what));
+  };
+  const int64_t epoch = r.step / r.steps_per_epoch, in_epoch = r.step % r.steps_per_epoch;
+  const std::vector<int64_t>& order = epoch_order(r, epoch);
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t micro = 0; micro < r.o.accum; ++micro) {
+    const int64_t pos = (in_epoch * r.o.accum + micro) * r.o.batch;
+    std::span<const int64_t> idx(order.data() + pos, size_t(r.o.batch));
+    const std::vector<uint8_t> px = gather(r, idx, epoch, pos);
+    std::vector<int32_t> labels;
+    for (int64_t i : idx) labels.push_back(r.data.train.labels[size_t(i)]);
+    Tensor logits = r.model->logits(r.model->input(px.data(), r.o.batch));
+    Tensor loss = classification_loss(logits, from_vector(labels, Shape{r.o.batch}), r.o.label_smoothing);
+    const double l = loss.item();
+    if (!std::isfinite(l)) refuse(fmt::format("the loss became {}", l));
+    loss_sum += l;
+    const std::vector<float> pred = argmax(logits.detach(), -1).to_f32_vector();
+    for (size_t i = 0; i < labels.size(); ++i) correct += int32_t(pred[i]) == labels[i];
+    backward(r.o.accum == 1 ? loss : scale(loss, 1.0f / float(r.o.accum)));
+  }
+  StepResult st;
+  st.grad_norm = clip_grad_norm(r.model->params(), r.o.clip);
+  if (!std::isfinite(st.grad_norm)) refuse(fmt::format("the gradient norm became {}", st.grad_norm));
+  r.opt->step(lr);
+  r.model->params().zero_grad();
+  st.loss = loss_sum / double(r.o.accum);
+  r.epoch_correct += correct;
+  r.epoch_seen += r.o.batch * r.o.accum;
+  return st;
+}
+
+void require_finite(const Vit& m, const std::string& consequence) {
+  for (const Tensor& p : m.params().values()) {
+    const int64_t i = first_non_finite(p);
+    TOY_CHECK(i < 0, "[vision] weight '{}' holds a non-finite value (element {}){}", p.name(), i, consequence);
+  }
+}
+
+// ---- checkpoint ---------------------------------------------------------------------------------
+// checkpoint.gguf: the model (as model.gguf has it) plus toy.checkpoint.version,
+// toy.vision.options (JSON), toy.vision.state (JSON: step, optimizer steps, time, images, the
+// epoch in progress, the last epoch's numbers, the best epoch, the data's hash), opt.m.* /
+// opt.v.* (AdamW) and best.* (the best-validation weights).
+
+void save_vision_checkpoint(VisionRun& r) {
+  require_finite(*r.model, ": not writing checkpoint.gguf");
+  gguf::Writer w;
+  w.set("toy.checkpoint.version", gguf::Value::u32(kVisionCheckpointVersion));
+  add_vit_to_gguf(w, *r.model, "toy vit checkpoint");
+  for (const Param& p : r.model->params().all()) {
+    w.add_tensor("opt.m." + p.name, p.m);
+    w.add_tensor("opt.v." + p.name, p.v);
+  }
+  if (r.best)
+    for (const Tensor& p : r.best->params().values()) w.add_tensor("best." + p.name(), p.detach());
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  const nlohmann::json state = {{"step", r.step},
+                                {"optimizer_steps", r.opt->steps()},
+                                {"seconds", r.seconds},
+                                {"images", r.images},
+                                {"epoch_loss", r.epoch_loss},
+                                {"epoch_steps", r.epoch_steps},
+                                {"epoch_correct", r.epoch_correct},
+                                {"epoch_seen", r.epoch_seen},
+                                {"train_loss", num(r.train_loss)},
+                                {"train_accuracy", num(r.train_accuracy)},
+                                {"val_accuracy", num(r.val_accuracy)},
+                                {"val_loss", num(r.val_loss)},
+                                {"test_accuracy", num(r.test_accuracy)},
+                                {"test_loss", num(r.test_loss)},
+                                {"best_epoch", r.best ? r.best_epoch : int64_t(-1)},
+                                {"best_val_accuracy", r.best ? r.best_val_accuracy : 0.0},
+                                {"best_val_loss", r.best ? r.best_val_loss : 0.0},
+                                {"data_hash", hex(r.data_hash)}};
+  w.set("toy.vision.options", gguf::Value::str(r.o.to_json().dump()));
+  w.set("toy.vision.state", gguf::Value::str(state.dump()));
+  w.write(checkpoint_path(r.o.out));
+  r.saved_step = r.step;
+}
+
+double opt_num(const nlohmann::json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  TOY_CHECK(it != j.end() && (it->is_null() || it->is_number()), "{}: field '{}' must be a number or null", where, key);
+  return it->is_null() ? NAN : it->get<double>();
+}
+
+void load_vision_checkpoint(VisionRun& r, const std::string& dir) {
+  using namespace json_fields;
+  const std::string path = checkpoint_path(dir), shown = printable(path);
+  std::error_code ec;
+  TOY_CHECK(fs::exists(path, ec), "[vision] '{}' holds no checkpoint.gguf: not a toy vision run folder (or it "
+            "stopped before its first checkpoint)", printable(dir));
+  gguf::Reader rd(path);
+  const auto version = rd.find_u32("toy.checkpoint.version");
+  TOY_CHECK(version.has_value() && rd.has("toy.vision.state"),
+            "[vision] '{}' is not a toy vision checkpoint", shown);
+  TOY_CHECK(*version == kVisionCheckpointVersion, "[vision] '{}' has checkpoint format version {}; this toy reads {}",
+            shown, *version, kVisionCheckpointVersion);
+  const std::string where = fmt::format("[vision] checkpoint '{}'", shown);
+  r.o = VisionTrainOptions::from_json(parse_object(rd.get_str("toy.vision.options"), where + " options"),
+                                      where + " options");
+  r.o.out = dir;
+  const nlohmann::json st = parse_object(rd.get_str("toy.vision.state"), where + " state");
+  r.model = std::make_unique<Vit>(vit_config_from_gguf(rd));
+  for (Param& p : r.model->params().all()) load_checked(rd, p.name, p.value, false, "[vision]");
+  r.opt = std::make_unique<AdamW>(r.model->params(),
+                                  AdamWConfig{r.o.beta1, r.o.beta2, 1e-8f, r.o.weight_decay});
+  for (Param& p : r.model->params().all()) {
+    p.m = zeros(p.value.shape());
+    p.v = zeros(p.value.shape());
+    load_checked(rd, "opt.m." + p.name, p.m, false, "[vision]");
+    load_checked(rd, "opt.v." + p.name, p.v, true, "[vision]");
+  }
+  r.step = get_int(st, "step", where);
+  r.opt->set_steps(get_int(st, "optimizer_steps", where));
+  TOY_CHECK(r.step >= 0 && r.opt->steps() == r.step, "{}: step {} and optimizer steps {} disagree", where, r.step,
+            r.opt->steps());
+  r.seconds = get_double(st, "seconds", where);
+  r.images = get_int(st, "images", where);
+  r.epoch_loss = get_double(st, "epoch_loss", where);
+  r.epoch_steps = get_int(st, "epoch_steps", where);
+  r.epoch_correct = get_int(st, "epoch_correct", where);
+  r.epoch_seen = get_int(st, "epoch_seen", where);
+  r.train_loss = opt_num(st, "train_loss", where);
+  r.train_accuracy = opt_num(st, "train_accuracy", where);
+  r.val_accuracy = opt_num(st, "val_accuracy", where);
+  r.val_loss = opt_num(st, "val_loss", where);
+  r.test_accuracy = opt_num(st, "test_accuracy", where);
+  r.test_loss = opt_num(st, "test_loss", where);
+  r.best_epoch = get_int(st, "best_epoch", where);
+  r.best_val_accuracy = get_double(st, "best_val_accuracy", where);
+  r.best_val_loss = get_double(st, "best_val_loss", where);
+  r.data_hash = parse_hex(st, "data_hash", where);
+  if (r.best_epoch >= 0) {
+    r.best = std::make_unique<Vit>(r.model->config());
+    for (Param& p : r.best->params().all()) load_checked(rd, "best." + p.name, p.value, false, "[vision]");
+  }
+  r.saved_step = r.step;
+}
+
+// ---- the loop -----------------------------------------------------------------------------------
+
+void load_data(VisionRun& r, bool resumed) {
+  r.data = load_vision_data(r.o.data, r.o.seed, r.o.val_count);
+  const uint64_t h = data_hash(r.data);
+  if (resumed)
+    TOY_CHECK(h == r.data_hash, "[vision] the data '{}' changed since the checkpoint: resuming would train on other "
+              "images than the run started with; restore the data", printable(r.o.data));
+  r.data_hash = h;
+  r.steps_per_epoch = r.data.train.size() / (r.o.batch * r.o.accum);
+  TOY_CHECK(r.steps_per_epoch >= 1, "[vision] {} training images are fewer than one step's --batch {} x --accum {}",
+            r.data.train.size(), r.o.batch, r.o.accum);
+  r.total_steps = r.steps_per_epoch * r.o.epochs;
+}
+
+// Up to `count` misclassified test images (the most confident mistakes first) as events.
+nlohmann::json misclassified_json(const VisionRun& r, const Evaluation& e, int64_t count) {
+  const ImageSet& s = r.data.test;
+  std::vector<int64_t> wrong;
+  for (int64_t i = 0; i < e.n; ++i)
+    if (e.predicted[size_t(i)] != s.labels[size_t(i)]) wrong.push_back(i);
+  std::stable_sort(wrong.begin(), wrong.end(),
+                   [&](int64_t a, int64_t b) { return e.confidence[size_t(a)] > e.confidence[size_t(b)]; });
+  if (int64_t(wrong.size()) > count) wrong.resize(size_t(count));
+  nlohmann::json items = nlohmann::json::array();
+  static const char* b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  for (int64_t i : wrong) {
+    const std::string png = encode_png(s.image(i), s.channels, s.height, s.width);
+    std::string enc;
+    for (size_t k = 0; k < png.size(); k += 3) {
+      const uint32_t n = uint32_t(uint8_t(png[k])) << 16 | (k + 1 < png.size() ? uint32_t(uint8_t(png[k + 1])) << 8 : 0) |
+                         (k + 2 < png.size() ? uint32_t(uint8_t(png[k + 2])) : 0);
+      enc += b64[(n >> 18) & 63];
+      enc += b64[(n >> 12) & 63];
+      enc += k + 1 < png.size() ? b64[(n >> 6) & 63] : '=';
+      enc += k + 2 < png.size() ? b64[n & 63] : '=';
+    }
+    items.push_back({{"index", i},
+                     {"label", s.classes[size_t(s.labels[size_t(i)])]},
+                     {"predicted", s.classes[size_t(e.predicted[size_t(i)])]},
+                     {"prob", e.confidence[size_t(i)]},
+                     {"png", enc}});
+  }
+  return items;
+}
+
+VisionTrainResult run_loop(VisionRun& r, bool resumed) {
+  const VisionTrainOptions& o = r.o;
+  ProgressLine progress(stdout, o.quiet, o.log_every);
+  EventLog events((fs::path(o.out) / "events.jsonl").string(), resumed);
+  nlohmann::json start = provenance();
+  start["command"] = "vision";
+  start["resumed"] = resumed;
+  start["step"] = r.step;
+  start["config"] = o.to_json();
+  start["model"] = r.model->config().to_json();
+  start["params"] = r.model->params().numel();
+  start["data"] = {{"train", set_json(r.data.train)}, {"val", set_json(r.data.val)}, {"test", set_json(r.data.test)},
+                   {"classes", r.data.train.classes}, {"split_by_seed", r.data.seed_split}};
+  start["steps_per_epoch"] = r.steps_per_epoch;
+  events.emit("run_start", start);
+  log_line(r, fmt::format("toy vision: ViT {} params, {} classes, {} training / {} validation / {} test images, "
+                          "{} epochs of {} steps, {} threads",
+                          r.model->params().numel(), r.model->config().classes, r.data.train.size(), r.data.val.size(),
+                          r.data.test.size(), o.epochs, r.steps_per_epoch, num_threads()));
+  VisionTrainResult res;
+  res.out = o.out;
+  auto checkpoint = [&](const char* reason) {
+    save_vision_checkpoint(r);
+    events.emit("checkpoint", {{"step", r.step}, {"reason", reason}});
+  };
+  Evaluation last_test;
+  auto end_of_epoch = [&](int64_t epoch) {  // epoch: 1-based, just finished
+    r.train_loss = r.epoch_loss / double(std::max<int64_t>(r.epoch_steps, 1));
+    r.train_accuracy = double(r.epoch_correct) / double(std::max<int64_t>(r.epoch_seen, 1));
+    const Evaluation val = evaluate(*r.model, r.data.val);
+    last_test = evaluate(*r.model, r.data.test);
+    r.val_accuracy = val.accuracy, r.val_loss = val.loss;
+    r.test_accuracy = last_test.accuracy, r.test_loss = last_test.loss;
+    const bool best = !r.best || val.accuracy > r.best_val_accuracy ||
+                      (val.accuracy == r.best_val_accuracy && val.loss < r.best_val_loss);
+    if (best) {
+      if (!r.best) r.best = std::make_unique<Vit>(r.model->config());
+      NoGradGuard ng;
+      auto& dst = r.best->params().all();
+      const auto& src = r.model->params().all();
+      for (size_t i = 0; i < src.size(); ++i) copy_(dst[i].value, src[i].value.detach());
+      r.best_epoch = epoch, r.best_val_accuracy = val.accuracy, r.best_val_loss = val.loss;
+    }
+    events.emit("epoch", {{"epoch", epoch},
+                          {"step", r.step},
+                          {"train_loss", r.train_loss},
+                          {"train_accuracy", r.train_accuracy},
+                          {"val_accuracy", val.accuracy},
+                          {"val_loss", val.loss},
+                          {"test_accuracy", last_test.accuracy},
+                          {"test_loss", last_test.loss},
+                          {"best", best},
+                          {"seconds", r.seconds}});
+    log_line(r, fmt::format("epoch {:>3}/{}  train loss {:.4f}  acc {:.2f}%  |  val acc {:.2f}%  |  test loss {:.4f}  "
+                            "acc {:.2f}%{}",
+                            epoch, o.epochs, r.train_loss, 100 * r.train_accuracy, 100 * val.accuracy, last_test.loss,
+                            100 * last_test.accuracy, best ? "  (best so far)" : ""));
+    r.epoch_loss = 0, r.epoch_steps = 0, r.epoch_correct = 0, r.epoch_seen = 0;
+  };
+  auto end_events = [&](const nlohmann::json& extra) {
+    nlohmann::json e = {{"steps", r.step},
+                        {"epochs", r.step / r.steps_per_epoch},
+                        {"train_loss", r.train_loss},
+                        {"test_accuracy", r.test_accuracy},
+                        {"test_loss", r.test_loss},
+                        {"seconds", r.seconds},
+                        {"images_per_s", double(r.images) / std::max(r.seconds, 1e-9)},
+                        {"stopped", res.stopped}};
+    e.update(extra);
+    events.emit("run_end", e);
+    write_report((fs::path(o.out) / "events.jsonl").string(), (fs::path(o.out) / "report.html").string());
+  };
+
+  const int64_t images_per_step = o.batch * o.accum;
+  auto last_save = Clock::now();
+  while (r.step < r.total_steps) {
+    const auto t0 = Clock::now();
+    const float lr = cosine_lr(r.step, o.warmup, r.total_steps, o.lr, o.min_lr);
+    StepResult st;
+    try {
+      st = vision_step(r, lr);
+    } catch (const Error& e) {
+      const std::string kept = r.saved_step >= 0
+                                   ? fmt::format("the checkpoint of step {} is kept; no file was replaced", r.saved_step)
+                                   : std::string("no checkpoint had been written yet");
+      const std::string msg = fmt::format("{} (at step {}); {}", e.what(), r.step + 1, kept);
+      events.emit("error", {{"step", r.step + 1}, {"message", msg}});
+      end_events({{"error", msg}});
+      fail("{}", msg);
+    }
+    ++r.step;
+    const double dt = since(t0);
+    r.seconds += dt;
+    r.images += images_per_step;
+    r.epoch_loss += st.loss;
+    ++r.epoch_steps;
+    const double ips = double(r.images) / std::max(r.seconds, 1e-9);
+    events.emit("step", {{"step", r.step}, {"loss", st.loss}, {"lr", json_float(lr)}, {"grad_norm", st.grad_norm},
+                         {"images_per_s", double(images_per_step) / std::max(dt, 1e-9)}});
+    const double eta = double(r.total_steps - r.step) * r.seconds / double(std::max<int64_t>(1, r.step));
+    progress.step(r.step, r.total_steps, st.loss, lr, ips, eta, "img/s");
+    if (r.step % r.steps_per_epoch == 0) end_of_epoch(r.step / r.steps_per_epoch);
+    const bool last = r.step == r.total_steps;
+    if (!last && (stop_requested() || (o.stop_after > 0 && r.step >= o.stop_after))) {
+      res.stopped = true;
+      clear_stop_request();
+      break;
+    }
+    const bool periodic = (o.save_every > 0 && r.step % o.save_every == 0) ||
+                          (o.save_minutes > 0 && since(last_save) >= o.save_minutes * 60);
+    if (!last && periodic) {
+      checkpoint("periodic");
+      last_save = Clock::now();
+    }
+  }
+  checkpoint(res.stopped ? "stop" : "end");
+  // model.gguf and its companion (as toy train: best.gguf or last.gguf).
+  const fs::path dir(o.out);
+  const bool best_first = o.keep == "best" && r.best;
+  const Vit& main = best_first ? *r.best : *r.model;
+  require_finite(main, ": not writing model.gguf");
+  std::error_code ec;
+  if (o.keep == "best") {
+    save_vit((dir / "last.gguf").string(), *r.model, "toy vit (last step)");
+    fs::remove(dir / "best.gguf", ec);
+  } else {
+    if (r.best) save_vit((dir / "best.gguf").string(), *r.best, "toy vit (best validation)");
+    fs::remove(dir / "last.gguf", ec);
+  }
+  save_vit((dir / "model.gguf").string(), main, "toy vit");
+  res.model = best_first ? "best" : "last";
+  if (!res.stopped) {
+    // The confusion matrix and mistakes of the weights model.gguf holds, on the test set.
+    const Evaluation e = evaluate(main, r.data.test);
+    std::vector<std::string> names = r.data.test.classes;
+    events.emit("confusion", {{"matrix", e.confusion}, {"classes", names}, {"accuracy", e.accuracy},
+                              {"per_class", e.per_class()}, {"model", res.model}});
+    events.emit("misclassified", {{"images", misclassified_json(r, e, o.misclassified)},
+                                  {"count", int64_t(std::count_if(e.predicted.begin(), e.predicted.end(),
+                                                                  [&, i = size_t(0)](int32_t p) mutable {
+                                                                    return p != r.data.test.labels[i++];
+                                                                  }))}});
+    res.test_accuracy = e.accuracy;
+    res.test_loss = e.loss;
+  } else {
+    res.test_accuracy = r.test_accuracy;
+    res.test_loss = r.test_loss;
+  }
+  events.emit("models", {{"model_gguf", res.model},
+                         {"companion", o.keep == "best" ? "last.gguf" : "best.gguf"},
+                         {"last_step", r.step},
+                         {"best_step", r.best ? r.best_epoch * r.steps_per_epoch : -1},
+                         {"best_epoch", r.best ? r.best_epoch : -1},
+                         {"best_val_accuracy", r.best ? r.best_val_accuracy : NAN}});
+  res.steps = r.step;
+  res.epochs = r.step / r.steps_per_epoch;
+  res.train_loss = r.train_loss;
+  res.train_accuracy = r.train_accuracy;
+  res.val_accuracy = r.best ? r.best_val_accuracy : r.val_accuracy;
+  res.seconds = r.seconds;
+  res.images_per_s = double(r.images) / std::max(r.seconds, 1e-9);
+  res.best_epoch = r.best ? r.best_epoch : -1;
+  if (res.stopped)
+    log_line(r, fmt::format("stopped at step {}: checkpoint written; continue with toy vision train --resume {}",
+                            r.step, o.out));
+  else
+    log_line(r, fmt::format("test accuracy {:.2f}% ({} weights{}); model in {}", 100 * res.test_accuracy, res.model,
+                            res.model == "best" ? fmt::format(", epoch {}", res.best_epoch) : "",
+                            (dir / "model.gguf").string()));
+  end_events({{"model", res.model}, {"best_epoch", res.best_epoch}});
+  return res;
+}
+
+}  // namespace
+
+VisionTrainResult train_vision(const VisionTrainOptions& opts) {
+  opts.validate();
+  VisionRun r;
+  r.o = opts;
+  // A path is saved absolute, so --resume finds the data from any working directory.
+  if (r.o.data != "fashion-mnist") {
+    std::error_code ec;
+    const fs::path abs = fs::absolute(r.o.data, ec);
+    if (!ec) r.o.data = abs.lexically_normal().string();
+  }
+  check_new_run_folder(opts.out, opts.force);
+  if (opts.threads) set_num_threads(opts.threads);
+  load_data(r, false);
+  // The model takes the data's images and classes.
+  const ImageSet& tr = r.data.train;
+  TOY_CHECK(tr.height == tr.width, "[vision] the images of '{}' are {}x{}: a ViT here takes square images",
+            printable(r.o.data), tr.width, tr.height);
+  VitConfig mc = opts.model;
+  mc.image = tr.height;
+  mc.channels = tr.channels;
+  mc.classes = int64_t(tr.classes.size());
+  mc.class_names = tr.classes;
+  TOY_CHECK(mc.image % mc.patch == 0, "[vision] the images are {}x{}: --patch {} does not divide {}", mc.image,
+            mc.image, mc.patch, mc.image);
+  measure_normalisation(tr, mc);
+  mc.validate();
+  r.o.model = mc;
+  prepare_new_run_folder(opts.out, opts.force);
+  r.model = std::make_unique<Vit>(mc);
+  r.model->init(opts.seed);
+  r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{opts.beta1, opts.beta2, 1e-8f, opts.weight_decay});
+  return run_loop(r, false);
+}
+
+VisionTrainResult resume_vision(const std::string& dir,
+                                const std::function<void(VisionTrainOptions&)>& override_fn) {
+  struct stat st {};
+  TOY_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "[vision] --resume '{}' is not a run folder",
+            printable(dir));
+  VisionRun r;
+  load_vision_checkpoint(r, dir);
+  for (const std::string& f : run_file_names()) check_output_file((fs::path(dir) / f).string(), "[vision]");
+  remove_stale_temporaries(dir);
+  r.o.stop_after = 0;
+  if (override_fn) override_fn(r.o);
+  r.o.validate();
+  if (r.o.threads) set_num_threads(r.o.threads);
+  load_data(r, true);
+  TOY_CHECK(r.step < r.total_steps, "[vision] the run in '{}' already finished its {} epochs (pass a larger --epochs "
+            "to go on)", printable(dir), r.o.epochs);
+  return run_loop(r, true);
+}
+
+}  // namespace toy

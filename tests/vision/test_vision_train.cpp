@@ -1,0 +1,187 @@
+// toy vision train / eval / classify on a small synthetic data set (learnable in seconds):
+// bit-exact resume, refusals, the run folder's outputs, the JSON interfaces, bad input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "proc.h"
+#include "toy/core/error.h"
+#include "toy/data/images.h"
+#include "toy/io/vit_file.h"
+#include "toy/train/vision.h"
+
+using namespace toy;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("toy_vision_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// n 8x8 images of 3 classes: a bright bar in the top, middle or bottom rows, plus noise.
+void write_bars_csv(const fs::path& p, int n, uint64_t seed) {
+  std::ofstream f(p);
+  Generator g(seed, 1);
+  for (int i = 0; i < n; ++i) {
+    const int cls = i % 3;
+    for (int k = 0; k < 64; ++k) {
+      const int row = k / 8;
+      const bool bar = row / 3 == cls || (cls == 2 && row == 7);
+      const int noise = int(g.block(uint64_t(i) * 64 + uint64_t(k))[0] % 5);
+      f << (bar ? 11 + noise : noise) << ',';
+    }
+    f << cls << '\n';
+  }
+}
+
+VisionTrainOptions small_run(const fs::path& data, const fs::path& out) {
+  VisionTrainOptions o;
+  o.data = data.string();
+  o.out = out.string();
+  o.model = VitConfig::from_preset("vit-digits");
+  o.model.dim = 32, o.model.layers = 2, o.model.heads = 2, o.model.mlp = 64;
+  o.model.image = 2, o.model.classes = 3;  // the data's are filled in
+  o.epochs = 3;
+  o.batch = 16;
+  o.warmup = 5;
+  o.lr = 3e-3f;
+  o.crop_pad = 1;  // exercises augmentation's counters across the resume
+  o.flip = true;
+  o.threads = 2;
+  o.save_minutes = 0;
+  o.quiet = true;
+  return o;
+}
+
+std::string bytes_of(const fs::path& p) { return test::read_all(p.string()); }
+
+}  // namespace
+
+TEST(VisionTrain, StoppedAndResumedRunEqualsAStraightRunBitForBit) {
+  const fs::path d = scratch("resume");
+  write_bars_csv(d / "bars.csv", 240, 1);
+  VisionTrainOptions a = small_run(d / "bars.csv", d / "straight");
+  const VisionTrainResult ra = train_vision(a);
+  EXPECT_FALSE(ra.stopped);
+  EXPECT_GT(ra.test_accuracy, 0.6);  // it learns something in three small epochs
+  VisionTrainOptions b = small_run(d / "bars.csv", d / "stopped");
+  b.stop_after = 13;  // mid-epoch (10 steps per epoch)
+  const VisionTrainResult rb = train_vision(b);
+  EXPECT_TRUE(rb.stopped);
+  EXPECT_EQ(rb.steps, 13);
+  const VisionTrainResult rc = resume_vision((d / "stopped").string());
+  EXPECT_FALSE(rc.stopped);
+  EXPECT_EQ(rc.steps, ra.steps);
+  EXPECT_EQ(rc.test_accuracy, ra.test_accuracy);
+  EXPECT_EQ(rc.train_loss, ra.train_loss);
+  EXPECT_EQ(rc.best_epoch, ra.best_epoch);
+  for (const char* f : {"model.gguf", "last.gguf"})
+    EXPECT_EQ(bytes_of(d / "straight" / f), bytes_of(d / "stopped" / f)) << f;
+  // The report shows the curves, the confusion matrix and the mistakes.
+  const std::string html = bytes_of(d / "stopped" / "report.html");
+  EXPECT_NE(html.find("Accuracy by epoch"), std::string::npos);
+  EXPECT_NE(html.find("Confusion matrix"), std::string::npos);
+  // A finished run refuses to go on without more epochs; with more it continues.
+  try {
+    resume_vision((d / "stopped").string());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already finished"), std::string::npos) << e.what();
+  }
+  fs::remove_all(d);
+}
+
+TEST(VisionTrain, ResumeRefusesChangedData) {
+  const fs::path d = scratch("changed");
+  write_bars_csv(d / "bars.csv", 120, 1);
+  VisionTrainOptions o = small_run(d / "bars.csv", d / "run");
+  o.stop_after = 3;
+  train_vision(o);
+  write_bars_csv(d / "bars.csv", 120, 2);
+  try {
+    resume_vision((d / "run").string());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("changed since the checkpoint"), std::string::npos) << e.what();
+  }
+  fs::remove_all(d);
+}
+
+TEST(VisionTrain, CliTrainsEvaluatesAndClassifiesWithTheDocumentedJson) {
+  const fs::path d = scratch("cli");
+  write_bars_csv(d / "bars.csv", 240, 3);
+  const std::string out = (d / "run").string();
+  test::ProcResult r = test::run_toy({"vision", "train", "--data", (d / "bars.csv").string(), "--preset", "vit-digits",
+                                      "--dim", "32", "--layers", "2", "--heads", "2", "--mlp", "64", "--epochs", "3",
+                                      "--batch", "16", "--warmup", "5", "--lr", "3e-3", "--out", out, "--json"});
+  ASSERT_EQ(r.status, 0) << test::describe(r);
+  const std::string last = r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1);
+  const auto j = nlohmann::json::parse(last);
+  for (const char* k : {"epochs", "train_loss", "test_accuracy", "images_per_s", "seconds", "out"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["epochs"], 3);
+  EXPECT_GE(j["test_accuracy"].get<double>(), 0.0);
+  EXPECT_LE(j["test_accuracy"].get<double>(), 1.0);
+  for (const char* f : {"model.gguf", "last.gguf", "checkpoint.gguf", "events.jsonl", "report.html"})
+    EXPECT_TRUE(fs::exists(d / "run" / f)) << f;
+  // eval: the whole CSV (no official test split) -> {"accuracy", "n"}.
+  r = test::run_toy({"vision", "eval", "-m", out + "/model.gguf", "--data", (d / "bars.csv").string(), "--json"});
+  ASSERT_EQ(r.status, 0) << test::describe(r);
+  const auto e = nlohmann::json::parse(r.out);
+  EXPECT_EQ(e["n"], 240);
+  EXPECT_GT(e["accuracy"].get<double>(), 0.6);
+  // classify: PNG files, any size and channel count, resized and converted.
+  auto m = load_vit(out + "/model.gguf");
+  std::vector<uint8_t> px(16 * 16 * 3, 0);
+  for (int y = 0; y < 6; ++y)
+    for (int x = 0; x < 16; ++x)
+      for (int c = 0; c < 3; ++c) px[size_t(c * 256 + y * 16 + x)] = 220;  // a bar in the top rows
+  {
+    std::ofstream(d / "top.png", std::ios::binary) << encode_png(px.data(), 3, 16, 16);
+  }
+  r = test::run_toy({"classify", "-m", out + "/model.gguf", (d / "top.png").string(), (d / "top.png").string(),
+                     "--json"});
+  ASSERT_EQ(r.status, 0) << test::describe(r);
+  size_t lines = 0, pos = 0;
+  while ((pos = r.out.find('\n', pos)) != std::string::npos) ++lines, ++pos;
+  EXPECT_EQ(lines, 2u);
+  const auto c = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  EXPECT_EQ(c["file"], (d / "top.png").string());
+  ASSERT_EQ(c["top"].size(), 3u);  // top-5 of 3 classes
+  double total = 0;
+  for (const auto& t : c["top"]) total += t["prob"].get<double>();
+  EXPECT_NEAR(total, 1.0, 1e-4);
+  EXPECT_TRUE(c["top"][0]["label"].is_string());
+  // Bad input: an unreadable image and a model that is not a ViT, each named.
+  std::ofstream(d / "bad.png") << "garbage";
+  r = test::run_toy({"classify", "-m", out + "/model.gguf", (d / "bad.png").string()});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("bad.png"), std::string::npos) << r.err;
+  r = test::run_toy({"vision", "eval", "-m", (d / "bars.csv").string(), "--data", (d / "bars.csv").string()});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("bars.csv"), std::string::npos) << r.err;
+  // Images of another size than the model's are refused by name.
+  {
+    std::ofstream f(d / "big.csv");
+    for (int i = 0; i < 4; ++i) {
+      for (int k = 0; k < 100; ++k) f << 1 << ',';
+      f << 0 << '\n';
+    }
+  }
+  r = test::run_toy({"vision", "eval", "-m", out + "/model.gguf", "--data", (d / "big.csv").string()});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("big.csv"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("10x10"), std::string::npos) << r.err;
+  // A resume may not change what the run is.
+  r = test::run_toy({"vision", "train", "--resume", out, "--lr", "1e-2"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--lr cannot be given with --resume"), std::string::npos) << r.err;
+  fs::remove_all(d);
+}
