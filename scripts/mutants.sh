@@ -491,6 +491,42 @@ toy_model_tests
 ^Qwen35Files\.
     c.layers = all_layers - nextn;
     c.layers = all_layers;
+vit-attention-causal
+src/toy/models/vit.cpp
+toy_vision_tests
+^Vit\.MatchesPyTorch
+    blk.attn.causal = false;  // every patch sees every other
+    blk.attn.causal = true;
+vit-gelu-tanh
+src/toy/models/vit.cpp
+toy_vision_tests
+^Vit\.MatchesPyTorch
+    blk.mlp.gelu_approx = GeluApprox::None;
+    blk.mlp.gelu_approx = GeluApprox::Tanh;
+label-smoothing-sign
+src/toy/models/vit.cpp
+toy_vision_tests
+^Vit\.MatchesPyTorch
+  Tensor uniform = neg(mean(log_softmax(logits)));
+  Tensor uniform = mean(log_softmax(logits));
+vision-resume-drops-epoch-loss
+src/toy/train/vision.cpp
+toy_vision_tests
+^VisionTrain\.StoppedAndResumed
+  r.epoch_loss = get_double(st, "epoch_loss", where);
+  r.epoch_loss = 0;
+csv-pixel-scale
+src/toy/data/images.cpp
+toy_vision_tests
+^Images\.ReadsCsv
+  const double full = vmax <= 1 ? 1 : vmax <= 16 ? 16 : 255;
+  const double full = 255;
+idx-label-count
+src/toy/data/images.cpp
+toy_vision_tests
+^Images\.BadIdx
+  TOY_CHECK(di[0] == dl[0],
+  TOY_CHECK(true,
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@
 #include "requirements.h"
 #include "toy/core/error.h"
 #include "toy/data/images.h"
+#include "toy/data/labels.h"
 
 using namespace toy;
 namespace fs = std::filesystem;
@@ -203,4 +204,11 @@ TEST(Images, FashionMnistHasItsOfficialSplitAndNames) {
   EXPECT_EQ(d.val.size(), 5000);
   EXPECT_EQ(d.test.size(), 10000);
   EXPECT_EQ(d.test.classes[9], "Ankle boot");
+}
+
+TEST(Images, ClassIdsFailLoudlyOnAnOutOfRangeClass) {
+  const std::vector<int32_t> ok = {0, 2, 1};
+  EXPECT_EQ(labels::class_ids(ok, 3).to_i32_vector(), ok);
+  const std::vector<int32_t> bad = {0, 3};
+  EXPECT_ERROR_MENTIONS(labels::class_ids(bad, 3), "label 3 (image 1) out of range", "[labels]");
 }

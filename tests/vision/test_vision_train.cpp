@@ -72,15 +72,16 @@ TEST(VisionTrain, StoppedAndResumedRunEqualsAStraightRunBitForBit) {
   EXPECT_FALSE(ra.stopped);
   EXPECT_GT(ra.test_accuracy, 0.6);  // it learns something in three small epochs
   VisionTrainOptions b = small_run(d / "bars.csv", d / "stopped");
-  b.stop_after = 13;  // mid-epoch (10 steps per epoch)
+  b.stop_after = 23;  // mid-way through the last epoch (10 steps per epoch)
   const VisionTrainResult rb = train_vision(b);
   EXPECT_TRUE(rb.stopped);
-  EXPECT_EQ(rb.steps, 13);
+  EXPECT_EQ(rb.steps, 23);
   const VisionTrainResult rc = resume_vision((d / "stopped").string());
   EXPECT_FALSE(rc.stopped);
   EXPECT_EQ(rc.steps, ra.steps);
   EXPECT_EQ(rc.test_accuracy, ra.test_accuracy);
   EXPECT_EQ(rc.train_loss, ra.train_loss);
+  EXPECT_EQ(rc.train_accuracy, ra.train_accuracy);
   EXPECT_EQ(rc.best_epoch, ra.best_epoch);
   for (const char* f : {"model.gguf", "last.gguf"})
     EXPECT_EQ(bytes_of(d / "straight" / f), bytes_of(d / "stopped" / f)) << f;
@@ -183,5 +184,30 @@ TEST(VisionTrain, CliTrainsEvaluatesAndClassifiesWithTheDocumentedJson) {
   r = test::run_toy({"vision", "train", "--resume", out, "--lr", "1e-2"});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("--lr cannot be given with --resume"), std::string::npos) << r.err;
+  fs::remove_all(d);
+}
+
+TEST(VisionTrain, CtrlCWritesACheckpointAndResumeFinishesTheRun) {
+  const fs::path d = scratch("sigint");
+  write_bars_csv(d / "bars.csv", 240, 4);
+  const std::string out = (d / "run").string();
+  size_t seen = 0;
+  test::ProcResult r = test::interrupt_toy_after_steps(
+      {"vision", "train", "--data", (d / "bars.csv").string(), "--preset", "vit-digits", "--dim", "32", "--layers", "2",
+       "--heads", "2", "--mlp", "64", "--epochs", "400", "--batch", "16", "--out", out, "--json"},
+      out + "/events.jsonl", 3, &seen);
+  ASSERT_EQ(r.status, 0) << test::describe(r);
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
+  EXPECT_TRUE(j["stopped"].get<bool>());
+  EXPECT_GE(j["steps"].get<int64_t>(), int64_t(seen));
+  EXPECT_TRUE(fs::exists(d / "run" / "checkpoint.gguf"));
+  EXPECT_TRUE(fs::exists(d / "run" / "model.gguf"));
+  // Two epochs (10 steps each) past where it stopped.
+  const std::string epochs = std::to_string(j["steps"].get<int64_t>() / 10 + 2);
+  r = test::run_toy({"vision", "train", "--resume", out, "--epochs", epochs, "--json"});
+  ASSERT_EQ(r.status, 0) << test::describe(r);
+  const auto k = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
+  EXPECT_FALSE(k["stopped"].get<bool>());
+  EXPECT_EQ(k["epochs"].get<int64_t>(), std::stoll(epochs));
   fs::remove_all(d);
 }

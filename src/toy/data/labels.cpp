@@ -62,6 +62,14 @@ Tensor one_hot_class(int64_t classes, int32_t label) {
   return t;
 }
 
+Tensor class_ids(std::span<const int32_t> labels, int64_t classes) {
+  TOY_CHECK(classes > 0, "[labels] class_ids: class count must be > 0, got {}", classes);
+  for (size_t i = 0; i < labels.size(); ++i)
+    TOY_CHECK(labels[i] >= 0 && labels[i] < classes, "[labels] class_ids: label {} (image {}) out of range [0, {})",
+              labels[i], i, classes);
+  return from_vector(std::vector<int32_t>(labels.begin(), labels.end()), Shape{int64_t(labels.size())});
+}
+
 Tensor one_hot(const Tensor& ids, int64_t vocab) {
   TOY_CHECK(ids.dtype() == DType::I32 && ids.ndim() == 1, "[labels] one_hot: ids must be i32 [N], got {}",
             describe(ids));

@@ -8,6 +8,7 @@
 //                        trained (a completion or assistant token), else the ignore index
 //   fixed_target       — every position targets one id
 //   one_hot_class      — a single-row one-hot [1, classes] (image classification)
+//   class_ids          — a batch's class labels as I32 [N] targets (image classification)
 // Targets are I32 ids ([T]) for cross_entropy; one_hot() turns ids into F32 one-hot rows.
 #pragma once
 #include <cstdint>
@@ -25,6 +26,7 @@ Tensor next_token_guarded(std::span<const int32_t> seq, int64_t vocab);
 Tensor masked_next_token(std::span<const int32_t> seq, std::span<const uint8_t> trained, int64_t vocab);
 Tensor fixed_target(int64_t vocab, int64_t context, int32_t target);
 Tensor one_hot_class(int64_t classes, int32_t label);
+Tensor class_ids(std::span<const int32_t> labels, int64_t classes);
 // [N] ids -> [N, vocab] F32 one-hot; ignored ids give all-zero rows.
 Tensor one_hot(const Tensor& ids, int64_t vocab);
 

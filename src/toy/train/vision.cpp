@@ -17,6 +17,7 @@
 #include "toy/core/machine.h"
 #include "toy/core/text.h"
 #include "toy/core/thread_pool.h"
+#include "toy/data/labels.h"
 #include "toy/io/gguf.h"
 #include "toy/io/vit_file.h"
 #include "toy/models/config.h"
@@ -164,7 +165,7 @@ Evaluation evaluate(const Vit& m, const ImageSet& s, int64_t batch) {
     const int64_t n = std::min(batch, s.size() - at);
     Tensor logits = m.logits(m.input(s.image(at), n));
     std::vector<int32_t> ids(s.labels.begin() + at, s.labels.begin() + at + n);
-    loss_sum += cross_entropy(logits, from_vector(ids, Shape{n})).item() * double(n);
+    loss_sum += cross_entropy(logits, labels::class_ids(ids, K)).item() * double(n);
     Tensor probs = softmax(logits);
     const std::vector<float> p = probs.to_f32_vector();
     for (int64_t i = 0; i < n; ++i) {
@@ -293,7 +294,8 @@ StepResult vision_step(VisionRun& r, float lr) {
     std::vector<int32_t> labels;
     for (int64_t i : idx) labels.push_back(r.data.train.labels[size_t(i)]);
     Tensor logits = r.model->logits(r.model->input(px.data(), r.o.batch));
-    Tensor loss = classification_loss(logits, from_vector(labels, Shape{r.o.batch}), r.o.label_smoothing);
+    Tensor loss = classification_loss(logits, labels::class_ids(labels, r.model->config().classes),
+                                      r.o.label_smoothing);
     const double l = loss.item();
     if (!std::isfinite(l)) refuse(fmt::format("the loss became {}", l));
     loss_sum += l;
