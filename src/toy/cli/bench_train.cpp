@@ -169,40 +169,15 @@ PeerRun run_peer(const TrainBenchOptions& o, const std::string& script, const Tr
       shell_quote(o.python), shell_quote(script), r.layers, r.heads, r.dim, r.ctx, r.batch, r.vocab, kLr, kBeta1,
       kBeta2, kWeightDecay, kClip, steps, warmup, threads, kSeed, kStreamTokens);
   PeerRun res;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (!p) {
-    res.error = "cannot start " + o.python;
+  const PeerOutput out = run_peer_command(cmd, "tokens_per_s", o.python);
+  if (!out.result) {
+    res.error = out.error;
     return res;
   }
-  std::string out;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int status = pclose(p);
-  std::string last_text;  // the last non-JSON line: the reason when the peer fails
-  size_t pos = 0;
-  while (pos < out.size()) {
-    size_t end = out.find('\n', pos);
-    if (end == std::string::npos) end = out.size();
-    const std::string line = out.substr(pos, end - pos);
-    pos = end + 1;
-    if (line.empty()) continue;
-    if (line[0] == '{') {
-      try {
-        auto j = nlohmann::json::parse(line);
-        res.tokens_per_s = j.at("tokens_per_s").get<double>();
-        res.torch_version = j.value("torch", "");
-        if (j.contains("blas") && j["blas"].is_string()) res.blas = j["blas"];
-        continue;
-      } catch (const nlohmann::json::exception&) {
-      }
-    }
-    last_text = line;
-  }
-  if (status != 0 || !res.tokens_per_s) {
-    res.tokens_per_s.reset();
-    res.error = last_text.empty() ? fmt::format("the peer exited with status {} and printed nothing", status)
-                                  : last_text;
-  }
+  const nlohmann::json& j = *out.result;
+  res.tokens_per_s = j["tokens_per_s"].get<double>();
+  res.torch_version = j.value("torch", "");
+  if (j.contains("blas") && j["blas"].is_string()) res.blas = j["blas"];
   return res;
 }
 

@@ -2,10 +2,13 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "toy/obs/events.h"
@@ -20,6 +23,52 @@ inline std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
+}
+
+// Runs a benchmark peer (a shell command line; stdout and stderr read together): its result
+// is the JSON object line holding `key`; any other line is kept, and the last one explains a
+// failure (a non-zero exit or no result), as does the exit status when it printed nothing.
+struct PeerOutput {
+  std::optional<nlohmann::json> result;
+  std::string error;
+};
+inline PeerOutput run_peer_command(const std::string& cmd, const char* key, const std::string& program) {
+  PeerOutput res;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    res.error = "cannot start " + program;
+    return res;
+  }
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = pclose(p);
+  std::string last_text;
+  size_t pos = 0;
+  while (pos < out.size()) {
+    size_t end = out.find('\n', pos);
+    if (end == std::string::npos) end = out.size();
+    const std::string line = out.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.empty()) continue;
+    if (line[0] == '{') {
+      try {
+        auto j = nlohmann::json::parse(line);
+        if (j.is_object() && j.contains(key) && j[key].is_number()) {
+          res.result = std::move(j);
+          continue;
+        }
+      } catch (const nlohmann::json::exception&) {
+      }
+    }
+    last_text = line;
+  }
+  if (status != 0 || !res.result) {
+    res.result.reset();
+    res.error = last_text.empty() ? fmt::format("the peer exited with status {} and printed nothing", status)
+                                  : last_text;
+  }
+  return res;
 }
 
 // Median wall time in seconds of `reps` runs of f, after `warmup` untimed runs.

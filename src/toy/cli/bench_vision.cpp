@@ -96,38 +96,12 @@ std::optional<double> run_peer(const VisionBenchOptions& o, const std::string& s
       "--steps {} --warmup 1 --threads {} --mode {} 2>&1",
       shell_quote(o.python), shell_quote(script), m.image, m.channels, m.patch, m.dim, m.layers, m.heads, m.mlp,
       c.classes, c.batch, c.steps, threads, mode);
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (!p) {
-    error = "cannot start " + o.python;
+  const PeerOutput out = run_peer_command(cmd, "images_per_s", o.python);
+  if (!out.result) {
+    error = out.error;
     return std::nullopt;
   }
-  std::string out;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int status = pclose(p);
-  std::optional<double> ips;
-  std::string last;
-  size_t pos = 0;
-  while (pos < out.size()) {
-    size_t end = out.find('\n', pos);
-    if (end == std::string::npos) end = out.size();
-    const std::string line = out.substr(pos, end - pos);
-    pos = end + 1;
-    if (line.empty()) continue;
-    try {
-      if (line[0] == '{') {
-        ips = nlohmann::json::parse(line).at("images_per_s").get<double>();
-        continue;
-      }
-    } catch (const nlohmann::json::exception&) {
-    }
-    last = line;
-  }
-  if (status != 0 || !ips) {
-    error = last.empty() ? fmt::format("the peer exited with status {}", status) : last;
-    return std::nullopt;
-  }
-  return ips;
+  return (*out.result)["images_per_s"].get<double>();
 }
 
 int run_vision_bench(const VisionBenchOptions& o) {
