@@ -6,8 +6,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
       libopenblas-dev libopenblas0-pthread libfmt-dev nlohmann-json3-dev libcli11-dev
-      libgtest-dev libpcre2-dev libxxhash-dev libstb-dev zlib1g-dev
-      dataset-fashion-mnist)
+      libgtest-dev libpcre2-dev libxxhash-dev libstb-dev zlib1g-dev libcpp-httplib-dev
+      dataset-fashion-mnist chromium)
 for a in "$@"; do
   case "$a" in
     --sanitize) pkgs+=(clang libclang-rt-dev) ;;

@@ -23,5 +23,6 @@ Run add_perplexity_command(CLI::App& app);
 Run add_quantize_command(CLI::App& app);
 Run add_vision_command(CLI::App& app);
 Run add_classify_command(CLI::App& app);
+Run add_serve_command(CLI::App& app);
 
 }  // namespace toy::cli

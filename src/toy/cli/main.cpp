@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   reg(toy::cli::add_finetune_command(app));
   reg(toy::cli::add_vision_command(app));
   reg(toy::cli::add_classify_command(app));
+  reg(toy::cli::add_serve_command(app));
   reg(toy::cli::add_generate_command(app));
   reg(toy::cli::add_chat_command(app));
   reg(toy::cli::add_perplexity_command(app));

@@ -8,6 +8,7 @@
 #include "toy/autograd/grad_mode.h"
 #include "toy/core/error.h"
 #include "toy/infer/sampler.h"
+#include "toy/infer/stop_filter.h"
 #include "toy/models/decoder_lm.h"
 #include "toy/tokenizer/tokenizer.h"
 
@@ -26,52 +27,6 @@ std::vector<int32_t> fit_prompt(std::vector<int32_t> ids, int64_t ctx) {
   if (int64_t(ids.size()) > keep) ids.erase(ids.begin(), ids.end() - keep);
   return ids;
 }
-
-namespace {
-
-// Holds back generated text while it could still be the start of a stop string.
-class StopFilter {
- public:
-  StopFilter(const std::vector<std::string>& stop, const std::function<void(const std::string&)>& out)
-      : stop_(stop), out_(out) {}
-  // Adds text; returns true when a stop string was found (the text before it is output).
-  bool push(std::string_view text) {
-    pending_ += text;
-    size_t cut = std::string::npos;
-    for (const std::string& s : stop_)
-      if (!s.empty()) cut = std::min(cut, pending_.find(s));
-    if (cut != std::string::npos) {
-      out_(pending_.substr(0, cut));
-      pending_.clear();
-      return true;
-    }
-    // Keep the longest tail that is a prefix of some stop string; output the rest.
-    size_t keep = 0;
-    for (const std::string& s : stop_)
-      for (size_t k = std::min(s.size() - (s.empty() ? 0 : 1), pending_.size()); k > keep; --k)
-        if (pending_.compare(pending_.size() - k, k, s, 0, k) == 0) {
-          keep = k;
-          break;
-        }
-    if (pending_.size() > keep) {
-      piece_.assign(pending_, 0, pending_.size() - keep);  // reuses piece_'s buffer: no allocation per token
-      pending_.erase(0, pending_.size() - keep);
-      out_(piece_);
-    }
-    return false;
-  }
-  void flush() {
-    if (!pending_.empty()) out_(pending_);
-    pending_.clear();
-  }
-
- private:
-  const std::vector<std::string>& stop_;
-  const std::function<void(const std::string&)>& out_;
-  std::string pending_, piece_;
-};
-
-}  // namespace
 
 GenerateStats generate(DecoderLM& model, const Tokenizer& tok, Sampler& sampler, std::vector<int32_t> prompt,
                        int64_t n, const std::function<void(const std::string&)>& on_text, int64_t capacity,

@@ -237,13 +237,16 @@ Tensor DecoderLM::embed(const Tensor& ids, int64_t start, const Tensor& position
 }
 
 Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, const Tensor& segments, bool training,
-                        Generator* gen, nn::KVCache* cache) {
+                        Generator* gen, nn::KVCache* cache, std::span<nn::KVCache* const> step_caches) {
   const Block& b = blocks_[size_t(l)];
   const float depth = cfg_.depth_scale ? 1.0f / std::sqrt(float(l + 1)) : 1.0f;
   Generator& g = gen ? *gen : default_generator();
   Tensor h = b.attn_norm(x);
   if (depth != 1.0f) h = scale(h, depth);
-  Tensor a = b.kind == LayerKind::GatedDeltaNet ? b.gdn(h, cache, l) : b.attn(h, positions, cache, l, segments);
+  Tensor a = !step_caches.empty()                ? (b.kind == LayerKind::GatedDeltaNet ? b.gdn.step(h, step_caches, l)
+                                                                                     : b.attn.step(h, positions, step_caches, l))
+             : b.kind == LayerKind::GatedDeltaNet ? b.gdn(h, cache, l)
+                                                  : b.attn(h, positions, cache, l, segments);
   if (training && cfg_.dropout > 0) a = dropout(a, cfg_.dropout, true, g);
   Tensor xa = add(x, a);
   Tensor h2 = b.ffn_norm(xa);
@@ -346,6 +349,27 @@ Tensor DecoderLM::decode(nn::KVCache& cache, std::span<const int32_t> ids) {
   Tensor x = hidden(batch, false, nullptr, &cache);
   Tensor last = slice(x, 1, T - 1, T);  // [1, 1, D]
   return reshape(head_(last), Shape{cfg_.vocab});
+}
+
+Tensor DecoderLM::decode_step(std::span<nn::KVCache* const> caches, std::span<const int32_t> ids) {
+  NoGradGuard ng;
+  const int64_t N = int64_t(caches.size());
+  TOY_CHECK(N > 0 && ids.size() == caches.size(), "[model] decode_step needs one token per cache, got {} tokens for {}",
+            ids.size(), caches.size());
+  Tensor tokens = empty(Shape{N, 1}, DType::I32), positions = empty(Shape{N, 1}, DType::I32);
+  for (int64_t i = 0; i < N; ++i) {
+    nn::KVCache& c = *caches[size_t(i)];
+    TOY_CHECK(c.batch() == 1, "[model] decode_step takes caches of one sequence each, got one of {}", c.batch());
+    c.check_room(1);
+    TOY_CHECK(ids[size_t(i)] >= 0 && ids[size_t(i)] < cfg_.vocab, "[model] token id {} is out of the vocabulary [0, {})",
+              ids[size_t(i)], cfg_.vocab);
+    tokens.data<int32_t>()[i] = ids[size_t(i)];
+    positions.data<int32_t>()[i] = int32_t(c.size());
+  }
+  Tensor x = embed(tokens, 0, positions, false, nullptr);
+  for (int64_t l = 0; l < cfg_.layers; ++l) x = block(l, x, positions, Tensor(), false, nullptr, nullptr, caches);
+  for (nn::KVCache* c : caches) c->advance(1);
+  return reshape(head_(out_norm_(x)), Shape{N, cfg_.vocab});
 }
 
 }  // namespace toy

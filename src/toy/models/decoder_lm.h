@@ -110,6 +110,10 @@ class DecoderLM {
     return decode(cache, std::span<const int32_t>(ids));
   }
   Tensor decode(nn::KVCache& cache, int32_t id) { return decode(cache, std::span<const int32_t>(&id, 1)); }
+  // One token for each of several sequences, each with its own cache of one sequence (they
+  // may hold different lengths): logits [N, V], row i continuing caches[i]. Every weight
+  // matrix is read once for all N (a GEMM); each attention layer reads each cache.
+  Tensor decode_step(std::span<nn::KVCache* const> caches, std::span<const int32_t> ids);
 
  private:
   struct Block {
@@ -126,7 +130,7 @@ class DecoderLM {
   void declare(Add add);
   Tensor embed(const Tensor& ids, int64_t start, const Tensor& positions, bool training, Generator* gen);
   Tensor block(int64_t l, const Tensor& x, const Tensor& positions, const Tensor& segments, bool training,
-               Generator* gen, nn::KVCache* cache);
+               Generator* gen, nn::KVCache* cache, std::span<nn::KVCache* const> step_caches = {});
 
   ModelConfig cfg_;
   ParamStore params_;

@@ -1,6 +1,11 @@
 #include "toy/nn/attention.h"
 
+#include <tuple>
+#include <utility>
+#include <vector>
+
 #include "toy/autograd/grad_mode.h"
+#include "toy/core/error.h"
 
 namespace toy::nn {
 
@@ -12,6 +17,60 @@ Tensor rotate(const Tensor& x, const Tensor& positions, RopeOptions o, int64_t h
   return rope(x, positions, o);
 }
 }  // namespace
+
+Attention::Heads Attention::heads_of(const Tensor& x, const Tensor& positions, Tensor packed) const {
+  const int64_t B = x.size(0), T = x.size(1), H = heads, Hkv = kv_heads, d = head_dim;
+  Heads h;
+  if (!packed.defined() && qkv.defined()) packed = reshape(qkv(x), Shape{B, T, H + 2 * Hkv, d});
+  if (gated) {
+    Tensor qg = reshape(q(x), Shape{B, T, H, 2 * d});
+    h.q = slice(qg, 3, 0, d);
+    h.gate = reshape(slice(qg, 3, d, 2 * d), Shape{B, T, H * d});
+    h.k = reshape(k(x), Shape{B, T, Hkv, d});
+    h.v = reshape(v(x), Shape{B, T, Hkv, d});
+  } else if (packed.defined()) {
+    h.q = slice(packed, 2, 0, H);
+    h.k = slice(packed, 2, H, H + Hkv);
+    h.v = slice(packed, 2, H + Hkv, H + 2 * Hkv);
+  } else {
+    h.q = reshape(q(x), Shape{B, T, H, d});
+    h.k = reshape(k(x), Shape{B, T, Hkv, d});
+    h.v = reshape(v(x), Shape{B, T, Hkv, d});
+  }
+  if (q_norm.defined()) h.q = q_norm(h.q);
+  if (k_norm.defined()) h.k = k_norm(h.k);
+  if (rope) {
+    h.q = rotate(h.q, positions, *rope, 0, H);
+    h.k = rotate(h.k, positions, *rope, 0, Hkv);
+  }
+  return h;
+}
+
+namespace {
+// Writes the new keys and values (sequence row `row` of k, v) after what `cache` holds for
+// `layer`; returns every cached key and value of that sequence, in q's dtype.
+std::pair<Tensor, Tensor> append_to_cache(KVCache& cache, int64_t layer, const Tensor& k, const Tensor& v,
+                                          DType dtype) {
+  const int64_t start = cache.size(), T = k.size(1);
+  Tensor& kc = cache.keys(layer);
+  Tensor& vc = cache.values(layer);
+  {
+    NoGradGuard ng;
+    Tensor kdst = slice(kc, 1, start, start + T), vdst = slice(vc, 1, start, start + T);
+    copy_(kdst, k);
+    copy_(vdst, v);
+  }
+  Tensor kh = slice(kc, 1, 0, start + T), vh = slice(vc, 1, 0, start + T);
+  if (kh.dtype() != dtype) kh = cast(kh, dtype), vh = cast(vh, dtype);
+  return {kh, vh};
+}
+}  // namespace
+
+Tensor Attention::output(const Tensor& o, const Tensor& gate) const {
+  const int64_t B = o.size(0), T = o.size(1);
+  Tensor flat = reshape(o, Shape{B, T, heads * head_dim});
+  return out(gated ? mul(flat, sigmoid(gate)) : flat);
+}
 
 Tensor Attention::operator()(const Tensor& x, const Tensor& positions, KVCache* cache, int64_t layer,
                              const Tensor& segments) const {
@@ -31,56 +90,32 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& positions, KVCache* 
     fused.compute = q.compute;
     packed = reshape(fused(x), Shape{B, T, H + 2 * Hkv, d});
   }
-  Tensor o;
   if (packed.defined() && !cache && !q_norm.defined()) {
     // The training path: RoPE on the q and k heads of the packed tensor, fused attention on it.
     if (rope) packed = rotate(packed, positions, *rope, 0, H + Hkv);
-    o = attention_qkv(packed, H, Hkv, ao);
-  } else {
-    Tensor qh, kh, vh, gate;
-    if (gated) {
-      Tensor qg = reshape(q(x), Shape{B, T, H, 2 * d});
-      qh = slice(qg, 3, 0, d);
-      gate = reshape(slice(qg, 3, d, 2 * d), Shape{B, T, H * d});
-      kh = reshape(k(x), Shape{B, T, Hkv, d});
-      vh = reshape(v(x), Shape{B, T, Hkv, d});
-    } else if (packed.defined()) {
-      qh = slice(packed, 2, 0, H);
-      kh = slice(packed, 2, H, H + Hkv);
-      vh = slice(packed, 2, H + Hkv, H + 2 * Hkv);
-    } else {
-      qh = reshape(q(x), Shape{B, T, H, d});
-      kh = reshape(k(x), Shape{B, T, Hkv, d});
-      vh = reshape(v(x), Shape{B, T, Hkv, d});
-    }
-    if (q_norm.defined()) qh = q_norm(qh);
-    if (k_norm.defined()) kh = k_norm(kh);
-    if (rope) {
-      qh = rotate(qh, positions, *rope, 0, H);
-      kh = rotate(kh, positions, *rope, 0, Hkv);
-    }
-    if (cache) {
-      // Keys and values of the new tokens go to the cache; attention reads all of it.
-      const int64_t start = cache->size();
-      Tensor& kc = cache->keys(layer);
-      Tensor& vc = cache->values(layer);
-      {
-        NoGradGuard ng;
-        Tensor kdst = slice(kc, 1, start, start + T), vdst = slice(vc, 1, start, start + T);
-        copy_(kdst, kh);
-        copy_(vdst, vh);
-      }
-      kh = slice(kc, 1, 0, start + T);
-      vh = slice(vc, 1, 0, start + T);
-      if (kh.dtype() != qh.dtype()) {
-        kh = cast(kh, qh.dtype());
-        vh = cast(vh, qh.dtype());
-      }
-    }
-    o = attention(qh, kh, vh, ao);
-    if (gated) return out(mul(reshape(o, Shape{B, T, H * d}), sigmoid(gate)));
+    return output(attention_qkv(packed, H, Hkv, ao), Tensor());
   }
-  return out(reshape(o, Shape{B, T, H * d}));
+  Heads h = heads_of(x, positions, packed);
+  if (cache) std::tie(h.k, h.v) = append_to_cache(*cache, layer, h.k, h.v, h.q.dtype());
+  return output(attention(h.q, h.k, h.v, ao), h.gate);
+}
+
+Tensor Attention::step(const Tensor& x, const Tensor& positions, std::span<KVCache* const> caches,
+                       int64_t layer) const {
+  const int64_t N = x.size(0);
+  TOY_CHECK(int64_t(caches.size()) == N, "[attention] {} caches for a batch of {}", caches.size(), N);
+  AttentionOptions ao;
+  ao.causal = causal;
+  // One projection for every sequence (a GEMM), then each attends over its own cache.
+  const Heads h = heads_of(x, positions);
+  std::vector<Tensor> rows;
+  rows.reserve(size_t(N));
+  for (int64_t i = 0; i < N; ++i) {
+    auto [kh, vh] = append_to_cache(*caches[size_t(i)], layer, slice(h.k, 0, i, i + 1), slice(h.v, 0, i, i + 1),
+                                    h.q.dtype());
+    rows.push_back(attention(slice(h.q, 0, i, i + 1), kh, vh, ao));
+  }
+  return output(N == 1 ? rows[0] : concat(rows, 0), h.gate);
 }
 
 }  // namespace toy::nn

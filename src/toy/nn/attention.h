@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <span>
 
 #include "toy/nn/kv_cache.h"
 #include "toy/nn/linear.h"
@@ -32,6 +33,19 @@ struct Attention {
   // block-causal for packed sequences.
   Tensor operator()(const Tensor& x, const Tensor& positions, KVCache* cache = nullptr, int64_t layer = 0,
                     const Tensor& segments = Tensor()) const;
+  // One decode step of several sequences, each with its own cache: x [N, T, D] (row i is
+  // sequence i, at positions I32 [N, T]). The projections run once for all rows (a GEMM, not
+  // N GEMVs); each row's keys and values go to caches[i] and it attends over that cache.
+  Tensor step(const Tensor& x, const Tensor& positions, std::span<KVCache* const> caches, int64_t layer) const;
+
+ private:
+  struct Heads {
+    Tensor q, k, v, gate;  // [B, T, H, d], [B, T, Hkv, d] x 2, [B, T, H d] (gated only)
+  };
+  // q, k and v heads of x (from `packed` when given), normed and rotated.
+  Heads heads_of(const Tensor& x, const Tensor& positions, Tensor packed = Tensor()) const;
+  // The output projection of o [B, T, H, d] (gated by sigmoid(gate) when gated).
+  Tensor output(const Tensor& o, const Tensor& gate) const;
 };
 
 }  // namespace toy::nn

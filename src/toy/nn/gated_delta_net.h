@@ -11,6 +11,7 @@
 // and both are left where the new tokens end: a token costs the same at any position.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "toy/nn/kv_cache.h"
 #include "toy/nn/linear.h"
@@ -33,6 +34,13 @@ struct GatedDeltaNet {
   RecurrentShape state_shape() const;
   // x [B, T, D] -> [B, T, D].
   Tensor operator()(const Tensor& x, KVCache* cache = nullptr, int64_t layer = 0) const;
+  // One step of several sequences, each with its own cache (row i of x [N, T, D] continues
+  // caches[i]): the projections run once for all rows.
+  Tensor step(const Tensor& x, std::span<KVCache* const> caches, int64_t layer) const;
+
+ private:
+  // With tail and state (batch rows matching x), continues them and leaves them updated.
+  Tensor forward(const Tensor& x, Tensor* tail, Tensor* state) const;
 };
 
 }  // namespace toy::nn

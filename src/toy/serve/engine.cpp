@@ -1,0 +1,276 @@
+#include "toy/serve/engine.h"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+
+#include "toy/autograd/grad_mode.h"
+#include "toy/core/error.h"
+#include "toy/infer/stop_filter.h"
+#include "toy/models/decoder_lm.h"
+#include "toy/nn/kv_cache.h"
+#include "toy/ops/ops.h"
+#include "toy/tokenizer/tokenizer.h"
+
+namespace toy::serve {
+
+// ---- Job --------------------------------------------------------------------------------
+
+bool Job::wait(std::string& out, std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  cv_.wait_for(lk, timeout, [&] { return done_ || !text_.empty(); });
+  out.clear();
+  out.swap(text_);
+  return done_ && text_.empty();
+}
+
+std::string Job::wait_all() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return done_; });
+  std::string out;
+  out.swap(text_);
+  return out;
+}
+
+void Job::emit(const std::string& text) {
+  if (text.empty()) return;
+  {
+    std::lock_guard lk(mu_);
+    text_ += text;
+  }
+  cv_.notify_all();
+}
+
+void Job::first_token() { ttft_s = std::chrono::duration<double>(Clock::now() - submitted).count(); }
+
+void Job::finish(const std::string& reason, const std::string& err) {
+  {
+    std::lock_guard lk(mu_);
+    if (done_) return;
+    finish_reason = reason;
+    error = err;
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+// ---- Engine -----------------------------------------------------------------------------
+
+struct Engine::Slot {
+  nn::KVCache cache;
+  std::vector<int32_t> cached;  // the tokens the cache holds, in order
+  std::shared_ptr<Job> job;     // null: free
+  bool fresh = false;           // assigned, not yet prefilled
+  std::optional<Sampler> sampler;
+  std::optional<Utf8StreamDecoder> decoder;
+  std::optional<StopFilter> filter;
+  std::vector<int32_t> history;  // prompt + generated (what the penalties look at)
+  int64_t budget = 0;            // tokens it may still generate
+  Tensor logits;                 // [V]: the next token's, waiting to be sampled
+  int32_t feed = -1;             // the token the next step feeds (sampled, not yet cached)
+  uint64_t last_used = 0;
+};
+
+Engine::Engine(DecoderLM& model, const Tokenizer& tok, EngineOptions o) : model_(model), tok_(tok), o_(o) {
+  TOY_CHECK(o.parallel >= 1 && o.parallel <= 256, "[serve] --parallel must be in [1, 256], got {}", o.parallel);
+  TOY_CHECK(o.queue >= 0, "[serve] --queue must be >= 0, got {}", o.queue);
+  ctx_ = o.ctx ? o.ctx : std::min<int64_t>(model.config().ctx, 4096);
+  TOY_CHECK(ctx_ >= 2, "[serve] --ctx must be at least 2 tokens, got {}", ctx_);
+  ends_ = tok.end_of_generation_ids();
+  for (int i = 0; i < o.parallel; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->cache = model.new_cache(1, ctx_, o.cache_dtype);
+    slots_.push_back(std::move(s));
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown("the server is shutting down"); }
+
+int64_t Engine::waiting() const {
+  std::lock_guard lk(mu_);
+  return int64_t(queue_.size());
+}
+
+std::shared_ptr<Job> Engine::submit(GenParams p) {
+  TOY_CHECK(!p.prompt.empty(), "[serve] the prompt is empty");
+  TOY_CHECK(int64_t(p.prompt.size()) < ctx_,
+            "[serve] the prompt has {} tokens; a slot's context is {} (the prompt needs at least one token less): "
+            "shorten it or start the server with a larger --ctx", p.prompt.size(), ctx_);
+  const int32_t V = model_.config().vocab;
+  for (int32_t id : p.prompt) TOY_CHECK(id >= 0 && id < V, "[serve] token id {} is out of the vocabulary [0, {})", id, V);
+  Sampler check(p.sampling, p.seed);  // throws on nonsense sampling values, before queueing
+  auto job = std::make_shared<Job>(std::move(p));
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_) {
+      job->finish("error", stop_reason_);
+      return job;
+    }
+    if (active_.load() + int64_t(queue_.size()) >= int64_t(slots_.size()) + o_.queue) return nullptr;
+    queue_.push_back(job);
+  }
+  cv_.notify_all();
+  return job;
+}
+
+void Engine::shutdown(const std::string& why) {
+  {
+    std::lock_guard lk(mu_);
+    if (!stopping_) stopping_ = true, stop_reason_ = why;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Engine::Slot* Engine::pick_slot(const std::vector<int32_t>& prompt) {
+  Slot* best = nullptr;
+  size_t best_len = 0;
+  for (auto& s : slots_) {
+    if (s->job) continue;
+    // The cached tokens must be a strict prefix: the last prompt token has to be fed to get
+    // the logits after it (and a recurrent state cannot be cut back).
+    const size_t n = s->cached.size();
+    const bool prefix = n < prompt.size() && std::equal(s->cached.begin(), s->cached.end(), prompt.begin());
+    const size_t len = prefix ? n : 0;
+    if (!best || len > best_len || (len == best_len && s->last_used < best->last_used)) best = s.get(), best_len = len;
+  }
+  return best;
+}
+
+void Engine::start(Slot& s) {
+  Job& job = *s.job;
+  const std::vector<int32_t>& prompt = job.params.prompt;
+  const size_t n = s.cached.size();
+  const bool prefix = n > 0 && n < prompt.size() && std::equal(s.cached.begin(), s.cached.end(), prompt.begin());
+  if (!prefix) {
+    s.cache.clear();
+    s.cached.clear();
+  }
+  job.prompt_tokens = int64_t(prompt.size());
+  job.cached_tokens = int64_t(s.cached.size());
+  std::span<const int32_t> rest = std::span<const int32_t>(prompt).subspan(s.cached.size());
+  s.cached.insert(s.cached.end(), rest.begin(), rest.end());
+  s.logits = model_.decode(s.cache, rest);
+  s.history = prompt;
+  s.sampler.emplace(job.params.sampling, job.params.seed);
+  s.decoder.emplace(tok_);
+  Job* j = &job;
+  s.filter.emplace(job.params.stop, [j](const std::string& t) { j->emit(t); });
+  const int64_t room = ctx_ - int64_t(prompt.size());  // tokens that still fit, the last one never fed
+  s.budget = job.params.max_tokens < 0 ? room : std::min(job.params.max_tokens, room);
+  s.feed = -1;
+}
+
+void Engine::release(Slot& s, const std::string& reason, const std::string& error) {
+  if (!s.job) return;
+  std::shared_ptr<Job> job = std::move(s.job);
+  s.logits = Tensor();
+  s.feed = -1;
+  s.filter.reset(), s.decoder.reset(), s.sampler.reset();
+  s.last_used = ++use_clock_;
+  --active_;  // before the client hears of the end: a request it sends next finds the slot free
+  job->finish(reason, error);
+}
+
+void Engine::sample(Slot& s) {
+  Job& job = *s.job;
+  if (job.cancelled()) return release(s, "cancelled");
+  if (s.budget <= 0) {
+    // max_tokens 0 or no room left; whatever text is held back goes out first.
+    if (!s.filter->push(s.decoder->flush())) s.filter->flush();
+    return release(s, "length");
+  }
+  if (job.params.ignore_eos) {
+    float* z = s.logits.data<float>();
+    for (int32_t e : ends_) z[e] = -std::numeric_limits<float>::infinity();
+  }
+  const int32_t id = s.sampler->sample(s.logits, s.history);
+  s.logits = Tensor();
+  if (job.completion_tokens == 0) job.first_token();
+  if (std::find(ends_.begin(), ends_.end(), id) != ends_.end()) {
+    if (!s.filter->push(s.decoder->flush())) s.filter->flush();
+    return release(s, "stop");
+  }
+  ++job.completion_tokens;
+  --s.budget;
+  s.history.push_back(id);
+  if (s.filter->push(s.decoder->push(id))) return release(s, "stop");
+  if (s.budget == 0) {
+    if (s.filter->push(s.decoder->flush())) return release(s, "stop");
+    s.filter->flush();
+    return release(s, "length");
+  }
+  s.feed = id;
+}
+
+void Engine::loop() {
+  NoGradGuard ng;
+  std::vector<nn::KVCache*> caches;
+  std::vector<int32_t> ids;
+  std::vector<Slot*> stepping;
+  while (true) {
+    std::vector<Slot*> fresh;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || active_.load() > 0; });
+      if (stopping_) break;
+      while (!queue_.empty()) {
+        std::shared_ptr<Job> job = queue_.front();
+        if (job->cancelled()) {
+          queue_.pop_front();
+          job->finish("cancelled");
+          continue;
+        }
+        Slot* s = pick_slot(job->params.prompt);
+        if (!s) break;
+        queue_.pop_front();
+        s->job = std::move(job);
+        ++active_;
+        fresh.push_back(s);
+      }
+    }
+    for (Slot* s : fresh) {
+      try {
+        start(*s);
+      } catch (const std::exception& e) {
+        s->cache.clear(), s->cached.clear();
+        release(*s, "error", e.what());
+      }
+    }
+    // Every slot with logits samples its next token; those going on are fed in one step.
+    caches.clear(), ids.clear(), stepping.clear();
+    for (auto& s : slots_) {
+      if (!s->job) continue;
+      if (s->logits.defined()) sample(*s);
+      if (s->job && s->feed >= 0) {
+        caches.push_back(&s->cache), ids.push_back(s->feed), stepping.push_back(s.get());
+      }
+    }
+    if (stepping.empty()) continue;
+    try {
+      Tensor logits = model_.decode_step(caches, ids);  // [N, V]
+      const int64_t V = logits.size(1);
+      for (size_t i = 0; i < stepping.size(); ++i) {
+        Slot& s = *stepping[i];
+        s.cached.push_back(s.feed);
+        s.feed = -1;
+        s.logits = reshape(slice(logits, 0, int64_t(i), int64_t(i) + 1), Shape{V});
+      }
+      ++steps_;
+      widest_ = std::max<int64_t>(widest_.load(), int64_t(stepping.size()));
+    } catch (const std::exception& e) {
+      for (Slot* s : stepping) {
+        s->cache.clear(), s->cached.clear();
+        release(*s, "error", e.what());
+      }
+    }
+  }
+  // Stopping: every job still running or waiting ends with the reason.
+  for (auto& s : slots_) release(*s, "error", stop_reason_);
+  std::lock_guard lk(mu_);
+  for (auto& job : queue_) job->finish("error", stop_reason_);
+  queue_.clear();
+}
+
+}  // namespace toy::serve

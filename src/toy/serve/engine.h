@@ -1,0 +1,134 @@
+// The serving engine: continuous batching of generation requests over one model. Up to
+// `parallel` slots decode together, one batched forward per step (DecoderLM::decode_step:
+// every weight matrix read once for all of them); a request that arrives joins at the next
+// step; a cancelled request frees its slot at the next step. Each slot owns a KV cache (and
+// recurrent state) of its own; when a slot's cached tokens are a prefix of a new prompt, the
+// prompt continues them instead of being recomputed. No HTTP here: the server (server.h)
+// turns requests into Jobs and Jobs into responses.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "toy/core/dtype.h"
+#include "toy/infer/sampler.h"
+
+namespace toy {
+class DecoderLM;
+class Tokenizer;
+}  // namespace toy
+
+namespace toy::serve {
+
+// One generation request, tokenized.
+struct GenParams {
+  std::vector<int32_t> prompt;  // not empty; fewer tokens than the slot context
+  int64_t max_tokens = -1;      // -1: until end of text or the end of the slot's context
+  SamplerConfig sampling;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;  // stop strings (not output)
+  bool ignore_eos = false;        // end-of-generation tokens are never drawn
+};
+
+// A request in flight, shared by the thread that answers the client and the engine: the text
+// generated so far (taken in pieces), then the end with its reason and token counts.
+class Job {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit Job(GenParams p) : params(std::move(p)), submitted(Clock::now()) {}
+
+  // Client side. Waits until there is new text or the job ended (or `timeout` passed); moves
+  // the new text into `out` (replacing it). Returns true once the job has ended and every
+  // piece of its text was taken.
+  bool wait(std::string& out, std::chrono::milliseconds timeout);
+  // Blocks until the job ends; returns all the text not yet taken.
+  std::string wait_all();
+  // The client went away (or no longer wants the rest): the engine frees the slot.
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+  // Results, valid once wait() returned true.
+  std::string finish_reason;  // "stop", "length"; "error" with `error` set
+  std::string error;
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  double ttft_s = 0;  // submission to the first generated token
+
+  // Engine side.
+  void emit(const std::string& text);
+  void finish(const std::string& reason, const std::string& error = "");
+  void first_token();
+
+  const GenParams params;
+  const Clock::time_point submitted;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string text_;
+  bool done_ = false;
+  std::atomic<bool> cancelled_{false};
+};
+
+struct EngineOptions {
+  int parallel = 4;        // slots decoding together
+  int64_t ctx = 0;         // tokens per slot (0: the model's context, at most 4096)
+  int64_t queue = 64;      // requests waiting for a slot before submit() refuses
+  DType cache_dtype = DType::F32;
+};
+
+class Engine {
+ public:
+  // Allocates every slot's cache up front (the memory a server needs is known at start) and
+  // starts the engine thread. The model and tokenizer must outlive the engine.
+  Engine(DecoderLM& model, const Tokenizer& tok, EngineOptions o);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a job; nullptr when every slot is busy and the queue is full. Throws toy::Error for
+  // a prompt that is empty or does not fit the slot context, or a token out of the vocabulary.
+  std::shared_ptr<Job> submit(GenParams p);
+  // Ends every job in flight and waiting with an error naming `why`, and stops the thread.
+  void shutdown(const std::string& why);
+
+  int64_t slot_ctx() const { return ctx_; }
+  int parallel() const { return int(slots_.size()); }
+  // Jobs decoding and waiting, for /health and tests.
+  int64_t active() const { return active_.load(); }
+  int64_t waiting() const;
+  // Batched steps run and the most sequences one step carried (tests check batching happens).
+  int64_t steps() const { return steps_.load(); }
+  int64_t widest_step() const { return widest_.load(); }
+
+ private:
+  struct Slot;
+  void loop();
+  void start(Slot& s);                       // prefill a newly assigned job
+  void sample(Slot& s);                      // the next token from s's logits
+  void release(Slot& s, const std::string& reason, const std::string& error = "");
+  Slot* pick_slot(const std::vector<int32_t>& prompt);  // a free slot, preferring a cached prefix
+
+  DecoderLM& model_;
+  const Tokenizer& tok_;
+  EngineOptions o_;
+  int64_t ctx_ = 0;
+  std::vector<int32_t> ends_;  // end-of-generation ids
+  std::vector<std::unique_ptr<Slot>> slots_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stopping_ = false;
+  std::string stop_reason_;
+  std::atomic<int64_t> active_{0}, steps_{0}, widest_{0};
+  uint64_t use_clock_ = 0;  // orders slots by last use (engine thread only)
+  std::thread thread_;
+};
+
+}  // namespace toy::serve

@@ -1,0 +1,203 @@
+#include "toy/serve/openai.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace toy::serve {
+
+using nlohmann::json;
+
+ApiError bad_request(const std::string& message, const std::string& param) {
+  return ApiError(400, "invalid_request_error", message, param);
+}
+
+json error_body(const ApiError& e) {
+  json err = {{"message", e.what()}, {"type", e.type}, {"code", e.status}};
+  err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+  return {{"error", err}};
+}
+
+SamplerConfig default_sampling() {
+  SamplerConfig c;
+  c.temperature = 0.8f;
+  c.top_k = 40;
+  c.top_p = 0.95f;
+  c.min_p = 0.05f;
+  return c;
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+namespace {
+
+json parse_object(std::string_view body) {
+  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw bad_request("the body is not valid JSON (or not valid UTF-8)");
+  if (!j.is_object()) throw bad_request("the body must be a JSON object");
+  return j;
+}
+
+// A field, when present and not null.
+const json* field(const json& j, const char* name) {
+  auto it = j.find(name);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+double number(const json& j, const char* name, double lo, double hi) {
+  const json* v = field(j, name);
+  if (!v->is_number()) throw bad_request(fmt::format("'{}' must be a number", name), name);
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    throw bad_request(fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, x), name);
+  return x;
+}
+
+int64_t integer(const json& j, const char* name, int64_t lo, int64_t hi) {
+  const json* v = field(j, name);
+  if (!v->is_number_integer() && !(v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
+                                   std::abs(v->get<double>()) < 9e15))
+    throw bad_request(fmt::format("'{}' must be an integer", name), name);
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    throw bad_request(fmt::format("'{}' must be at most {}", name, hi), name);
+  const int64_t x = v->is_number_float() ? int64_t(v->get<double>()) : v->get<int64_t>();
+  if (x < lo || x > hi) throw bad_request(fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, x), name);
+  return x;
+}
+
+bool boolean(const json& j, const char* name) {
+  const json* v = field(j, name);
+  if (!v->is_boolean()) throw bad_request(fmt::format("'{}' must be true or false", name), name);
+  return v->get<bool>();
+}
+
+std::string string_of(const json& v, const std::string& name) {
+  if (!v.is_string()) throw bad_request(fmt::format("'{}' must be a string", name), name);
+  return v.get<std::string>();
+}
+
+// A message's content: a string, or a list of parts of which the text parts count.
+std::string message_content(const json& c, size_t i) {
+  const std::string where = fmt::format("messages[{}].content", i);
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_null()) return "";
+  if (!c.is_array()) throw bad_request(fmt::format("'{}' must be a string or a list of text parts", where), where);
+  std::string text;
+  for (const json& part : c) {
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      throw bad_request(fmt::format("'{}': only text parts ({{\"type\": \"text\", \"text\": ...}}) are supported", where),
+                        where);
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::vector<int32_t> token_list(const json& v, const char* name) {
+  std::vector<int32_t> ids;
+  for (const json& t : v) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      throw bad_request(fmt::format("'{}' must be a list of token ids (non-negative integers)", name), name);
+    ids.push_back(int32_t(t.get<int64_t>()));
+  }
+  return ids;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(std::string_view body, bool chat) {
+  const json j = parse_object(body);
+  CompletionRequest r;
+  r.chat = chat;
+  if (chat) {
+    const json* m = field(j, "messages");
+    if (!m || !m->is_array() || m->empty())
+      throw bad_request("'messages' must be a non-empty list of {\"role\", \"content\"} objects", "messages");
+    for (size_t i = 0; i < m->size(); ++i) {
+      const json& msg = (*m)[i];
+      if (!msg.is_object() || !msg.contains("role"))
+        throw bad_request(fmt::format("'messages[{}]' must be an object with a 'role'", i), "messages");
+      ChatMessage cm;
+      cm.role = string_of(msg["role"], fmt::format("messages[{}].role", i));
+      cm.content = msg.contains("content") ? message_content(msg["content"], i) : "";
+      r.messages.push_back(std::move(cm));
+    }
+  } else {
+    const json* p = field(j, "prompt");
+    if (!p) throw bad_request("'prompt' is required", "prompt");
+    if (p->is_string()) {
+      r.prompt = p->get<std::string>();
+    } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
+      r.prompt_ids = token_list(*p, "prompt");
+      r.prompt_is_ids = true;
+    } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
+      r.prompt = (*p)[0].get<std::string>();
+    } else if (p->is_array() && p->size() == 1 && (*p)[0].is_array()) {
+      r.prompt_ids = token_list((*p)[0], "prompt");
+      r.prompt_is_ids = true;
+    } else {
+      throw bad_request("'prompt' must be a string or a list of token ids (one prompt per request)", "prompt");
+    }
+  }
+  if (field(j, "n") && integer(j, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()) != 1)
+    throw bad_request("only n = 1 is supported", "n");
+  if (field(j, "best_of") && integer(j, "best_of", 1, 1) != 1) throw bad_request("only best_of = 1 is supported", "best_of");
+  for (const char* name : {"max_tokens", "max_completion_tokens", "n_predict"})
+    if (field(j, name)) {
+      const int64_t n = integer(j, name, -1, std::numeric_limits<int64_t>::max());
+      r.max_tokens = n;
+    }
+  SamplerConfig& s = r.sampling;
+  if (field(j, "temperature")) s.temperature = float(number(j, "temperature", 0, 100));
+  if (field(j, "top_p")) s.top_p = float(number(j, "top_p", 0, 1));
+  if (field(j, "top_k")) s.top_k = int(integer(j, "top_k", 0, std::numeric_limits<int32_t>::max()));
+  if (field(j, "min_p")) s.min_p = float(number(j, "min_p", 0, 1));
+  if (field(j, "presence_penalty")) s.presence_penalty = float(number(j, "presence_penalty", -2, 2));
+  if (field(j, "frequency_penalty")) s.frequency_penalty = float(number(j, "frequency_penalty", -2, 2));
+  if (field(j, "repeat_penalty")) s.repeat_penalty = float(number(j, "repeat_penalty", 0.01, 100));
+  if (s.top_p == 0) s.top_p = 1e-6f;  // OpenAI allows 0: keep only the most likely token
+  if (field(j, "seed")) {
+    const json* v = field(j, "seed");
+    if (v->is_number_unsigned()) r.seed = v->get<uint64_t>();
+    else r.seed = uint64_t(integer(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+  }
+  if (const json* st = field(j, "stop")) {
+    if (st->is_string()) {
+      r.stop.push_back(st->get<std::string>());
+    } else if (st->is_array()) {
+      if (st->size() > 16) throw bad_request("'stop' may hold at most 16 strings", "stop");
+      for (const json& x : *st) r.stop.push_back(string_of(x, "stop"));
+    } else {
+      throw bad_request("'stop' must be a string or a list of strings", "stop");
+    }
+    std::erase(r.stop, std::string());
+  }
+  if (field(j, "stream")) r.stream = boolean(j, "stream");
+  if (field(j, "ignore_eos")) r.ignore_eos = boolean(j, "ignore_eos");
+  if (const json* so = field(j, "stream_options")) {
+    if (!so->is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
+    if (field(*so, "include_usage")) r.include_usage = boolean(*so, "include_usage");
+  }
+  return r;
+}
+
+TokenizeRequest parse_tokenize_request(std::string_view body) {
+  const json j = parse_object(body);
+  TokenizeRequest r;
+  const json* c = field(j, "content");
+  if (!c) throw bad_request("'content' is required", "content");
+  r.content = string_of(*c, "content");
+  if (field(j, "add_special")) r.add_special = boolean(j, "add_special");
+  if (field(j, "parse_special")) r.parse_special = boolean(j, "parse_special");
+  return r;
+}
+
+std::vector<int32_t> parse_detokenize_request(std::string_view body) {
+  const json j = parse_object(body);
+  const json* t = field(j, "tokens");
+  if (!t || !t->is_array()) throw bad_request("'tokens' must be a list of token ids", "tokens");
+  return token_list(*t, "tokens");
+}
+
+}  // namespace toy::serve

@@ -1,0 +1,66 @@
+// The OpenAI API's request bodies, validated (no sockets here, so a fuzz target can drive
+// it): /v1/chat/completions and /v1/completions bodies into a CompletionRequest, and the
+// error object every failure answers with. A bad body is an ApiError naming the field; the
+// server answers it with the status it carries.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "toy/infer/chat.h"
+#include "toy/infer/sampler.h"
+
+namespace toy::serve {
+
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string type, const std::string& message, std::string param = "")
+      : std::runtime_error(message), status(status), type(std::move(type)), param(std::move(param)) {}
+  int status;
+  std::string type;   // invalid_request_error, authentication_error, not_found_error, ...
+  std::string param;  // the field at fault, when there is one
+};
+
+// A 400 for a malformed or invalid body.
+ApiError bad_request(const std::string& message, const std::string& param = "");
+
+// {"error": {"message", "type", "param", "code"}} (code: the HTTP status, as llama-server).
+nlohmann::json error_body(const ApiError& e);
+
+// Sampling defaults when a request leaves a field out (llama-server's).
+SamplerConfig default_sampling();
+
+struct CompletionRequest {
+  bool chat = false;
+  std::vector<ChatMessage> messages;  // chat: the conversation
+  std::string prompt;                 // completions: the text ...
+  std::vector<int32_t> prompt_ids;    // ... or token ids
+  bool prompt_is_ids = false;
+  int64_t max_tokens = -1;  // -1: until end of text or the end of the context
+  SamplerConfig sampling = default_sampling();
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  bool stream = false, include_usage = false;
+  bool ignore_eos = false;  // llama-server's extension: generate past end-of-text (benchmarks)
+};
+
+// Parses and validates a body; throws ApiError (400) naming the field for malformed JSON, a
+// field of the wrong type or out of range, n != 1, a missing prompt or messages.
+CompletionRequest parse_completion_request(std::string_view body, bool chat);
+
+// /tokenize {content, add_special = false, parse_special = true} and /detokenize {tokens}.
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false, parse_special = true;
+};
+TokenizeRequest parse_tokenize_request(std::string_view body);
+std::vector<int32_t> parse_detokenize_request(std::string_view body);
+
+// JSON text of j; invalid UTF-8 (a model can emit any bytes) becomes U+FFFD, never a throw.
+std::string dump(const nlohmann::json& j);
+
+}  // namespace toy::serve

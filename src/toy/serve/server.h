@@ -1,0 +1,69 @@
+// `toy serve`'s HTTP side: the OpenAI-compatible endpoints over cpp-httplib, shaped as
+// llama-server shapes them, in front of an Engine (engine.h).
+//   GET  /                      the chat page (one self-contained HTML file in the binary)
+//   GET  /health                {"status": "ok"}                     (no key needed)
+//   GET  /v1/models             the one model                        (no key needed)
+//   POST /v1/chat/completions   messages through the chat template
+//   POST /v1/completions        a prompt (text or token ids)
+//   POST /tokenize, /detokenize
+//   GET  /slots                 slots decoding, requests waiting, batched steps so far
+// With an API key every other endpoint wants "Authorization: Bearer KEY" (401 otherwise).
+// Errors are OpenAI error objects: 400 bad body, 401, 404, 413 body over max_body, 503 when
+// every slot is busy and the queue is full (or the server is stopping).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "toy/infer/chat.h"
+#include "toy/serve/engine.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace toy::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port (port() says which)
+  std::string api_key;
+  size_t max_body = size_t(1) << 20;
+  std::string model_name = "toy";
+  int http_threads = 0;     // 0: enough for every slot and queued request, plus a margin
+  double write_timeout_s = 10;  // a client that stops reading is dropped after this
+};
+
+class Server {
+ public:
+  Server(const Tokenizer& tok, const ChatTemplate& tmpl, Engine& engine, ServerOptions o);
+  ~Server();
+  // Binds (throws toy::Error naming the address when it cannot); returns the port.
+  int bind();
+  // Serves until stop(); returns when the listener has closed.
+  void run();
+  // Stops accepting and returns once every handler has finished (engine.shutdown() first makes
+  // in-flight streams end with an error event).
+  void stop();
+  int port() const { return port_; }
+  // Runs the raw bytes of one or more HTTP requests through the server's parser and handlers
+  // without a socket; returns the raw bytes of the responses (the fuzz target's entry).
+  std::string process_raw(std::string_view request);
+
+ private:
+  void routes();
+  const Tokenizer& tok_;
+  ChatTemplate tmpl_;
+  Engine& engine_;
+  ServerOptions o_;
+  std::unique_ptr<httplib::Server> http_;
+  int port_ = 0;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+// The chat page (chat.html, embedded at build time).
+extern const char* const kChatPage;
+
+}  // namespace toy::serve

@@ -1,0 +1,558 @@
+// toy serve: the batched decode step against one sequence at a time, the engine's continuous
+// batching against generate() (greedy text identical, alone and four together), stop strings,
+// budgets, prefix reuse, cancellation, the queue limit and shutdown; then the HTTP server
+// in-process (endpoints, error objects and status codes, streaming format, usage) and the
+// toy serve program (prints its URL, a SIGTERM ends a stream with an error event, exit 0).
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "proc.h"
+#include "serve_helpers.h"
+#include "requirements.h"
+#include "toy/infer/generate.h"
+#include "toy/infer/sampler.h"
+#include "toy/io/gguf.h"
+#include "toy/io/model_file.h"
+#include "toy/serve/engine.h"
+#include "toy/serve/openai.h"
+#include "toy/serve/raw_http.h"
+#include "toy/serve/server.h"
+
+namespace fs = std::filesystem;
+using namespace toy;
+using nlohmann::json;
+using toy::test::describe;
+using toy::test::run_toy;
+using namespace toy::test::serve_tests;
+
+
+TEST(ServeEngine, DecodeStepMatchesOneSequenceAtATime) {
+  for (const char* arch : {"llama", "qwen3", "qwen35", "gpt2"}) {
+    SCOPED_TRACE(arch);
+    LoadedModel lm = load_model(init_tiny(arch));
+    DecoderLM& m = *lm.model;
+    const int64_t V = m.config().vocab;
+    const int64_t lengths[3] = {3, 7, 1};
+    std::vector<nn::KVCache> alone, together;
+    for (int i = 0; i < 3; ++i) {
+      alone.push_back(m.new_cache(1, 64));
+      together.push_back(m.new_cache(1, 64));
+      m.decode(alone.back(), some_ids(lengths[i], V, i));
+      m.decode(together.back(), some_ids(lengths[i], V, i));
+    }
+    for (int step = 0; step < 4; ++step) {
+      // Step 2 leaves sequence 1 out: a step takes any subset of the slots.
+      std::vector<int> rows = step == 2 ? std::vector<int>{0, 2} : std::vector<int>{0, 1, 2};
+      std::vector<nn::KVCache*> caches;
+      std::vector<int32_t> ids;
+      for (int i : rows) caches.push_back(&together[size_t(i)]), ids.push_back(int32_t((step * 7 + i * 13) % V));
+      const Tensor batch = m.decode_step(caches, ids);
+      ASSERT_EQ(batch.shape(), Shape({int64_t(rows.size()), V}));
+      const std::vector<float> b = batch.to_f32_vector();
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const std::vector<float> a = m.decode(alone[size_t(rows[r])], ids[r]).to_f32_vector();
+        const double tol = 1e-4 * std::max(1.0, max_abs(a));
+        for (int64_t v = 0; v < V; ++v)
+          ASSERT_NEAR(b[size_t(int64_t(r) * V + v)], a[size_t(v)], tol) << "step " << step << " row " << rows[r];
+        EXPECT_EQ(together[size_t(rows[r])].size(), alone[size_t(rows[r])].size());
+      }
+    }
+  }
+}
+
+TEST(ServeEngine, DecodeStepRefusesBadInput) {
+  LoadedModel lm = load_model(init_tiny("llama"));
+  DecoderLM& m = *lm.model;
+  nn::KVCache c = m.new_cache(1, 4), wide = m.new_cache(2, 4);
+  std::vector<nn::KVCache*> one{&c};
+  EXPECT_THROW(m.decode_step(one, std::vector<int32_t>{1, 2}), Error);
+  EXPECT_THROW(m.decode_step(one, std::vector<int32_t>{int32_t(m.config().vocab)}), Error);
+  std::vector<nn::KVCache*> two{&wide};
+  EXPECT_THROW(m.decode_step(two, std::vector<int32_t>{1}), Error);
+  m.decode(c, std::vector<int32_t>{1, 2, 3, 4});
+  EXPECT_THROW(m.decode_step(one, std::vector<int32_t>{1}), Error) << "a full cache";
+}
+
+TEST(ServeEngine, GreedyTextEqualsGenerateAloneAndFourTogether) {
+  for (const char* arch : {"llama", "qwen35"}) {
+    SCOPED_TRACE(arch);
+    LoadedModel lm = load_model(init_tiny(arch));
+    DecoderLM& m = *lm.model;
+    const Tokenizer& tok = *lm.tokenizer;
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::string> want;
+    std::vector<GenerateStats> stats(4);
+    for (int i = 0; i < 4; ++i) {
+      prompts.push_back(some_ids(3 + 5 * i, m.config().vocab, i + 1));
+      want.push_back(generate_text(m, tok, prompts.back(), 40, 256, {}, &stats[size_t(i)]));
+    }
+    for (int parallel : {1, 4}) {
+      SCOPED_TRACE(parallel);
+      serve::Engine e(m, tok, {.parallel = parallel, .ctx = 256});
+      std::vector<std::shared_ptr<serve::Job>> jobs;
+      for (const auto& p : prompts) jobs.push_back(e.submit(params(p, 40)));
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(jobs[size_t(i)]->wait_all(), want[size_t(i)]) << "prompt " << i;
+        EXPECT_EQ(jobs[size_t(i)]->finish_reason, stats[size_t(i)].finish_reason);
+        EXPECT_EQ(jobs[size_t(i)]->completion_tokens, stats[size_t(i)].generated_tokens);
+        EXPECT_EQ(jobs[size_t(i)]->prompt_tokens, int64_t(prompts[size_t(i)].size()));
+      }
+      if (parallel == 4) {
+        EXPECT_GT(e.widest_step(), 1) << "four requests at once must share steps";
+      } else {
+        EXPECT_EQ(e.widest_step(), 1);
+      }
+    }
+  }
+}
+
+TEST(ServeEngine, StopStringsBudgetsAndTheEndOfTheContext) {
+  LoadedModel lm = load_model(init_tiny("llama"));
+  DecoderLM& m = *lm.model;
+  const Tokenizer& tok = *lm.tokenizer;
+  const std::vector<int32_t> prompt = some_ids(5, m.config().vocab, 3);
+  const std::string full = generate_text(m, tok, prompt, 40, 64);
+  ASSERT_GT(full.size(), 20u);
+  serve::Engine e(m, tok, {.parallel = 2, .ctx = 64});
+  // A stop string from the middle of the text: the text up to its first occurrence.
+  const std::string stop = full.substr(12, 3);
+  serve::GenParams p = params(prompt, 40);
+  p.stop = {stop};
+  auto job = e.submit(p);
+  EXPECT_EQ(job->wait_all(), full.substr(0, full.find(stop)));
+  EXPECT_EQ(job->finish_reason, "stop");
+  EXPECT_EQ(generate_text(m, tok, prompt, 40, 64, {stop}), full.substr(0, full.find(stop)));
+  // max_tokens 0 and 3.
+  job = e.submit(params(prompt, 0));
+  EXPECT_EQ(job->wait_all(), "");
+  EXPECT_EQ(job->finish_reason, "length");
+  EXPECT_EQ(job->completion_tokens, 0);
+  job = e.submit(params(prompt, 3));
+  job->wait_all();
+  EXPECT_EQ(job->completion_tokens, 3);
+  // No limit: the slot's context ends it (a prompt of 5 in 64 tokens leaves 59).
+  job = e.submit(params(prompt, -1));
+  job->wait_all();
+  EXPECT_EQ(job->finish_reason, "length");
+  EXPECT_EQ(job->completion_tokens, 59);
+  // Prompts that cannot run.
+  EXPECT_THROW(e.submit(params(some_ids(64, m.config().vocab, 1), 1)), Error) << "as long as the context";
+  EXPECT_THROW(e.submit(params({}, 1)), Error);
+  EXPECT_THROW(e.submit(params({int32_t(m.config().vocab)}, 1)), Error);
+  serve::GenParams bad = params(prompt, 1);
+  bad.sampling.top_p = 2;
+  EXPECT_THROW(e.submit(bad), Error);
+}
+
+TEST(ServeEngine, ContinuesACachedPrefixInsteadOfRecomputing) {
+  for (const char* arch : {"llama", "qwen35"}) {
+    SCOPED_TRACE(arch);
+    LoadedModel lm = load_model(init_tiny(arch));
+    DecoderLM& m = *lm.model;
+    const Tokenizer& tok = *lm.tokenizer;
+    serve::Engine e(m, tok, {.parallel = 1, .ctx = 128});
+    const std::vector<int32_t> first = some_ids(6, m.config().vocab, 2);
+    auto job = e.submit(params(first, 10));
+    const std::string reply = job->wait_all();
+    EXPECT_EQ(job->cached_tokens, 0);
+    // The next turn: the first prompt, the reply's tokens, more.
+    std::vector<int32_t> next = first;
+    const std::vector<int32_t> said = tok.encode(reply);
+    next.insert(next.end(), said.begin(), said.end());
+    for (int32_t id : some_ids(4, m.config().vocab, 9)) next.push_back(id);
+    job = e.submit(params(next, 8));
+    const std::string text = job->wait_all();
+    if (said.size() == 10) {  // the reply re-encodes to the tokens generated: 6 + 9 fed are cached
+      EXPECT_EQ(job->cached_tokens, 15);
+    }
+    EXPECT_EQ(text, generate_text(m, tok, next, 8, 128)) << "continuing gives what recomputing gives";
+    // A prompt that does not continue the slot starts over.
+    job = e.submit(params(some_ids(5, m.config().vocab, 4), 2));
+    job->wait_all();
+    EXPECT_EQ(job->cached_tokens, 0);
+  }
+}
+
+TEST(ServeEngine, CancelFreesTheSlotTheQueueHasALimitShutdownEndsJobs) {
+  LoadedModel lm = load_model(init_tiny("llama"));
+  DecoderLM& m = *lm.model;
+  const Tokenizer& tok = *lm.tokenizer;
+  // A context long enough that the running job cannot end on its own before it is cancelled.
+  auto e = std::make_unique<serve::Engine>(m, tok, serve::EngineOptions{.parallel = 1, .ctx = 32768, .queue = 1});
+  auto running = e->submit(params(some_ids(4, m.config().vocab, 1), -1));
+  auto queued = e->submit(params(some_ids(4, m.config().vocab, 2), 5));
+  ASSERT_TRUE(running && queued);
+  EXPECT_EQ(e->submit(params(some_ids(4, m.config().vocab, 3), 5)), nullptr) << "one slot busy, queue of one full";
+  std::string piece;
+  while (piece.empty()) running->wait(piece, std::chrono::milliseconds(50));
+  running->cancel();
+  running->wait_all();
+  EXPECT_EQ(running->finish_reason, "cancelled");
+  queued->wait_all();
+  EXPECT_EQ(queued->finish_reason, "length") << "the freed slot takes the queued job";
+  // Shutdown ends what runs and what waits, with the reason.
+  auto a = e->submit(params(some_ids(4, m.config().vocab, 1), -1));
+  auto b = e->submit(params(some_ids(4, m.config().vocab, 2), -1));
+  ASSERT_TRUE(a && b) << "the slot and the queue are free again once the jobs said they ended";
+  while (a->completion_tokens == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  e->shutdown("stopping for the test");
+  a->wait_all(), b->wait_all();
+  EXPECT_EQ(a->finish_reason, "error");
+  EXPECT_EQ(a->error, "stopping for the test");
+  EXPECT_EQ(b->finish_reason, "error");
+  auto late = e->submit(params(some_ids(4, m.config().vocab, 2), 1));
+  late->wait_all();
+  EXPECT_EQ(late->finish_reason, "error") << "after shutdown a job ends at once";
+}
+
+TEST(ServeOpenAI, RequestBodiesAreValidatedFieldByField) {
+  using serve::parse_completion_request;
+  auto status_of = [](const std::string& body, bool chat) -> std::pair<int, std::string> {
+    try {
+      parse_completion_request(body, chat);
+      return {200, ""};
+    } catch (const serve::ApiError& e) {
+      return {e.status, e.param};
+    }
+  };
+  EXPECT_EQ(status_of(R"({"prompt": "hi"})", false).first, 200);
+  EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3]})", false).first, 200);
+  EXPECT_EQ(status_of(R"({"prompt": ["hi"]})", false).first, 200);
+  EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})", true).first,
+            200);
+  const std::pair<std::string, std::string> bad[] = {
+      {R"({"prompt": "hi")", ""},
+      {"[1, 2]", ""},
+      {"{\"prompt\": \"\xff\xfe\"}", ""},
+      {R"({})", "prompt"},
+      {R"({"prompt": 3})", "prompt"},
+      {R"({"prompt": [1, -2]})", "prompt"},
+      {R"({"prompt": "hi", "n": 2})", "n"},
+      {R"({"prompt": "hi", "max_tokens": "ten"})", "max_tokens"},
+      {R"({"prompt": "hi", "max_tokens": -5})", "max_tokens"},
+      {R"({"prompt": "hi", "max_completion_tokens": 1.5})", "max_completion_tokens"},
+      {R"({"prompt": "hi", "temperature": "hot"})", "temperature"},
+      {R"({"prompt": "hi", "temperature": -1})", "temperature"},
+      {R"({"prompt": "hi", "top_p": 1.5})", "top_p"},
+      {R"({"prompt": "hi", "top_k": -1})", "top_k"},
+      {R"({"prompt": "hi", "min_p": 2})", "min_p"},
+      {R"({"prompt": "hi", "presence_penalty": 3})", "presence_penalty"},
+      {R"({"prompt": "hi", "frequency_penalty": "x"})", "frequency_penalty"},
+      {R"({"prompt": "hi", "seed": "x"})", "seed"},
+      {R"({"prompt": "hi", "stop": 5})", "stop"},
+      {R"({"prompt": "hi", "stop": ["a", 5]})", "stop"},
+      {R"({"prompt": "hi", "stream": "yes"})", "stream"},
+      {R"({"prompt": "hi", "stream_options": {"include_usage": 1}})", "include_usage"},
+  };
+  for (const auto& [body, param] : bad) {
+    const auto [status, p] = status_of(body, false);
+    EXPECT_EQ(status, 400) << body;
+    EXPECT_EQ(p, param) << body;
+  }
+  EXPECT_EQ(status_of(R"({"messages": []})", true), std::make_pair(400, std::string("messages")));
+  EXPECT_EQ(status_of(R"({"messages": [{"content": "x"}]})", true).first, 400);
+  EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true).first, 400);
+  const auto r = parse_completion_request(
+      R"({"prompt": "hi", "max_tokens": 1000000000, "stop": "x", "seed": 5, "temperature": 0, "top_k": 3,
+          "stream": true, "stream_options": {"include_usage": true}})",
+      false);
+  EXPECT_EQ(r.max_tokens, 1000000000);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(*r.seed, 5u);
+  EXPECT_EQ(r.sampling.top_k, 3);
+  EXPECT_TRUE(r.stream && r.include_usage);
+  EXPECT_EQ(serve::dump(json("\xff ok")), "\"\xEF\xBF\xBD ok\"") << "invalid UTF-8 out becomes U+FFFD";
+}
+
+// ---- the HTTP server, in-process ------------------------------------------------------------
+
+
+TEST(ServeHttp, EndpointsAnswerAsLlamaServerShapesThem) {
+  TestServer ts("llama", {.parallel = 2, .ctx = 256}, {});
+  httplib::Client c = ts.client();
+  auto r = c.Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(body_of(r), json({{"status", "ok"}}));
+  r = c.Get("/v1/models");
+  EXPECT_EQ(body_of(r)["data"][0]["object"], "model");
+  r = c.Get("/");
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("/v1/chat/completions"), std::string::npos) << "the chat page";
+  EXPECT_EQ(r->get_header_value("Content-Type").rfind("text/html", 0), 0u);
+
+  r = c.Post("/tokenize", R"({"content": "Hello world"})", "application/json");
+  const std::vector<int32_t> ids = body_of(r)["tokens"];
+  EXPECT_EQ(ids, ts.lm.tokenizer->encode("Hello world"));
+  r = c.Post("/detokenize", json({{"tokens", ids}}).dump(), "application/json");
+  EXPECT_EQ(body_of(r)["content"], "Hello world");
+  r = c.Post("/detokenize", R"({"tokens": [99999999]})", "application/json");
+  EXPECT_EQ(r->status, 400);
+
+  // A completion: the text toy generate gives, usage counted.
+  std::vector<int32_t> prompt = ts.lm.tokenizer->encode("Once upon");
+  if (ts.lm.tokenizer->adds_bos()) prompt.insert(prompt.begin(), ts.lm.tokenizer->bos_id());
+  const std::string want = generate_text(*ts.lm.model, *ts.lm.tokenizer, prompt, 12, 256);
+  r = c.Post("/v1/completions", R"({"prompt": "Once upon", "max_tokens": 12, "temperature": 0})", "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = body_of(r);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], want);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"].get<int>() + 12);
+
+  // Chat, streamed, with usage: a role chunk, content chunks, the finish, the usage, [DONE].
+  r = c.Post("/v1/chat/completions",
+             R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "temperature": 0, "stream": true,
+                 "stream_options": {"include_usage": true}})",
+             "application/json");
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  const std::vector<std::string> events = sse_data(r->body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  const json first = json::parse(events[0]), usage = json::parse(events[events.size() - 2]),
+             last = json::parse(events[events.size() - 3]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 6);
+  std::string streamed;
+  for (size_t i = 1; i + 3 < events.size() + 1 && i < events.size() - 2; ++i) {
+    const json e = json::parse(events[i]);
+    if (e["choices"][0]["delta"].contains("content")) streamed += e["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  r = c.Post("/v1/chat/completions",
+             R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "temperature": 0})",
+             "application/json");
+  j = body_of(r);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], streamed) << "streamed and whole replies agree";
+
+  // A stop string cuts the text before it; finish_reason stop.
+  const std::string stop = want.substr(4, 2);
+  r = c.Post("/v1/completions",
+             json({{"prompt", "Once upon"}, {"max_tokens", 12}, {"temperature", 0}, {"stop", {stop}}}).dump(),
+             "application/json");
+  j = body_of(r);
+  EXPECT_EQ(j["choices"][0]["text"], want.substr(0, want.find(stop)));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+}
+
+TEST(ServeHttp, ErrorsAreOpenAIErrorObjectsWithTheRightStatus) {
+  TestServer ts("llama", {.parallel = 1, .ctx = 2048, .queue = 0}, {.api_key = "sesame", .max_body = 16384});
+  httplib::Client c = ts.client();
+  const httplib::Headers key = {{"Authorization", "Bearer sesame"}}, wrong = {{"Authorization", "Bearer nope"}};
+  auto expect_error = [](const httplib::Result& r, int status, const std::string& type) {
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, status) << r->body;
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["error"]["code"], status);
+    EXPECT_EQ(j["error"]["type"], type);
+    EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+  };
+  EXPECT_EQ(c.Get("/health")->status, 200) << "no key needed";
+  EXPECT_EQ(c.Get("/v1/models")->status, 200) << "no key needed";
+  expect_error(c.Post("/v1/completions", R"({"prompt": "hi"})", "application/json"), 401, "authentication_error");
+  expect_error(c.Post("/v1/completions", wrong, R"({"prompt": "hi"})", "application/json"), 401, "authentication_error");
+  expect_error(c.Post("/tokenize", R"({"content": "hi"})", "application/json"), 401, "authentication_error");
+  expect_error(c.Post("/v1/completions", key, R"({"prompt": "hi")", "application/json"), 400, "invalid_request_error");
+  expect_error(c.Post("/v1/completions", key, R"({"prompt": "hi", "n": 3})", "application/json"), 400,
+               "invalid_request_error");
+  expect_error(c.Post("/v1/completions", key, std::string(20000, ' '), "application/json"), 413, "invalid_request_error");
+  expect_error(c.Get("/v2/nothing", key), 404, "not_found_error");
+  expect_error(c.Post("/v1/completions", key, json({{"prompt", std::vector<int>(2100, 1)}}).dump(), "application/json"),
+               400, "invalid_request_error");  // longer than the slot's context
+  // Every slot busy and no queue: 503, and the server answers again once it is free.
+  std::atomic<bool> started = false;
+  std::thread hog([&] {
+    httplib::Client h = ts.client();
+    h.Post("/v1/completions", key, R"({"prompt": "hi", "max_tokens": 2000})", "application/json");
+    started = true;
+  });
+  while (ts.engine->active() == 0 && !started) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (!started) expect_error(c.Post("/v1/completions", key, R"({"prompt": "hi"})", "application/json"), 503,
+                             "unavailable_error");
+  hog.join();
+  EXPECT_EQ(c.Post("/v1/completions", key, R"({"prompt": "hi", "max_tokens": 2})", "application/json")->status, 200);
+}
+
+TEST(ServeCli, PrintsItsUrlAndASigtermEndsAStreamWithAnErrorEvent) {
+  const std::string model = init_tiny("llama");
+  const std::string out = temp("cli.out"), err = temp("cli.err");
+  const pid_t pid = toy::test::spawn_toy({"serve", "-m", model, "--port", "0", "--parallel", "2", "--ctx", "4096"}, {}, out, err);
+  int port = 0;
+  for (int i = 0; i < 600 && !port; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::string text = toy::test::read_all(out);
+    const size_t at = text.find("http://127.0.0.1:");
+    if (at != std::string::npos && text.find('/', at + 17) != std::string::npos) port = std::stoi(text.substr(at + 17));
+  }
+  ASSERT_GT(port, 0) << toy::test::read_all(err);
+  httplib::Client c("127.0.0.1", port);
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  serve::RawHttp raw(port);
+  ASSERT_TRUE(raw.post("/v1/completions", R"({"prompt": "hi", "stream": true})"));
+  std::string response;
+  bool signalled = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (raw.read_some(response, 100) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    if (!signalled && response.size() > 400) kill(pid, SIGTERM), signalled = true;
+  const std::string stream = serve::body_of(response);
+  toy::test::ProcResult pr;
+  toy::test::wait_toy(pid, 30, pr);
+  EXPECT_TRUE(signalled);
+  EXPECT_EQ(pr.status, 0) << toy::test::read_all(err);
+  EXPECT_FALSE(pr.timed_out);
+  const std::vector<std::string> events = sse_data(stream);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(json::parse(events.back())["error"]["code"], 503) << events.back();
+}
+
+// ---- robustness: a hostile crowd on loopback, bounded in count and time ---------------------
+
+namespace {
+
+int64_t rss_kb(pid_t pid) {
+  const std::string status = toy::test::read_all("/proc/" + std::to_string(pid) + "/status");
+  const size_t at = status.find("VmRSS:");
+  return at == std::string::npos ? -1 : std::atoll(status.c_str() + at + 6);
+}
+
+int raw_status(int port, const std::string& path, const std::string& body) {
+  serve::RawHttp h(port);
+  if (!h.ok() || !h.post(path, body)) return -1;
+  return serve::status_of(h.read_all(60));
+}
+
+json slots(int port) {
+  serve::RawHttp h(port);
+  h.send("GET /slots HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  return json::parse(serve::body_of(h.read_all(10)));
+}
+
+// Every request kind of the crowd, `n` concurrent connections of small completions among them.
+void crowd(int port, int n, std::atomic<int>& ok, std::atomic<int>& busy, std::atomic<int>& other) {
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back([&, i] {
+      const int st = raw_status(port, "/v1/completions", json({{"prompt", "crowd " + std::to_string(i)},
+                                                               {"max_tokens", 8}}).dump());
+      (st == 200 ? ok : st == 503 ? busy : other)++;
+    });
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace
+
+TEST(ServeRobustness, AHostileCrowdLeavesTheServerUpAnsweringAndItsMemoryBack) {
+  const std::string model = init_tiny("llama");
+  const std::string out = temp("crowd.out"), err = temp("crowd.err");
+  const pid_t pid = toy::test::spawn_toy({"serve", "-m", model, "--port", "0", "--parallel", "4", "--ctx", "1024",
+                                          "--queue", "32"}, {}, out, err);
+  int port = 0;
+  for (int i = 0; i < 600 && !port; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::string text = toy::test::read_all(out);
+    const size_t at = text.find("http://127.0.0.1:");
+    if (at != std::string::npos && text.find('/', at + 17) != std::string::npos) port = std::stoi(text.substr(at + 17));
+  }
+  ASSERT_GT(port, 0) << toy::test::read_all(err);
+  std::atomic<int> ok = 0, busy = 0, other = 0;
+  // Warm up with the crowd once (allocator caches, thread stacks), then take the idle RSS.
+  crowd(port, 200, ok, busy, other);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int64_t idle = rss_kb(pid);
+  ASSERT_GT(idle, 0);
+  ok = busy = other = 0;
+
+  std::vector<std::thread> attack;
+  std::atomic<int> big = 0, broken = 0;
+  // Bodies of 10 MB: 413, the body never kept.
+  for (int i = 0; i < 3; ++i)
+    attack.emplace_back([&] {
+      serve::RawHttp h(port);
+      std::string body = "{\"prompt\": \"" + std::string(10 << 20, 'x') + "\"}";
+      if (h.post("/v1/completions", body) && serve::status_of(h.read_all(60)) == 413) big++;
+    });
+  // Truncated JSON, invalid UTF-8, a body shorter than its Content-Length: 400 or a closed
+  // connection, never a crash.
+  attack.emplace_back([&] {
+    if (raw_status(port, "/v1/completions", R"({"prompt": "abc", "max_tokens)") == 400) broken++;
+    if (raw_status(port, "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"\xc3\x28\"}]}") == 400)
+      broken++;
+    serve::RawHttp h(port);
+    h.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"");
+    h.close();
+    serve::RawHttp g(port);
+    g.send("GARBAGE / NOT-HTTP\r\n\r\n");
+    const std::string r = g.read_all(15);
+    if (r.empty() || serve::status_of(r) == 400) broken++;
+  });
+  // max_tokens 10^9: bounded by the slot's context.
+  std::atomic<int64_t> long_tokens = -1;
+  attack.emplace_back([&] {
+    serve::RawHttp h(port);
+    h.post("/v1/completions", R"({"prompt": "go", "max_tokens": 1000000000, "temperature": 0.9})");
+    const std::string r = h.read_all(120);
+    if (serve::status_of(r) == 200) long_tokens = json::parse(serve::body_of(r))["usage"]["completion_tokens"];
+  });
+  // Slow clients that never read a streamed reply, and clients that leave mid-stream.
+  std::vector<std::unique_ptr<serve::RawHttp>> sleepers;
+  for (int i = 0; i < 3; ++i) {
+    sleepers.push_back(std::make_unique<serve::RawHttp>(port, 4096));
+    sleepers.back()->post("/v1/completions", R"({"prompt": "slow", "stream": true, "max_tokens": -1})");
+  }
+  attack.emplace_back([&] {
+    for (int i = 0; i < 10; ++i) {
+      serve::RawHttp h(port);
+      h.post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "bye"}], "stream": true})");
+      std::string got;
+      while (got.size() < 300 && h.read_some(got, 100)) {
+      }
+      h.close();
+    }
+  });
+  crowd(port, 200, ok, busy, other);  // the crowd again, alongside all of that
+  for (auto& t : attack) t.join();
+  sleepers.clear();  // the slow readers finally leave
+
+  EXPECT_EQ(big, 3) << "10 MB bodies are refused with 413";
+  EXPECT_EQ(broken, 3);
+  EXPECT_GT(long_tokens, 0);
+  EXPECT_LT(long_tokens, 1024) << "max_tokens 10^9 ends at the slot's context";
+  EXPECT_GT(ok, 0);
+  EXPECT_EQ(ok + busy, 200) << "every connection of the crowd got an answer: 200 or 503";
+  EXPECT_EQ(other, 0);
+  // Every slot comes free; the server still answers; memory is back near idle.
+  int64_t processing = -1;
+  for (int i = 0; i < 200 && processing != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    processing = slots(port)["processing"];
+  }
+  EXPECT_EQ(processing, 0) << "clients that left freed their slots";
+  EXPECT_EQ(raw_status(port, "/v1/completions", R"({"prompt": "still there?", "max_tokens": 4})"), 200);
+  const int64_t after = rss_kb(pid);
+  EXPECT_LE(double(after), 1.10 * double(idle)) << "RSS " << after << " kB after the crowd, " << idle << " kB idle";
+  kill(pid, SIGTERM);
+  toy::test::ProcResult pr;
+  toy::test::wait_toy(pid, 30, pr);
+  EXPECT_EQ(pr.status, 0) << toy::test::read_all(err);
+}

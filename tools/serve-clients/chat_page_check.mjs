@@ -1,0 +1,70 @@
+// Drives toy serve's chat page in a real headless browser (Debian's chromium through
+// puppeteer-core): gives the API key when the page asks for one, types a message, and watches
+// the reply arrive in pieces. Prints one JSON object; exits non-zero when something is wrong.
+//   node chat_page_check.mjs URL [API_KEY]
+import puppeteer from "puppeteer-core";
+import fs from "node:fs";
+
+const [url, apiKey = ""] = process.argv.slice(2);
+const executablePath = process.env.CHROMIUM ||
+  ["/usr/bin/chromium", "/usr/bin/chromium-browser"].find((p) => fs.existsSync(p));
+if (!executablePath) {
+  console.error("chat_page_check: no chromium (apt-get install chromium)");
+  process.exit(2);
+}
+const browser = await puppeteer.launch({
+  executablePath, headless: true,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-proxy-server"],
+});
+let code = 0;
+try {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  // Every page request must stay on the server: the page is self-contained (no CDN).
+  const foreign = [];
+  page.on("request", (r) => { if (!r.url().startsWith(url.replace(/\/$/, ""))) foreign.push(r.url()); });
+  await page.goto(url, { waitUntil: "networkidle0", timeout: 30000 });
+  const askedForKey = await page.$eval("#keybox", (e) => getComputedStyle(e).display !== "none");
+  if (askedForKey) {
+    await page.type("#key", apiKey);
+    await page.click("#savekey");
+  }
+  // Record every state of the reply bubble as it changes.
+  await page.evaluate(() => {
+    window.__states = [];
+    new MutationObserver(() => {
+      const b = document.querySelectorAll(".msg.assistant");
+      if (b.length) window.__states.push(b[b.length - 1].textContent);
+    }).observe(document.getElementById("log"), { childList: true, subtree: true, characterData: true });
+  });
+  await page.type("#input", "Tell me a story.");
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => document.querySelector(".msg.user") && !document.querySelector(".msg.error") &&
+    window.__states.length > 0, { timeout: 30000 });
+  // Done when the reply stops changing for a second.
+  let last = -1;
+  for (let i = 0; i < 120; i++) {
+    await new Promise((r) => setTimeout(r, 500));
+    const n = await page.evaluate(() => window.__states.length);
+    if (n === last) break;
+    last = n;
+  }
+  const result = await page.evaluate(() => ({
+    user: document.querySelector(".msg.user")?.textContent,
+    reply: [...document.querySelectorAll(".msg.assistant")].pop()?.textContent ?? "",
+    error: document.querySelector(".msg.error")?.textContent ?? null,
+    states: [...new Set(window.__states.filter((s) => s.length > 0))].length,
+  }));
+  result.asked_for_key = askedForKey;
+  result.page_errors = errors;
+  result.foreign_requests = foreign;
+  console.log(JSON.stringify(result));
+  if (result.error || !result.reply || errors.length || foreign.length) code = 1;
+} catch (e) {
+  console.error(String(e));
+  code = 1;
+} finally {
+  await browser.close();
+}
+process.exit(code);
