@@ -1015,6 +1015,21 @@ TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
       }
     }
   }
+  // Several rows at once (sequences decoding together, `toy serve`) give each row exactly the
+  // bits it gets alone, whatever the row count and with an odd number of blocks (K = 544).
+  for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0}) {
+    SCOPED_TRACE(std::string(name(dt)) + " rows together");
+    Tensor w = cast(randn_t(Shape{29, 544}, 17, 0.2f), dt);
+    for (int64_t rows = 2; rows <= cpu::kGemvMaxRows; ++rows) {
+      Tensor x = randn_t(Shape{rows, 544}, 30 + uint64_t(rows), 1.5f);
+      const std::vector<float> together = linear(x, w).to_f32_vector();
+      for (int64_t n = 0; n < rows; ++n) {
+        const std::vector<float> alone = linear(contiguous(slice(x, 0, n, n + 1)), w).to_f32_vector();
+        for (int64_t r = 0; r < 29; ++r)
+          ASSERT_EQ(together[size_t(n * 29 + r)], alone[size_t(r)]) << rows << " rows, row " << n << ", output " << r;
+      }
+    }
+  }
   // A non-finite activation poisons its outputs as in f32, instead of vanishing in the rounding.
   Tensor w = cast(randn_t(Shape{4, 64}, 16, 0.2f), DType::Q8_0);
   std::vector<float> xv(64, 1.0f);

@@ -29,10 +29,11 @@ using nlohmann::json;
 
 inline std::string temp(const std::string& name) { return (fs::path(::testing::TempDir()) / ("toy_serve_" + name)).string(); }
 
-inline std::string init_tiny(const std::string& arch) {
-  const std::string path = temp(arch + ".gguf");
+inline std::string init_tiny(const std::string& arch, const std::string& type = "f32") {
+  const std::string path = temp(arch + "_" + type + ".gguf");
   if (!fs::exists(path)) {
-    const auto r = toy::test::run_toy({"init", "--arch", arch, "--shape", "tiny", "--seed", "7", "--out", path});
+    const auto r = toy::test::run_toy({"init", "--arch", arch, "--shape", "tiny", "--type", type, "--seed", "7",
+                                       "--out", path});
     EXPECT_EQ(r.status, 0) << toy::test::describe(r);
   }
   return path;

@@ -210,11 +210,13 @@ int run_ops_bench(const OpsBenchOptions& o) {
 }  // namespace
 
 // `toy bench train` lives in bench_train.cpp, `toy bench run` in bench_run.cpp, `toy bench
-// finetune` in bench_finetune.cpp, `toy bench vision` in bench_vision.cpp.
+// finetune` in bench_finetune.cpp, `toy bench vision` in bench_vision.cpp, `toy bench serve` in
+// bench_serve.cpp.
 Run add_bench_train_command(CLI::App& bench);
 Run add_bench_run_command(CLI::App& bench);
 Run add_bench_finetune_command(CLI::App& bench);
 Run add_bench_vision_command(CLI::App& bench);
+Run add_bench_serve_command(CLI::App& bench);
 
 Run add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Benchmarks with ratios against baselines measured in the same run");
@@ -233,12 +235,16 @@ Run add_bench_command(CLI::App& app) {
   CLI::App* finetune_cmd = cmd->get_subcommand("finetune");
   Run vision = add_bench_vision_command(*cmd);
   CLI::App* vision_cmd = cmd->get_subcommand("vision");
-  return [ops, o, train, train_cmd, run, run_cmd, finetune, finetune_cmd, vision, vision_cmd]() -> int {
+  Run serve = add_bench_serve_command(*cmd);
+  CLI::App* serve_cmd = cmd->get_subcommand("serve");
+  return [ops, o, train, train_cmd, run, run_cmd, finetune, finetune_cmd, vision, vision_cmd, serve,
+          serve_cmd]() -> int {
     if (ops->parsed()) return run_ops_bench(*o);
     if (train_cmd->parsed()) return train();
     if (run_cmd->parsed()) return run();
     if (finetune_cmd->parsed()) return finetune();
     if (vision_cmd->parsed()) return vision();
+    if (serve_cmd->parsed()) return serve();
     return 1;
   };
 }

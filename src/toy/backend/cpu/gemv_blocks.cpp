@@ -243,6 +243,42 @@ float dot_q8_0(const uint8_t* w, const Q8Row& x, int64_t K) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+// R activation rows at once against one Q8_0 weight row: each weight block is loaded, its
+// magnitudes taken and its scale widened once for all R rows (dot_q8_0 does that per row),
+// while every (row, activation) product keeps dot_q8_0's exact arithmetic and order (even
+// blocks in one accumulator, odd in the other): a batch of sequences gets the bits one
+// sequence alone gets.
+template <int R>
+void dot_rows_q8_0(const uint8_t* w, const Q8Row* x, int64_t K, float* out) {
+  __m256 acc0[R], acc1[R];
+  for (int n = 0; n < R; ++n) acc0[n] = _mm256_setzero_ps(), acc1[n] = _mm256_setzero_ps();
+  const int64_t nb = K / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2, w += 68) {
+    prefetch_ahead(w);
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 36));
+    const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+    const float d0 = half_at(w), d1 = half_at(w + 34);
+    for (int n = 0; n < R; ++n) {
+      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(load32(x[n].q + 32 * b), w0)), ones);
+      const __m256i p1 =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(load32(x[n].q + 32 * b + 32), w1)), ones);
+      acc0[n] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * x[n].d[b]), _mm256_cvtepi32_ps(p0), acc0[n]);
+      acc1[n] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * x[n].d[b + 1]), _mm256_cvtepi32_ps(p1), acc1[n]);
+    }
+  }
+  if (b < nb) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+    const float d0 = half_at(w);
+    for (int n = 0; n < R; ++n)
+      acc0[n] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * x[n].d[b]),
+                                _mm256_cvtepi32_ps(dot_i8(w0, load32(x[n].q + 32 * b))), acc0[n]);
+  }
+  for (int n = 0; n < R; ++n) out[n] = hsum(_mm256_add_ps(acc0[n], acc1[n]));
+}
+
 float dot_q4_0(const uint8_t* w, const Q8Row& x, int64_t K) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < K / 32; ++b, w += 18) {
@@ -472,12 +508,25 @@ void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
     quantize_activations(w.dtype(), xp + n * K, K, d, q, s16);
     rows[n] = {d, q, s16};
   }
+  const bool tiled = w.dtype() == DType::Q8_0 && N >= 2;  // several sequences decoding together
   for_row_blocks(out, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t n = 0; n < N; ++n) {
-        const float v = dot(wp + size_t(r) * rb, rows[n], K);
-        yp[n * out + r] = accumulate ? yp[n * out + r] + v : v;
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* wr = wp + size_t(r) * rb;
+      float v[4];
+      int64_t n = 0;
+      auto put = [&](int64_t n0, int count) {
+        for (int i = 0; i < count; ++i) {
+          float& o = yp[(n0 + i) * out + r];
+          o = accumulate ? o + v[i] : v[i];
+        }
+      };
+      if (tiled) {
+        for (; n + 4 <= N; n += 4) dot_rows_q8_0<4>(wr, rows + n, K, v), put(n, 4);
+        if (N - n == 3) dot_rows_q8_0<3>(wr, rows + n, K, v), put(n, 3), n += 3;
+        if (N - n == 2) dot_rows_q8_0<2>(wr, rows + n, K, v), put(n, 2), n += 2;
       }
+      for (; n < N; ++n) v[0] = dot(wr, rows[n], K), put(n, 1);
+    }
   });
 }
 
