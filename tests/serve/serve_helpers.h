@@ -3,6 +3,8 @@
 #pragma once
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
@@ -115,6 +117,43 @@ inline std::vector<std::string> sse_data(const std::string& stream) {
   }
   return out;
 }
+
+
+// A toy serve process on a free port; stopped (SIGTERM) when it goes.
+struct ServeProcess {
+  pid_t pid = -1;
+  int port = 0;
+  std::string err;
+  explicit ServeProcess(std::vector<std::string> args) {
+    static int counter = 0;
+    const std::string base = temp("proc" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    err = base + ".err";
+    args.insert(args.begin(), "serve");
+    args.insert(args.end(), {"--port", "0"});
+    pid = toy::test::spawn_toy(args, {}, base + ".out", err);
+    for (int i = 0; i < 600 && !port; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      int st = 0;
+      if (waitpid(pid, &st, WNOHANG) == pid) {  // it refused to start
+        pid = -1;
+        break;
+      }
+      const std::string text = toy::test::read_all(base + ".out");
+      const size_t at = text.find("http://127.0.0.1:");
+      if (at != std::string::npos && text.find('/', at + 17) != std::string::npos) port = std::stoi(text.substr(at + 17));
+    }
+  }
+  // SIGTERM, then the exit status (-1 if it had already gone).
+  int stop() {
+    if (pid < 0) return -1;
+    kill(pid, SIGTERM);
+    toy::test::ProcResult r;
+    toy::test::wait_toy(pid, 30, r);
+    pid = -1;
+    return r.timed_out ? -2 : r.status;
+  }
+  ~ServeProcess() { stop(); }
+};
 
 
 }  // namespace toy::test::serve_tests

@@ -1,0 +1,47 @@
+// toy serve's request bodies: arbitrary bytes as the JSON body of /v1/chat/completions,
+// /v1/completions, /tokenize or /detokenize (the first byte picks which). Only ApiError may
+// escape the parser; a body it accepts gives sampling values the sampler takes, a chat that
+// renders (or fails with toy::Error, a 400) and an error object that always serialises.
+#include <string_view>
+
+#include "fuzz_common.h"
+#include "toy/infer/chat.h"
+#include "toy/infer/sampler.h"
+#include "toy/serve/openai.h"
+
+using namespace toy;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const int kind = data[0] % 4;
+  const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
+  try {
+    if (kind == 2) {
+      const serve::TokenizeRequest t = serve::parse_tokenize_request(body);
+      FUZZ_ASSERT(t.content.size() <= body.size());
+      return 0;
+    }
+    if (kind == 3) {
+      for (int32_t id : serve::parse_detokenize_request(body)) FUZZ_ASSERT(id >= 0);
+      return 0;
+    }
+    const serve::CompletionRequest r = serve::parse_completion_request(body, kind == 0);
+    FUZZ_ASSERT(r.max_tokens >= -1);
+    FUZZ_ASSERT(r.chat == (kind == 0));
+    FUZZ_ASSERT(!r.chat || !r.messages.empty());
+    for (const std::string& s : r.stop) FUZZ_ASSERT(!s.empty());
+    Sampler check(r.sampling, r.seed.value_or(0));  // a validated request never makes the sampler throw
+    if (r.chat) {
+      try {
+        ChatTemplate{}.render(r.messages, true);
+      } catch (const Error&) {
+        // a role the format cannot spell: the server answers 400
+      }
+    }
+    (void)serve::dump(nlohmann::json{{"text", r.prompt}});
+  } catch (const serve::ApiError& e) {
+    FUZZ_ASSERT(e.status == 400);
+    FUZZ_ASSERT(!serve::dump(serve::error_body(e)).empty());
+  }
+  return 0;
+}
