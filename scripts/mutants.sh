@@ -527,6 +527,54 @@ toy_vision_tests
 ^Images\.BadIdx
   TOY_CHECK(di[0] == dl[0],
   TOY_CHECK(true,
+q8-rows-tail-accumulator
+src/toy/backend/cpu/gemv_blocks.cpp
+toy_op_tests
+^Forward\.LinearDecodePath
+_mm256_cvtepi32_ps(dot_i8(w0, load32(x[n].q + 32 * b))), acc0[n]);
+_mm256_cvtepi32_ps(dot_i8(w0, load32(x[n].q + 32 * b))), acc1[n]);
+step-positions-from-zero
+src/toy/models/decoder_lm.cpp
+toy_serve_tests
+^ServeEngine\.DecodeStep
+    positions.data<int32_t>()[i] = int32_t(c.size());
+    positions.data<int32_t>()[i] = 0;
+step-attends-first-row
+src/toy/nn/attention.cpp
+toy_serve_tests
+^ServeEngine\.DecodeStep
+    rows.push_back(attention(slice(h.q, 0, i, i + 1), kh, vh, ao));
+    rows.push_back(attention(slice(h.q, 0, 0, 1), kh, vh, ao));
+prefix-fed-twice
+src/toy/serve/engine.cpp
+toy_serve_tests
+^ServeEngine\.ContinuesACachedPrefix
+  std::span<const int32_t> rest = std::span<const int32_t>(prompt).subspan(s.cached.size());
+  std::span<const int32_t> rest = std::span<const int32_t>(prompt).subspan(s.cached.size() / 2);
+queue-limit-off-by-one
+src/toy/serve/engine.cpp
+toy_serve_tests
+^ServeEngine\.CancelFrees
+    if (active_.load() + int64_t(queue_.size()) >= int64_t(slots_.size()) + o_.queue) return nullptr;
+    if (active_.load() + int64_t(queue_.size()) > int64_t(slots_.size()) + o_.queue) return nullptr;
+cancel-ignored
+src/toy/serve/engine.cpp
+toy_serve_tests
+^ServeEngine\.CancelFrees
+  if (job.cancelled()) return release(s, "cancelled");
+  if (false) return release(s, "cancelled");
+api-key-not-checked
+src/toy/serve/server.cpp
+toy_serve_tests
+^ServeHttp\.Errors
+    if (o_.api_key.empty()) return true;
+    return true;
+usage-chunk-dropped
+src/toy/serve/server.cpp
+toy_serve_tests
+^ServeHttp\.Endpoints
+              if (include_usage) {
+              if (false) {
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------
