@@ -409,7 +409,8 @@ TEST(ServeCli, PrintsItsUrlAndASigtermEndsAStreamWithAnErrorEvent) {
   httplib::Client c("127.0.0.1", port);
   EXPECT_EQ(c.Get("/health")->status, 200);
   serve::RawHttp raw(port);
-  ASSERT_TRUE(raw.post("/v1/completions", R"({"prompt": "hi", "stream": true})"));
+  // (ignore_eos: a sampled end of text must not end the stream before the signal)
+  ASSERT_TRUE(raw.post("/v1/completions", R"({"prompt": "hi", "stream": true, "ignore_eos": true})"));
   std::string response;
   bool signalled = false;
   const auto t0 = std::chrono::steady_clock::now();
@@ -463,6 +464,17 @@ TEST(ServeCli, AppliesALoraAdapterAsGenerateDoes) {
 }
 
 // ---- robustness: a hostile crowd on loopback, bounded in count and time ---------------------
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TOY_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TOY_UNDER_ASAN 1
+#endif
+#endif
+#ifndef TOY_UNDER_ASAN
+#define TOY_UNDER_ASAN 0
+#endif
 
 namespace {
 
@@ -578,6 +590,11 @@ TEST(ServeRobustness, AHostileCrowdLeavesTheServerUpAnsweringAndItsMemoryBack) {
   EXPECT_EQ(processing, 0) << "clients that left freed their slots";
   EXPECT_EQ(raw_status(port, "/v1/completions", R"({"prompt": "still there?", "max_tokens": 4})"), 200);
   const int64_t after = rss_kb(pid);
+#if TOY_UNDER_ASAN
+  // AddressSanitizer keeps freed memory in quarantine: RSS says nothing there (leaks are its job).
+  (void)after, (void)idle;
+#else
   EXPECT_LE(double(after), 1.10 * double(idle)) << "RSS " << after << " kB after the crowd, " << idle << " kB idle";
+#endif
   EXPECT_EQ(sp.stop(), 0) << toy::test::read_all(sp.err);
 }
