@@ -1,6 +1,7 @@
 #include "toy/serve/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstring>
@@ -56,6 +57,10 @@ uint64_t random_seed() {
 class HttpServer : public httplib::Server {
  public:
   using httplib::Server::process_request;
+  // cpp-httplib 0.11 listens with a backlog of 5 (compiled into the library): a burst of
+  // clients past that waits for SYN retries (seconds, then a minute). listen() again on the
+  // bound socket raises it (the kernel caps it at net.core.somaxconn).
+  void widen_backlog(int n) { ::listen(svr_sock_, n); }
 };
 
 // A stream over bytes in memory: reads the request, collects the response.
@@ -122,6 +127,7 @@ int Server::bind() {
               "of this machine?", o_.host, o_.port);
     port_ = o_.port;
   }
+  static_cast<HttpServer&>(*http_).widen_backlog(1024);
   return port_;
 }
 
