@@ -553,10 +553,13 @@ TEST(ServeRobustness, AHostileCrowdLeavesTheServerUpAnsweringAndItsMemoryBack) {
   // max_tokens 10^9: bounded by the slot's context.
   std::atomic<int64_t> long_tokens = -1;
   attack.emplace_back([&] {
-    serve::RawHttp h(port);
-    h.post("/v1/completions", R"({"prompt": "go", "max_tokens": 1000000000, "temperature": 0.9})");
-    const std::string r = h.read_all(120);
-    if (serve::status_of(r) == 200) long_tokens = json::parse(serve::body_of(r))["usage"]["completion_tokens"];
+    for (int attempt = 0; attempt < 100 && long_tokens < 0; ++attempt) {  // (503 while the crowd fills the queue)
+      serve::RawHttp h(port);
+      h.post("/v1/completions", R"({"prompt": "go", "max_tokens": 1000000000, "temperature": 0.9})");
+      const std::string r = h.read_all(120);
+      if (serve::status_of(r) == 200) long_tokens = json::parse(serve::body_of(r))["usage"]["completion_tokens"];
+      else std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
   });
   // Slow clients that never read a streamed reply, and clients that leave mid-stream.
   std::vector<std::unique_ptr<serve::RawHttp>> sleepers;
