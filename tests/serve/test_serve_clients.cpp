@@ -11,6 +11,7 @@
 
 #include "requirements.h"
 #include "serve_helpers.h"
+#include "toy/cli/bench_util.h"
 
 using namespace toy;
 using namespace toy::test::serve_tests;
@@ -23,18 +24,12 @@ bool node_clients_installed() {
   return fs::exists(kClients + "/node_modules/openai") && std::system("node --version >/dev/null 2>&1") == 0;
 }
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // Runs `node SCRIPT args...`; its exit status and stdout (stderr goes to err).
 std::pair<int, std::string> node_script(const std::string& script, const std::vector<std::string>& args,
                                         const std::string& err) {
-  std::string cmd = "NO_PROXY='*' no_proxy='*' timeout 120 node " + quote(kClients + "/" + script);
-  for (const std::string& a : args) cmd += " " + quote(a);
-  cmd += " 2>" + quote(err);
+  std::string cmd = "NO_PROXY='*' no_proxy='*' timeout 120 node " + toy::cli::shell_quote(kClients + "/" + script);
+  for (const std::string& a : args) cmd += " " + toy::cli::shell_quote(a);
+  cmd += " 2>" + toy::cli::shell_quote(err);
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];

@@ -47,8 +47,8 @@ Attention::Heads Attention::heads_of(const Tensor& x, const Tensor& positions, T
 }
 
 namespace {
-// Writes the new keys and values (sequence row `row` of k, v) after what `cache` holds for
-// `layer`; returns every cached key and value of that sequence, in q's dtype.
+// Writes the new keys and values k, v [1, T, Hkv, d] after what `cache` (one sequence) holds
+// for `layer`; returns every cached key and value of that sequence, in `dtype` (q's).
 std::pair<Tensor, Tensor> append_to_cache(KVCache& cache, int64_t layer, const Tensor& k, const Tensor& v,
                                           DType dtype) {
   const int64_t start = cache.size(), T = k.size(1);
