@@ -30,12 +30,22 @@ try {
     await page.type("#key", apiKey);
     await page.click("#savekey");
   }
-  // Record every state of the reply bubble as it changes.
+  // Record every state of the reply bubble as it changes. Each mutation record is read on its
+  // own (the text node it added), not the bubble's text when the observer runs: when several
+  // SSE events arrive in one network read the page updates the bubble several times in one
+  // task, and the observer is called once for all of them.
   await page.evaluate(() => {
     window.__states = [];
-    new MutationObserver(() => {
-      const b = document.querySelectorAll(".msg.assistant");
-      if (b.length) window.__states.push(b[b.length - 1].textContent);
+    const inReply = (n) => (n.nodeType === 1 ? n : n.parentElement)?.closest(".msg.assistant");
+    new MutationObserver((records) => {
+      for (const r of records) {
+        if (r.type === "characterData" && inReply(r.target)) window.__states.push(r.target.data);
+        if (r.type !== "childList") continue;
+        for (const n of r.addedNodes) {
+          if (n.nodeType === 3 && r.target.closest?.(".msg.assistant")) window.__states.push(n.data);
+          else if (n.nodeType === 1 && n.matches(".msg.assistant")) window.__states.push(n.textContent);
+        }
+      }
     }).observe(document.getElementById("log"), { childList: true, subtree: true, characterData: true });
   });
   await page.type("#input", "Tell me a story.");
