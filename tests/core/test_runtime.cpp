@@ -1,7 +1,12 @@
 // Runtime pieces: caching allocator, thread pool, counter-based RNG, op registry, trace.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -51,6 +56,56 @@ TEST(ThreadPool, PartitionCoversRangeOnceAndIsStable) {
     for (auto& h : hits) ASSERT_EQ(h.load(), 1);
   }
   set_num_threads(0);
+}
+
+TEST(ThreadPool, ChunksDependOnlyOnTheRangeGrainAndThreadCount) {
+  set_num_threads(3);
+  auto chunks = [] {
+    std::mutex mu;
+    std::set<std::pair<int64_t, int64_t>> seen;
+    parallel_for(5, 1000, 7, [&](int64_t b, int64_t e) {
+      std::lock_guard<std::mutex> lock(mu);
+      seen.insert({b, e});
+    });
+    return seen;
+  };
+  const auto first = chunks();
+  EXPECT_EQ(first, (std::set<std::pair<int64_t, int64_t>>{{5, 336}, {336, 668}, {668, 1000}}));
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(chunks(), first) << "whoever runs a chunk, its bounds are the same";
+  set_num_threads(0);
+}
+
+// More threads than cores (here: the whole process on one core) must not make every op wait
+// for a worker the scheduler has not run: the caller runs the chunks nobody has claimed. (The
+// pool of old waited for each worker to take its own chunk: 60 s instead of 3 for a small
+// training run on a busy 2-core machine.)
+TEST(ThreadPool, ABusyMachineDoesNotStallJobsOnWorkersWaitingForACore) {
+  cpu_set_t old_set, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof old_set, &old_set), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &old_set)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  set_num_threads(1);
+  set_num_threads(4);  // the workers start now, on the one core they inherit
+  std::vector<int64_t> sums(3000, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& s : sums) {
+    std::atomic<int64_t> sum{0};
+    parallel_for(0, 64, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sum += i;
+    });
+    s = sum.load();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  set_num_threads(1);  // workers go; the next ones start with every core again
+  ASSERT_EQ(sched_setaffinity(0, sizeof old_set, &old_set), 0);
+  set_num_threads(0);
+  for (int64_t s : sums) ASSERT_EQ(s, 64 * 63 / 2);
+  EXPECT_LT(seconds, 3.0) << "3000 small jobs, 4 threads on one core";
 }
 
 TEST(ThreadPool, NestedCallsRunInline) {

@@ -19,8 +19,16 @@ namespace {
 
 thread_local bool t_in_parallel = false;
 
-// Workers sleep on an atomic generation counter; a job bumps it and wakes them. Each worker
-// runs chunk (index + 1); the caller runs chunk 0 and spins until all chunks are done.
+// Jobs are split into fixed chunks (the partition depends only on the range, the grain and
+// the thread count), and whoever is running claims the next chunk from one atomic word: the
+// caller and the workers alike. A worker the scheduler has not run yet (a busy machine, more
+// threads than free cores) never holds the job up, since the caller runs the chunks nobody
+// claimed; the caller waits only for chunks already being worked on. Each chunk runs whole on
+// one thread, so results do not depend on who ran it.
+//
+// The claim word is (generation:32 | chunks:16 | next chunk:16): a worker that wakes late and
+// still holds an old generation finds the word moved on and claims nothing, so it can never
+// run a chunk of a job it did not see posted.
 class ThreadPool {
  public:
   explicit ThreadPool(int n) { resize(n); }
@@ -37,7 +45,7 @@ class ThreadPool {
     // thread gets scheduled must still be seen as new by it.
     const uint64_t gen = generation_.load(std::memory_order_acquire);
     try {
-      for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i, gen] { worker(i, gen); });
+      for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, gen] { worker(gen); });
     } catch (const std::system_error& e) {
       // The system refused a thread (limits, memory): stop the ones that started, so none is
       // left running, and leave a pool of one thread behind.
@@ -66,24 +74,19 @@ class ThreadPool {
     job_ctx_ = ctx;
     job_begin_ = begin;
     job_end_ = end;
-    job_chunks_ = chunks;
-    // Every worker acknowledges every job, including those without a chunk: the caller returns
-    // only when no worker can still be reading this job's fields, so a slow worker can never
-    // mistake the next job for this one.
-    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    done_.store(0, std::memory_order_relaxed);
+    const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+    claim_.store(claim_word(gen, chunks, 0), std::memory_order_release);  // publishes the fields
+    generation_.store(gen, std::memory_order_release);
     generation_.notify_all();
     t_in_parallel = true;
-    try {
-      run_chunk(0);
-    } catch (...) {
-      record_error();
-    }
+    work_on(gen);
     t_in_parallel = false;
-    // Chunks are balanced, so the wait is short: spin (a yield is a system call, too slow for
-    // the microsecond gaps between the ops of a training step), yielding only if it drags on.
-    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-      if (spin < 200000) {
+    // What is left are chunks other threads are running: short waits, so spin (a yield is a
+    // system call, too slow for the microsecond gaps between the ops of a training step),
+    // yielding if it drags on (that thread may have lost its core).
+    for (int spin = 0; done_.load(std::memory_order_acquire) != chunks; ++spin) {
+      if (spin < 20000) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
@@ -99,14 +102,37 @@ class ThreadPool {
   }
 
  private:
-  void run_chunk(int64_t c) {
+  static uint64_t claim_word(uint64_t gen, int64_t chunks, int64_t next) {
+    return (gen & 0xffffffffu) << 32 | uint64_t(chunks) << 16 | uint64_t(next);
+  }
+
+  // Claims and runs chunks of job `gen` until none is left (or the job is over).
+  void work_on(uint64_t gen) {
+    const uint64_t want = gen & 0xffffffffu;
+    uint64_t w = claim_.load(std::memory_order_acquire);
+    while (true) {
+      if (w >> 32 != want) return;  // a later job: this one is finished
+      const int64_t chunks = int64_t(w >> 16 & 0xffff), next = int64_t(w & 0xffff);
+      if (next >= chunks) return;
+      if (!claim_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      try {
+        run_chunk(next, chunks);
+      } catch (...) {
+        record_error();
+      }
+      done_.fetch_add(1, std::memory_order_acq_rel);
+      w = claim_.load(std::memory_order_acquire);
+    }
+  }
+
+  void run_chunk(int64_t c, int64_t chunks) {
     const int64_t n = job_end_ - job_begin_;
-    int64_t b = job_begin_ + n * c / job_chunks_;
-    int64_t e = job_begin_ + n * (c + 1) / job_chunks_;
+    int64_t b = job_begin_ + n * c / chunks;
+    int64_t e = job_begin_ + n * (c + 1) / chunks;
     if (b < e) job_fn_(job_ctx_, b, e);
   }
 
-  void worker(int index, uint64_t seen) {
+  void worker(uint64_t seen) {
     t_in_parallel = true;
     while (true) {
       // Spin briefly (ops come in quick succession in a training step), then sleep.
@@ -124,14 +150,7 @@ class ThreadPool {
       }
       if (quit_.load(std::memory_order_relaxed)) return;
       seen = g;
-      if (index < job_chunks_) {
-        try {
-          run_chunk(index);
-        } catch (...) {
-          record_error();
-        }
-      }
-      pending_.fetch_sub(1, std::memory_order_acq_rel);
+      work_on(g);
     }
   }
 
@@ -155,11 +174,12 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex run_mu_;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int64_t> done_{0};
   std::atomic<bool> quit_{false};
   detail::RangeFn job_fn_ = nullptr;
   void* job_ctx_ = nullptr;
-  int64_t job_begin_ = 0, job_end_ = 0, job_chunks_ = 0;
+  int64_t job_begin_ = 0, job_end_ = 0;
 };
 
 int default_threads() {
