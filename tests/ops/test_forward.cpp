@@ -1031,9 +1031,35 @@ TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
     }
   }
   // A non-finite activation poisons its outputs as in f32, instead of vanishing in the rounding.
-  Tensor w = cast(randn_t(Shape{4, 64}, 16, 0.2f), DType::Q8_0);
-  std::vector<float> xv(64, 1.0f);
-  xv[40] = NAN;
-  const std::vector<float> y = linear(from_vector(xv, Shape{1, 64}), w).to_f32_vector();
-  for (float v : y) EXPECT_TRUE(std::isnan(v));
+  for (bool vnni : {false, true}) {
+    cpu::gemv_use_vnni(vnni);
+    Tensor w = cast(randn_t(Shape{4, 64}, 16, 0.2f), DType::Q8_0);
+    std::vector<float> xv(64, 1.0f);
+    xv[40] = NAN;
+    const std::vector<float> y = linear(from_vector(xv, Shape{1, 64}), w).to_f32_vector();
+    for (float v : y) EXPECT_TRUE(std::isnan(v));
+  }
+  cpu::gemv_use_vnni(true);
+}
+
+// Q8_0 products on a CPU with VNNI (vpdpbusd on the weights offset to unsigned) give the bits
+// of the AVX2 kernels, for every row count, an odd block count, weight bytes of -128 (legal
+// in a Q8_0 file, though our quantizer never writes them) and activations at +-127.
+TEST(Forward, Q8_0ProductsWithVnniEqualTheAvx2OnesBitForBit) {
+  if (!cpu::gemv_vnni_available()) GTEST_SKIP() << "this CPU has no VNNI (AVX-VNNI or AVX512-VNNI with VL)";
+  Tensor w = cast(randn_t(Shape{29, 544}, 18, 0.2f), DType::Q8_0);
+  auto* raw = static_cast<uint8_t*>(const_cast<void*>(w.raw_data()));
+  const size_t rb = 544 / 32 * 34;
+  for (int64_t r = 0; r < 29; r += 3)
+    for (int64_t b = 0; b < 544 / 32; b += 2) raw[size_t(r) * rb + size_t(b) * 34 + 2 + size_t((r + b) % 32)] = 0x80;
+  for (int64_t rows = 1; rows <= cpu::kGemvMaxRows; ++rows) {
+    std::vector<float> xv = randn_t(Shape{rows, 544}, 40 + uint64_t(rows), 1.5f).to_f32_vector();
+    for (size_t i = 0; i < xv.size(); i += 37) xv[i] = (i % 2 ? 40.0f : -40.0f);  // a block's largest: q = +-127
+    const Tensor x = from_vector(xv, Shape{rows, 544});
+    cpu::gemv_use_vnni(false);
+    const std::vector<float> avx2 = linear(x, w).to_f32_vector();
+    cpu::gemv_use_vnni(true);
+    const std::vector<float> vnni = linear(x, w).to_f32_vector();
+    for (size_t i = 0; i < avx2.size(); ++i) ASSERT_EQ(vnni[i], avx2[i]) << rows << " rows, value " << i;
+  }
 }
