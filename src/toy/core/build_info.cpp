@@ -54,9 +54,10 @@ std::string version_text() {
 #endif
   return fmt::format(
       "toy {}\ncommit: {}\ncompiler: {} (C++{}, {})\nCPU features used: AVX2, FMA, F16C (CPU kernels); {}\n"
-      "this CPU: {}\nOpenBLAS kernels: {}{}\n",
+      "Q8_0 decode products: {}\nthis CPU: {}\nOpenBLAS kernels: {}{}\n",
       version(), git_commit(), compiler(), __cplusplus / 100 % 100, build,
-      missing.empty() ? "this CPU has them" : "this CPU lacks" + missing, cpu, openblas_core(),
+      missing.empty() ? "this CPU has them" : "this CPU lacks" + missing,
+      cpu_has_avx_vnni() ? "AVX-VNNI" : cpu_has_avx512_vnni_vl() ? "AVX512-VNNI" : "AVX2", cpu, openblas_core(),
       std::getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
 }
 

@@ -26,4 +26,85 @@ void require_cpu_features() {
             m);
 }
 
+namespace {
+#if defined(__x86_64__)
+void cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
+  __asm__ volatile("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(sub));
+}
+// The state the OS saves (XCR0), 0 when it has no XSAVE.
+unsigned long long saved_state() {
+  unsigned r[4];
+  cpuid(1, 0, r);
+  if (!(r[2] & (1u << 27))) return 0;  // OSXSAVE
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+unsigned max_leaf() {
+  unsigned r[4];
+  cpuid(0, 0, r);
+  return r[0];
+}
+#endif
+}  // namespace
+
+bool cpu_has_avx_vnni() {
+#if defined(__x86_64__)
+  if (max_leaf() < 7 || (saved_state() & 0x6) != 0x6) return false;  // YMM state
+  unsigned r[4];
+  cpuid(7, 0, r);
+  if (r[0] < 1) return false;  // no sub-leaf 1
+  cpuid(7, 1, r);
+  return r[0] & (1u << 4);
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512_vnni_vl() {
+#if defined(__x86_64__)
+  if (max_leaf() < 7 || (saved_state() & 0xe6) != 0xe6) return false;  // YMM, opmask and ZMM state
+  unsigned r[4];
+  cpuid(7, 0, r);
+  const bool f = r[1] & (1u << 16), vl = r[1] & (1u << 31), vnni = r[2] & (1u << 11);
+  return f && vl && vnni;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx2_fma() {
+#if defined(__x86_64__)
+  if (max_leaf() < 7 || (saved_state() & 0x6) != 0x6) return false;
+  unsigned r[4];
+  cpuid(1, 0, r);
+  const bool fma = r[2] & (1u << 12), avx = r[2] & (1u << 28);
+  cpuid(7, 0, r);
+  return fma && avx && (r[1] & (1u << 5));
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512_skx() {
+#if defined(__x86_64__)
+  if (max_leaf() < 7 || (saved_state() & 0xe6) != 0xe6) return false;
+  unsigned r[4];
+  cpuid(7, 0, r);
+  return (r[1] & (1u << 16)) && (r[1] & (1u << 17)) && (r[1] & (1u << 30)) && (r[1] & (1u << 31));
+#else
+  return false;
+#endif
+}
+
+bool cpu_is_amd() {
+#if defined(__x86_64__)
+  unsigned r[4];
+  cpuid(0, 0, r);
+  return r[1] == 0x68747541 && r[3] == 0x69746e65 && r[2] == 0x444d4163;  // "AuthenticAMD"
+#else
+  return false;
+#endif
+}
+
 }  // namespace toy

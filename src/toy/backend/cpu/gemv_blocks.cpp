@@ -21,6 +21,7 @@
 
 #include "toy/backend/cpu/gemv_blocks.h"
 #include "toy/backend/cpu/scratch.h"
+#include "toy/core/cpu_features.h"
 #include "toy/core/error.h"
 #include "toy/core/quant.h"
 #include "toy/core/thread_pool.h"
@@ -350,9 +351,8 @@ TOY_DOT_ROWS_Q8_0_VNNI(dot_rows_q8_0_avx512vnni, "avx512vnni,avx512vl", _mm256_d
 enum class Vnni { None, Vex, Evex };
 
 Vnni detect_vnni() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avxvnni")) return Vnni::Vex;
-  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) return Vnni::Evex;
+  if (cpu_has_avx_vnni()) return Vnni::Vex;
+  if (cpu_has_avx512_vnni_vl()) return Vnni::Evex;
   return Vnni::None;
 }
 
