@@ -10,10 +10,7 @@
 #include "toy/core/blas_core.h"
 
 int main(int argc, char** argv) {
-  if (const std::string core = toy::openblas_core_override(); !core.empty()) {
-    setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-    execv("/proc/self/exe", argv);
-  }
+  toy::reexec_with_openblas_core(argv);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

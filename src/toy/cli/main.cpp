@@ -34,10 +34,7 @@ int report(const char* what, int code, const char* hint = nullptr) {
 int main(int argc, char** argv) {
   // OpenBLAS fell back to kernels older than this CPU: run again with the right ones (it reads
   // OPENBLAS_CORETYPE only as it loads; see core/blas_core.h). If the exec fails, go on.
-  if (const std::string core = toy::openblas_core_override(); !core.empty()) {
-    setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-    execv("/proc/self/exe", argv);
-  }
+  toy::reexec_with_openblas_core(argv);
   using toy::cli::kExitRuntime;
   using toy::cli::kExitUsage;
   CLI::App app{"toy: train, fine-tune and run small language models and vision transformers"};

@@ -2,7 +2,11 @@
 
 #include <cblas.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <system_error>
 
 #include "toy/core/cpu_features.h"
 
@@ -32,6 +36,15 @@ std::string openblas_core_override() {
   if (!predates_avx2(openblas_core()) || !cpu_has_avx2_fma()) return "";
   if (cpu_has_avx512_skx()) return "SkylakeX";
   return cpu_is_amd() ? "Zen" : "Haswell";
+}
+
+void reexec_with_openblas_core(char** argv) {
+  const std::string core = openblas_core_override();
+  if (core.empty()) return;
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  execv(!ec && !self.empty() ? self.c_str() : "/proc/self/exe", argv);
 }
 
 }  // namespace toy

@@ -16,5 +16,9 @@ std::string openblas_core();
 // DQ and VL with the OS saving their state: SkylakeX; AVX2 + FMA: Zen on AMD, else Haswell);
 // "" when its choice stands or OPENBLAS_CORETYPE is set.
 std::string openblas_core_override();
+// When openblas_core_override() names a core: sets OPENBLAS_CORETYPE and re-executes this
+// program (the file /proc/self/exe points at, so `ps` still shows its name) with argv.
+// Returns only when there is nothing to do or the exec failed (the run goes on as it is).
+void reexec_with_openblas_core(char** argv);
 
 }  // namespace toy
