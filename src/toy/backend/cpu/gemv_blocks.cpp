@@ -266,87 +266,66 @@ inline __m256i packed_q(const uint8_t* p) { return _mm256_loadu_si256(reinterpre
 inline __m256i packed_start(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)); }
 inline __m256 packed_scale(const uint8_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p + 64)); }
 
-// R packed activation rows against one Q8_0 weight row: each weight block is loaded, its
-// magnitudes taken and its scale widened once for all R rows (dot_q8_0 does that per row),
-// while every (row, activation) product keeps dot_q8_0's exact arithmetic and order (the
-// scale product d_w * d_x, even blocks in one accumulator, odd in the other): a batch of
-// sequences gets the bits one sequence alone gets.
-template <int R>
-void dot_rows_q8_0(const uint8_t* w, const uint8_t* const* x, int64_t K, float* out) {
-  __m256 acc0[R], acc1[R];
-  for (int n = 0; n < R; ++n) acc0[n] = _mm256_setzero_ps(), acc1[n] = _mm256_setzero_ps();
-  const int64_t nb = K / 32;
-  const __m256i ones = _mm256_set1_epi16(1);
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2, w += 68) {
-    prefetch_ahead(w);
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 36));
-    const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
-    const __m256 d0 = _mm256_set1_ps(half_at(w)), d1 = _mm256_set1_ps(half_at(w + 34));
-    for (int n = 0; n < R; ++n) {
-      const uint8_t* p = x[n] + kPackedBlock * b;
-      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(packed_q(p), w0)), ones);
-      const __m256i p1 =
-          _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(packed_q(p + kPackedBlock), w1)), ones);
-      acc0[n] = _mm256_fmadd_ps(_mm256_mul_ps(d0, packed_scale(p)), _mm256_cvtepi32_ps(p0), acc0[n]);
-      acc1[n] = _mm256_fmadd_ps(_mm256_mul_ps(d1, packed_scale(p + kPackedBlock)), _mm256_cvtepi32_ps(p1), acc1[n]);
-    }
-  }
-  if (b < nb) {
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
-    const __m256 d0 = _mm256_set1_ps(half_at(w));
-    for (int n = 0; n < R; ++n) {
-      const uint8_t* p = x[n] + kPackedBlock * b;
-      acc0[n] = _mm256_fmadd_ps(_mm256_mul_ps(d0, packed_scale(p)), _mm256_cvtepi32_ps(dot_i8(w0, packed_q(p))), acc0[n]);
-    }
-  }
-  for (int n = 0; n < R; ++n) out[n] = hsum(_mm256_add_ps(acc0[n], acc1[n]));
-}
-
-// The same products with VNNI's u8 x s8 dot (vpdpbusd), where the CPU has it: the weight
-// bytes offset by 128 to unsigned (w ^ 0x80 = w + 128), so each lane gets
-// sum (w + 128) x = sum w x + 128 sum x, and starts from the packed -128 sum x. Both ways
-// give each lane the exact integer sum of the same four products, so the floats after them,
-// and the results, are bit for bit those of the kernels above, in one instruction instead
-// of three. Stamped twice: the VEX form (AVX-VNNI: Intel since Alder Lake, AMD since Zen 5)
-// and the EVEX form (AVX512-VNNI with VL: Intel's AVX-512 server parts, AMD Zen 4).
-#define TOY_DOT_ROWS_Q8_0_VNNI(NAME, TARGET, DPBUSD)                                                              \
+// R packed activation rows against one Q8_0 weight row: each weight block is loaded and
+// prepared (PREP) once for all R rows (dot_q8_0 does that per row), while every (row,
+// activation) product keeps dot_q8_0's exact arithmetic and order (the integer sums of each
+// four products, the scale product d_w * d_x, even blocks in one accumulator, odd in the
+// other): a batch of sequences gets the bits one sequence alone gets. BLOCK_DOT(start, w, x)
+// gives the 8 lanes of integer sums. Stamped three times:
+// - AVX2: the weights as stored, dot_i8 (sign, multiply-add, widen; the start sums unused);
+// - VNNI's u8 x s8 dot (vpdpbusd), where the CPU has it: the weight bytes offset by 128 to
+//   unsigned (w ^ 0x80 = w + 128), so each lane gets sum (w + 128) x = sum w x + 128 sum x,
+//   starting from the packed -128 sum x — the same exact integer sums in one instruction
+//   instead of three, so the same bits. The VEX form (AVX-VNNI: Intel since Alder Lake, AMD
+//   since Zen 5) and the EVEX form (AVX512-VNNI with VL: Intel's AVX-512 server parts, Zen 4).
+#define TOY_DOT_ROWS_Q8_0(NAME, ATTRIBUTES, PREP, BLOCK_DOT)                                                      \
   template <int R>                                                                                                \
-  __attribute__((target(TARGET))) void NAME(const uint8_t* w, const uint8_t* const* x, int64_t K, float* out) {   \
+  ATTRIBUTES void NAME(const uint8_t* w, const uint8_t* const* x, int64_t K, float* out) {                        \
     __m256 acc0[R], acc1[R];                                                                                      \
     for (int n = 0; n < R; ++n) acc0[n] = _mm256_setzero_ps(), acc1[n] = _mm256_setzero_ps();                    \
     const int64_t nb = K / 32;                                                                                    \
-    const __m256i offset = _mm256_set1_epi8(char(0x80));                                                          \
     int64_t b = 0;                                                                                                \
     for (; b + 2 <= nb; b += 2, w += 68) {                                                                        \
       prefetch_ahead(w);                                                                                          \
-      const __m256i u0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2)), offset);  \
-      const __m256i u1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 36)), offset); \
+      const __m256i u0 = PREP(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2)));                      \
+      const __m256i u1 = PREP(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 36)));                     \
       const __m256 d0 = _mm256_set1_ps(half_at(w)), d1 = _mm256_set1_ps(half_at(w + 34));                         \
       for (int n = 0; n < R; ++n) {                                                                               \
         const uint8_t* p = x[n] + kPackedBlock * b;                                                               \
-        const __m256i p0 = DPBUSD(packed_start(p), u0, packed_q(p));                                              \
-        const __m256i p1 = DPBUSD(packed_start(p + kPackedBlock), u1, packed_q(p + kPackedBlock));                \
+        const __m256i p0 = BLOCK_DOT(packed_start(p), u0, packed_q(p));                                           \
+        const __m256i p1 = BLOCK_DOT(packed_start(p + kPackedBlock), u1, packed_q(p + kPackedBlock));             \
         acc0[n] = _mm256_fmadd_ps(_mm256_mul_ps(d0, packed_scale(p)), _mm256_cvtepi32_ps(p0), acc0[n]);           \
         acc1[n] = _mm256_fmadd_ps(_mm256_mul_ps(d1, packed_scale(p + kPackedBlock)), _mm256_cvtepi32_ps(p1),      \
                                   acc1[n]);                                                                       \
       }                                                                                                           \
     }                                                                                                             \
     if (b < nb) {                                                                                                 \
-      const __m256i u0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2)), offset);  \
+      const __m256i u0 = PREP(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2)));                      \
       const __m256 d0 = _mm256_set1_ps(half_at(w));                                                               \
       for (int n = 0; n < R; ++n) {                                                                               \
         const uint8_t* p = x[n] + kPackedBlock * b;                                                               \
-        const __m256i p0 = DPBUSD(packed_start(p), u0, packed_q(p));                                              \
+        const __m256i p0 = BLOCK_DOT(packed_start(p), u0, packed_q(p));                                           \
         acc0[n] = _mm256_fmadd_ps(_mm256_mul_ps(d0, packed_scale(p)), _mm256_cvtepi32_ps(p0), acc0[n]);           \
       }                                                                                                           \
     }                                                                                                             \
     for (int n = 0; n < R; ++n) out[n] = hsum(_mm256_add_ps(acc0[n], acc1[n]));                                   \
   }
-TOY_DOT_ROWS_Q8_0_VNNI(dot_rows_q8_0_avxvnni, "avxvnni", _mm256_dpbusd_avx_epi32)
-TOY_DOT_ROWS_Q8_0_VNNI(dot_rows_q8_0_avx512vnni, "avx512vnni,avx512vl", _mm256_dpbusd_epi32)
-#undef TOY_DOT_ROWS_Q8_0_VNNI
+
+inline __m256i as_stored(__m256i w) { return w; }
+inline __m256i offset_to_unsigned(__m256i w) { return _mm256_xor_si256(w, _mm256_set1_epi8(char(0x80))); }
+inline __m256i avx2_block_dot(__m256i, __m256i w, __m256i x) { return dot_i8(w, x); }
+__attribute__((target("avxvnni"))) inline __m256i vex_block_dot(__m256i start, __m256i u, __m256i x) {
+  return _mm256_dpbusd_avx_epi32(start, u, x);
+}
+__attribute__((target("avx512vnni,avx512vl"))) inline __m256i evex_block_dot(__m256i start, __m256i u, __m256i x) {
+  return _mm256_dpbusd_epi32(start, u, x);
+}
+
+TOY_DOT_ROWS_Q8_0(dot_rows_q8_0_avx2, , as_stored, avx2_block_dot)
+TOY_DOT_ROWS_Q8_0(dot_rows_q8_0_avxvnni, __attribute__((target("avxvnni"))), offset_to_unsigned, vex_block_dot)
+TOY_DOT_ROWS_Q8_0(dot_rows_q8_0_avx512vnni, __attribute__((target("avx512vnni,avx512vl"))), offset_to_unsigned,
+                  evex_block_dot)
+#undef TOY_DOT_ROWS_Q8_0
 
 enum class Vnni { None, Vex, Evex };
 
@@ -368,7 +347,7 @@ void dot_rows_q8_0(Vnni v, const uint8_t* w, const uint8_t* const* x, int64_t K,
   else if (v == Vnni::Evex)
     dot_rows_q8_0_avx512vnni<R>(w, x, K, out);
   else
-    dot_rows_q8_0<R>(w, x, K, out);
+    dot_rows_q8_0_avx2<R>(w, x, K, out);
 }
 
 float dot_q4_0(const uint8_t* w, const Q8Row& x, int64_t K) {
