@@ -18,6 +18,7 @@ namespace toy {
 namespace {
 
 thread_local bool t_in_parallel = false;
+thread_local int t_chunk = -1;
 
 // Jobs are split into fixed chunks (the partition depends only on the range, the grain and
 // the thread count), and whoever is running claims the next chunk from one atomic word: the
@@ -129,7 +130,15 @@ class ThreadPool {
     const int64_t n = job_end_ - job_begin_;
     int64_t b = job_begin_ + n * c / chunks;
     int64_t e = job_begin_ + n * (c + 1) / chunks;
-    if (b < e) job_fn_(job_ctx_, b, e);
+    if (b >= e) return;
+    t_chunk = int(c);
+    try {
+      job_fn_(job_ctx_, b, e);
+    } catch (...) {
+      t_chunk = -1;
+      throw;
+    }
+    t_chunk = -1;
   }
 
   void worker(uint64_t seen) {
@@ -226,6 +235,7 @@ void set_num_threads(int n) {
 }
 
 bool in_parallel_region() { return t_in_parallel; }
+int current_chunk() { return t_chunk; }
 
 namespace detail {
 void parallel_for_impl(int64_t begin, int64_t end, int64_t grain, RangeFn fn, void* ctx) {

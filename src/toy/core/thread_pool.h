@@ -20,6 +20,9 @@ void set_num_threads(int n);
 // integer in 1..kMaxThreads.
 int env_threads();
 bool in_parallel_region();
+// The chunk of the parallel job the calling thread is running (0 .. num_threads() - 1), or -1
+// outside one (per-chunk scratch: backend/cpu/scratch.h).
+int current_chunk();
 
 namespace detail {
 using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
