@@ -575,6 +575,24 @@ toy_serve_tests
 ^ServeHttp\.Endpoints
               if (include_usage) {
               if (false) {
+vnni-start-sums
+src/toy/backend/cpu/gemv_blocks.cpp
+toy_op_tests
+^Forward\.Q8_0ProductsWithVnni
+_mm256_slli_epi32(sums, 7)
+_mm256_slli_epi32(sums, 6)
+pool-caller-only-waits
+src/toy/core/thread_pool.cpp
+toy_core_tests
+^ThreadPool\.
+    work_on(gen);\n    t_in_parallel = false;
+    t_in_parallel = false;
+chat-page-shows-last-piece
+src/toy/serve/chat.html
+toy toy_serve_client_tests
+^ServeClients\.TheChatPage
+            out.textContent = reply;
+            out.textContent = delta.content;
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -75,6 +75,7 @@ TEST(ServeClients, TheChatPageStreamsARepliesInAHeadlessBrowser) {
     EXPECT_EQ(j["user"], "Tell me a story.");
     EXPECT_FALSE(j["reply"].get<std::string>().empty());
     EXPECT_GT(j["states"].get<int>(), 1) << "the reply arrives in pieces, not at once";
+    EXPECT_TRUE(j["growing"].get<bool>()) << "each piece extends the reply shown so far";
     EXPECT_EQ(j["asked_for_key"], !key.empty());
     EXPECT_TRUE(j["foreign_requests"].empty());
   }

@@ -64,8 +64,13 @@ try {
     user: document.querySelector(".msg.user")?.textContent,
     reply: [...document.querySelectorAll(".msg.assistant")].pop()?.textContent ?? "",
     error: document.querySelector(".msg.error")?.textContent ?? null,
-    states: [...new Set(window.__states.filter((s) => s.length > 0))].length,
+    states: [...new Set(window.__states.filter((s) => s.length > 0))],
   }));
+  // The reply grows: each state a prefix of the next, the last the whole reply.
+  const st = result.states;
+  result.growing = st.length > 0 && st.every((s, i) => i === 0 || s.startsWith(st[i - 1])) &&
+    st[st.length - 1] === result.reply;
+  result.states = st.length;
   result.asked_for_key = askedForKey;
   result.page_errors = errors;
   result.foreign_requests = foreign;
