@@ -515,6 +515,12 @@ toy_vision_tests
 ^VisionTrain\.StoppedAndResumed
   r.epoch_loss = get_double(st, "epoch_loss", where);
   r.epoch_loss = 0;
+vision-augmentation-default-ignored
+src/toy/train/vision.cpp
+toy_vision_tests
+^VisionTrain\.AugmentationDefaults
+  if (!r.o.flip) r.o.flip = aug.flip;
+  if (!r.o.flip) r.o.flip = false;
 csv-pixel-scale
 src/toy/data/images.cpp
 toy_vision_tests

@@ -211,3 +211,79 @@ TEST(VisionTrain, CtrlCWritesACheckpointAndResumeFinishesTheRun) {
   EXPECT_EQ(k["epochs"].get<int64_t>(), std::stoll(epochs));
   fs::remove_all(d);
 }
+
+namespace {
+
+void put_be32(std::string& s, uint32_t v) {
+  for (int k = 3; k >= 0; --k) s.push_back(char((v >> (8 * k)) & 0xff));
+}
+
+// A Fashion-MNIST-shaped folder (its four IDX file names, 28x28, labels 0..9) of n training images.
+void write_fashion_like(const fs::path& dir, int n_train, int n_test) {
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, int n, bool images) {
+    std::string s;
+    put_be32(s, images ? 0x803 : 0x801), put_be32(s, uint32_t(n));
+    if (images) put_be32(s, 28), put_be32(s, 28);
+    for (int i = 0; i < n * (images ? 28 * 28 : 1); ++i) s.push_back(char(images ? (i * 7) % 251 : (i % 10)));
+    std::ofstream(dir / name, std::ios::binary) << s;
+  };
+  write("train-images-idx3-ubyte", n_train, true), write("train-labels-idx1-ubyte", n_train, false);
+  write("t10k-images-idx3-ubyte", n_test, true), write("t10k-labels-idx1-ubyte", n_test, false);
+}
+
+// The options a run saved at its start (events.jsonl's run_start config).
+nlohmann::json saved_config(const fs::path& run) {
+  std::ifstream f(run / "events.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    const auto e = nlohmann::json::parse(line);
+    if (e.value("event", "") == "run_start") return e["config"];
+  }
+  ADD_FAILURE() << "no run_start event in " << run;
+  return {};
+}
+
+}  // namespace
+
+TEST(VisionTrain, AugmentationDefaultsToCropAndFlipForFashionMnistOnly) {
+  ImageSet s;
+  s.channels = 1, s.height = 28, s.width = 28;
+  s.classes = fashion_mnist_classes();
+  EXPECT_EQ(augmentation_defaults(s).crop_pad, 2);
+  EXPECT_TRUE(augmentation_defaults(s).flip);
+  s.classes = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};  // MNIST digits: never flipped
+  EXPECT_EQ(augmentation_defaults(s).crop_pad, 0);
+  EXPECT_FALSE(augmentation_defaults(s).flip);
+  s.classes = fashion_mnist_classes();
+  s.height = s.width = 8;
+  EXPECT_EQ(augmentation_defaults(s).crop_pad, 0);
+
+  // Through the command line: the resolved values are what the run saves (and resumes with).
+  const fs::path d = scratch("augdefaults");
+  write_fashion_like(d / "fashion-mnist", 120, 20);
+  write_bars_csv(d / "bars.csv", 60, 5);
+  auto train = [&](const std::string& data, const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"vision", "train", "--data", data, "--preset", "vit-digits", "--dim", "16",
+                                     "--layers", "1", "--heads", "1", "--mlp", "16", "--batch", "8",
+                                     "--stop-after", "1", "--quiet", "--out", (d / out).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const test::ProcResult r = test::run_toy(args);
+    EXPECT_EQ(r.status, 0) << test::describe(r);
+    return saved_config(d / out);
+  };
+  nlohmann::json c = train((d / "fashion-mnist").string(), "fashion", {"--patch", "7"});
+  EXPECT_EQ(c["crop_pad"], 2);
+  EXPECT_EQ(c["flip"], true);
+  c = train((d / "fashion-mnist").string(), "fashion_told", {"--patch", "7", "--no-flip", "--crop-pad", "1"});
+  EXPECT_EQ(c["crop_pad"], 1);
+  EXPECT_EQ(c["flip"], false);
+  c = train((d / "bars.csv").string(), "bars", {});
+  EXPECT_EQ(c["crop_pad"], 0);
+  EXPECT_EQ(c["flip"], false);
+  c = train((d / "bars.csv").string(), "bars_told", {"--flip"});
+  EXPECT_EQ(c["flip"], true);
+  const test::ProcResult both = test::run_toy({"vision", "train", "--data", (d / "bars.csv").string(), "--flip",
+                                                "--no-flip", "--out", (d / "both").string()});
+  EXPECT_NE(both.status, 0);
+  fs::remove_all(d);
+}

@@ -26,6 +26,7 @@ struct VisionFlags {
   VisionTrainOptions o;
   std::string resume;
   bool json = false;
+  bool flip = false, no_flip = false;  // unset both: the data's default
   std::optional<int64_t> dim, layers, heads, mlp, patch;
   std::string pool;
 };
@@ -90,8 +91,11 @@ Run add_train(CLI::App* vision) {
   add_real(cmd, "--clip", o.clip, {0, 1e9}, "Gradient clipping: max global norm (0 = off)");
   add_real(cmd, "--label-smoothing", o.label_smoothing, {0, 1, false, true}, "Label smoothing")
       ->capture_default_str();
-  add_int(cmd, "--crop-pad", o.crop_pad, 0, 64, "Random crop: shift each training image by up to N pixels (0 = off)");
-  cmd->add_flag("--flip", o.flip, "Random horizontal flips of training images");
+  add_int(cmd, "--crop-pad", o.crop_pad, 0, 64, "Random crop: shift each training image by up to N pixels (0 = off; "
+          "default: 2 for Fashion-MNIST, else 0)");
+  auto* flip_opt = cmd->add_flag("--flip", f->flip, "Random horizontal flips of training images (default for "
+                                 "Fashion-MNIST)");
+  cmd->add_flag("--no-flip", f->no_flip, "No flips (the default for any other data)")->excludes(flip_opt);
   add_u64(cmd, "--seed", o.seed, "Seed for init, the splits, the order and augmentation");
   add_int(cmd, "--val-count", o.val_count, 1, int64_t(1) << 30,
           "Validation images held out of the training set (at most a tenth of it)");
@@ -128,6 +132,8 @@ Run add_train(CLI::App* vision) {
         saved.quiet = f->o.quiet;
       });
     } else {
+      if (f->flip) f->o.flip = true;
+      if (f->no_flip) f->o.flip = false;
       VitConfig m = VitConfig::from_preset(f->o.preset);
       if (f->dim) m.dim = *f->dim;
       if (f->layers) m.layers = *f->layers;

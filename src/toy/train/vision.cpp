@@ -60,7 +60,8 @@ void VisionTrainOptions::validate() const {
   TOY_CHECK(std::isfinite(clip) && clip >= 0, "[vision] --clip must be >= 0 (0 = off), got {}", clip);
   TOY_CHECK(label_smoothing >= 0 && label_smoothing < 1, "[vision] --label-smoothing must be in [0, 1), got {}",
             label_smoothing);
-  TOY_CHECK(crop_pad >= 0 && crop_pad <= 64, "[vision] --crop-pad must be in 0..64, got {}", crop_pad);
+  TOY_CHECK(!crop_pad || (*crop_pad >= 0 && *crop_pad <= 64), "[vision] --crop-pad must be in 0..64, got {}",
+            crop_pad.value_or(0));
   TOY_CHECK(val_count >= 1, "[vision] --val-count must be >= 1, got {}", val_count);
   TOY_CHECK(threads >= 0 && threads <= kMaxThreads, "[vision] --threads must be in 0..{}, got {}", kMaxThreads,
             threads);
@@ -82,8 +83,10 @@ nlohmann::json VisionTrainOptions::to_json() const {
           {"min_lr", json_float(min_lr)}, {"warmup", warmup},
           {"weight_decay", json_float(weight_decay)}, {"beta1", json_float(beta1)},
           {"beta2", json_float(beta2)}, {"clip", json_float(clip)},
-          {"label_smoothing", json_float(label_smoothing)}, {"crop_pad", crop_pad},
-          {"flip", flip},         {"seed", seed},
+          {"label_smoothing", json_float(label_smoothing)},
+          {"crop_pad", crop_pad ? nlohmann::json(*crop_pad) : nlohmann::json()},  // null: the data's default
+          {"flip", flip ? nlohmann::json(*flip) : nlohmann::json()},
+          {"seed", seed},
           {"val_count", val_count}, {"threads", threads},
           {"log_every", log_every}, {"stop_after", stop_after},
           {"save_every", save_every}, {"save_minutes", save_minutes},
@@ -254,19 +257,21 @@ const std::vector<int64_t>& epoch_order(VisionRun& r, int64_t epoch) {
 std::vector<uint8_t> gather(const VisionRun& r, std::span<const int64_t> idx, int64_t epoch, int64_t first_pos) {
   const ImageSet& s = r.data.train;
   const int64_t C = s.channels, H = s.height, W = s.width, ib = s.image_bytes();
+  const int64_t pad = r.o.crop_pad.value();  // resolved when the run started (load_data)
+  const bool may_flip = r.o.flip.value();
   std::vector<uint8_t> out(size_t(ib) * idx.size());
   for (size_t k = 0; k < idx.size(); ++k) {
     const uint8_t* src = s.image(idx[k]);
     uint8_t* dst = out.data() + int64_t(k) * ib;
-    if (r.o.crop_pad == 0 && !r.o.flip) {
+    if (pad == 0 && !may_flip) {
       std::memcpy(dst, src, size_t(ib));
       continue;
     }
     const auto b = philox4x32(r.o.seed, kAugStream, uint64_t(epoch) * uint64_t(s.size()) + uint64_t(first_pos) + k);
-    const int64_t span = 2 * r.o.crop_pad + 1;
-    const int64_t dy = r.o.crop_pad ? int64_t(b[0] % uint32_t(span)) - r.o.crop_pad : 0;
-    const int64_t dx = r.o.crop_pad ? int64_t(b[1] % uint32_t(span)) - r.o.crop_pad : 0;
-    const bool flip = r.o.flip && (b[2] & 1);
+    const int64_t span = 2 * pad + 1;
+    const int64_t dy = pad ? int64_t(b[0] % uint32_t(span)) - pad : 0;
+    const int64_t dx = pad ? int64_t(b[1] % uint32_t(span)) - pad : 0;
+    const bool flip = may_flip && (b[2] & 1);
     for (int64_t c = 0; c < C; ++c)
       for (int64_t y = 0; y < H; ++y)
         for (int64_t x = 0; x < W; ++x) {
@@ -432,6 +437,9 @@ void load_data(VisionRun& r, bool resumed) {
     TOY_CHECK(h == r.data_hash, "[vision] the data '{}' changed since the checkpoint: resuming would train on other "
               "images than the run started with; restore the data", printable(r.o.data));
   r.data_hash = h;
+  const Augmentation aug = augmentation_defaults(r.data.train);
+  if (!r.o.crop_pad) r.o.crop_pad = aug.crop_pad;
+  if (!r.o.flip) r.o.flip = aug.flip;
   r.steps_per_epoch = r.data.train.size() / (r.o.batch * r.o.accum);
   TOY_CHECK(r.steps_per_epoch >= 1, "[vision] {} training images are fewer than one step's --batch {} x --accum {}",
             r.data.train.size(), r.o.batch, r.o.accum);
@@ -643,6 +651,12 @@ VisionTrainResult run_loop(VisionRun& r, bool resumed) {
 }
 
 }  // namespace
+
+Augmentation augmentation_defaults(const ImageSet& train) {
+  if (train.classes == fashion_mnist_classes() && train.channels == 1 && train.height == 28 && train.width == 28)
+    return {2, true};
+  return {};
+}
 
 VisionTrainResult train_vision(const VisionTrainOptions& opts) {
   opts.validate();
