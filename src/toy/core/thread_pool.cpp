@@ -131,14 +131,12 @@ class ThreadPool {
     int64_t b = job_begin_ + n * c / chunks;
     int64_t e = job_begin_ + n * (c + 1) / chunks;
     if (b >= e) return;
-    t_chunk = int(c);
-    try {
-      job_fn_(job_ctx_, b, e);
-    } catch (...) {
-      t_chunk = -1;
-      throw;
-    }
-    t_chunk = -1;
+    struct RunningChunk {  // current_chunk() is c while the chunk runs, -1 after (even if it throws)
+      explicit RunningChunk(int chunk) { t_chunk = chunk; }
+      ~RunningChunk() { t_chunk = -1; }
+    };
+    const RunningChunk running{int(c)};
+    job_fn_(job_ctx_, b, e);
   }
 
   void worker(uint64_t seen) {
