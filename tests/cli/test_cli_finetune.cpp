@@ -2,6 +2,8 @@
 // adapter applied by generate and eval, and clear errors for bad data and occupied folders.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -118,10 +120,10 @@ TEST(CliFinetune, CtrlCWritesACheckpointAndResumes) {
   const auto run = toy::test::interrupt_toy_after_steps(
       {"finetune", "-m", fx.model, "--data", fx.data, "--method", "lora", "--steps", "100000", "--batch", "2",
        "--lora-rank", "2", "--lr", "1e-3", "--out", dir, "--quiet"},
-      events.string(), 3, &steps);
-  ASSERT_FALSE(run.timed_out) << "toy finetune did not stop after SIGINT";
+      events.string(), 3, &steps, SIGTERM);
+  ASSERT_FALSE(run.timed_out) << "toy finetune did not stop after SIGTERM";
   ASSERT_GT(steps, 3u) << "the run took no steps before it was interrupted";
-  EXPECT_EQ(run.status, 0) << describe(run);
+  EXPECT_EQ(run.status, 128 + SIGTERM) << "a run a signal stopped is no success: " << describe(run);
   for (const char* f : {"checkpoint.gguf", "model.gguf", "adapter.gguf", "report.html"})
     EXPECT_TRUE(fs::exists(fs::path(dir) / f)) << f;
   std::ifstream in(events);

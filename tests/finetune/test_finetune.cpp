@@ -310,3 +310,58 @@ TEST(FinetuneBest, OutputsHoldTheBestValidationWeights) {
   std::printf("best step %lld of %lld: val %.4f (last %.4f)\n", (long long)r.best_step, (long long)r.steps,
               r.best_val_loss, r.val_loss);
 }
+
+// A LoRA run on a base toy did not write — an untied head, add_bos_token and add_eos_token
+// set to false, a byte-level BPE vocabulary — hands back model.gguf = base + scale B A: the
+// head and every other weight no adapter covers are the base's bit for bit, the merged model
+// computes what the base with adapter.gguf computes, and it tokenizes as the base does (the
+// merge once drew a fresh random head for an untied base and dropped the BOS keys).
+TEST(FinetuneMerge, LoraOnAnUntiedBaseToyDidNotWriteIsBasePlusTheAdapter) {
+  const std::string corpus = "the cat sat on the mat. the dog ate the bone. a bird sang in the tree.\n";
+  const std::unique_ptr<Tokenizer> tok = Tokenizer::train_fixed_size(corpus, "llama-bpe", 272);
+  ModelConfig c = ModelConfig::for_arch("llama");
+  c.vocab = 272, c.dim = 32, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.ffn = 64, c.ctx = 64;
+  c.tied = false;
+  DecoderLM base_model(c);
+  base_model.init(11);
+  const std::string base = temp("foreign_base.gguf"), data = temp("foreign.jsonl");
+  {
+    gguf::Writer w;
+    ModelWriteOptions wo;
+    wo.toy_config = false;  // the standard keys alone, as llama.cpp's converter writes them
+    add_model_to_gguf(w, base_model, *tok, "foreign", wo);
+    w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(false));
+    w.set("tokenizer.ggml.add_eos_token", gguf::Value::boolean(false));
+    w.write(base);
+    std::ofstream d(data);
+    for (int i = 0; i < 24; ++i) d << R"({"prompt": "the cat", "completion": " sat on the mat."})" << "\n";
+  }
+  FinetuneOptions o;
+  o.model = base, o.data = data, o.method = "lora", o.lora_rank = 8, o.lora_alpha = 16, o.merge_type = "f32";
+  o.out = temp("foreign_run"), o.force = true, o.quiet = true;
+  o.steps = 6, o.batch = 2, o.lr = 1e-2f, o.warmup = 0;
+  finetune(o);
+
+  gguf::Reader b(base), merged(o.out + "/model.gguf");
+  EXPECT_EQ(merged.find("tokenizer.ggml.add_bos_token")->u, 0u);
+  ASSERT_NE(merged.find("tokenizer.ggml.add_eos_token"), nullptr) << "the base's add_eos_token is kept";
+  EXPECT_EQ(merged.find("tokenizer.ggml.add_eos_token")->u, 0u);
+  ASSERT_NE(merged.find_tensor("output.weight"), nullptr) << "an untied base stays untied";
+  for (const char* name : {"output.weight", "token_embd.weight", "output_norm.weight", "blk.1.attn_norm.weight"})
+    EXPECT_EQ(merged.tensor(name).to_f32_vector(), b.tensor(name).to_f32_vector()) << name << " is the base's";
+  EXPECT_NE(merged.tensor("blk.0.attn_q.weight").to_f32_vector(), b.tensor("blk.0.attn_q.weight").to_f32_vector())
+      << "the adapters trained";
+
+  LoadedModel with_adapter = load_model(base), merged_model = load_model(o.out + "/model.gguf");
+  load_lora_adapter(*with_adapter.model, with_adapter.arch, o.out + "/adapter.gguf");
+  EXPECT_EQ(merged_model.tokenizer->encode("the cat"), with_adapter.tokenizer->encode("the cat"));
+  EXPECT_FALSE(merged_model.tokenizer->adds_bos());
+  const std::vector<int32_t> ids = with_adapter.tokenizer->encode("the cat sat on");
+  NoGradGuard ng;
+  const Tensor x = from_vector(ids, Shape{1, int64_t(ids.size())});
+  const std::vector<float> a = with_adapter.model->logits(x).to_f32_vector();
+  const std::vector<float> m = merged_model.model->logits(x).to_f32_vector();
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::fabs(a[i] - m[i]))), scale = std::max(scale, double(std::fabs(a[i])));
+  EXPECT_LE(worst, 1e-5 * scale) << "model.gguf computes what the base with adapter.gguf computes";
+}

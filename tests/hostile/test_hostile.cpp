@@ -134,6 +134,20 @@ TEST(Hostile, OutHoldingOtherFilesIsRefusedEvenWithForce) {
   EXPECT_EQ(std::distance(fs::directory_iterator(other), fs::directory_iterator()), 1);
 }
 
+// --force replaces toy's runs only: a folder holding a user's own model.gguf (a file name a
+// run also writes) with no sign of a run (events.jsonl, checkpoint.gguf) is not a run.
+TEST(Hostile, ForceDoesNotReplaceAUsersOwnModelFile) {
+  REQUIRE_GPL3();
+  const std::string dir = fresh_dir("out_users_model"), text = text_file(dir + "_data");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/model.gguf") << "the user's own model";
+  const auto before = snapshot(dir);
+  ProcResult r = train_run(text, dir, {"--steps", "2", "--force"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(has(r.err, "model.gguf")) << r.err;
+  EXPECT_EQ(snapshot(dir), before) << "the user's file was replaced";
+}
+
 class HostileSignal : public ::testing::TestWithParam<int> {};
 
 TEST_P(HostileSignal, StopsWithACheckpointThatResumes) {
@@ -156,7 +170,7 @@ TEST_P(HostileSignal, StopsWithACheckpointThatResumes) {
   wait_toy(pid, 60, r);
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.signal, 0) << "killed by the signal instead of stopping cleanly";
-  EXPECT_EQ(r.status, 0) << read_all(err);
+  EXPECT_EQ(r.status, 128 + sig) << "a run a signal stopped exits as the shell reports the signal: " << read_all(err);
   ASSERT_TRUE(fs::exists(dir + "/checkpoint.gguf"));
   const auto ev = events(dir);
   EXPECT_EQ(ev.back()["event"], "run_end");
@@ -541,7 +555,7 @@ TEST(Hostile, AnIgnoredSighupStaysIgnored) {
   kill(pid, SIGTERM);
   ProcResult r;
   wait_toy(pid, 60, r);
-  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.status, 128 + SIGTERM) << "stopped by SIGTERM, with a checkpoint";
   EXPECT_TRUE(fs::exists(dir + "/checkpoint.gguf"));
 }
 

@@ -2,13 +2,19 @@
 // bit-exact resume, refusals, the run folder's outputs, the JSON interfaces, bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <csignal>
+
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "proc.h"
 #include "toy/core/error.h"
+#include "toy/ops/ops.h"
+#include "toy/autograd/grad_mode.h"
 #include "toy/data/images.h"
 #include "toy/io/vit_file.h"
 #include "toy/train/vision.h"
@@ -160,11 +166,47 @@ TEST(VisionTrain, CliTrainsEvaluatesAndClassifiesWithTheDocumentedJson) {
   for (const auto& t : c["top"]) total += t["prob"].get<double>();
   EXPECT_NEAR(total, 1.0, 1e-4);
   EXPECT_TRUE(c["top"][0]["label"].is_string());
-  // Bad input: an unreadable image and a model that is not a ViT, each named.
+  {
+    // The ranking: the model's own probabilities for that image, largest first.
+    const Image im = read_image_file((d / "top.png").string(), m->config().channels, m->config().image,
+                                     m->config().image);
+    NoGradGuard ng;
+    const std::vector<float> p = softmax(m->logits(m->input(im.pixels.data(), 1))).to_f32_vector();
+    std::vector<size_t> order(p.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b]; });
+    ASSERT_GT(p[order[0]], p[order[1]] + 1e-3) << "a clear first class (else the order would prove little)";
+    for (size_t k = 0; k < c["top"].size(); ++k) {
+      EXPECT_EQ(c["top"][k]["label"], m->config().class_names[order[k]]) << "rank " << k;
+      EXPECT_NEAR(c["top"][k]["prob"].get<double>(), p[order[k]], 1e-5) << "rank " << k;
+    }
+  }
+  // Bad input: an unreadable image and a model that is not a ViT, each named. A bad file
+  // among good ones (here an empty PGM, which once crashed the whole batch) is reported in its
+  // place and the others are still classified; the exit status says one failed.
   std::ofstream(d / "bad.png") << "garbage";
   r = test::run_toy({"classify", "-m", out + "/model.gguf", (d / "bad.png").string()});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("bad.png"), std::string::npos) << r.err;
+  std::ofstream(d / "empty.pgm", std::ios::binary) << "P5\n0 0\n255\n";
+  r = test::run_toy({"classify", "-m", out + "/model.gguf", (d / "empty.pgm").string(), (d / "top.png").string(),
+                     "--json"});
+  EXPECT_EQ(r.status, 1) << test::describe(r);
+  EXPECT_NE(r.err.find("empty.pgm"), std::string::npos) << r.err;
+  {
+    std::istringstream lines_of(r.out);
+    std::string first, second;
+    std::getline(lines_of, first), std::getline(lines_of, second);
+    const auto bad = nlohmann::json::parse(first), good = nlohmann::json::parse(second);
+    EXPECT_EQ(bad["file"], (d / "empty.pgm").string());
+    EXPECT_TRUE(bad.contains("error")) << first;
+    EXPECT_EQ(good["file"], (d / "top.png").string());
+    ASSERT_EQ(good["top"].size(), c["top"].size());
+    for (size_t k = 0; k < c["top"].size(); ++k) {  // (the batch's rows: the same up to the GEMM's rounding)
+      EXPECT_EQ(good["top"][k]["label"], c["top"][k]["label"]) << "the good file is classified as when alone";
+      EXPECT_NEAR(good["top"][k]["prob"].get<double>(), c["top"][k]["prob"].get<double>(), 1e-5);
+    }
+  }
   r = test::run_toy({"vision", "eval", "-m", (d / "bars.csv").string(), "--data", (d / "bars.csv").string()});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("bars.csv"), std::string::npos) << r.err;
@@ -196,7 +238,7 @@ TEST(VisionTrain, CtrlCWritesACheckpointAndResumeFinishesTheRun) {
       {"vision", "train", "--data", (d / "bars.csv").string(), "--preset", "vit-digits", "--dim", "32", "--layers", "2",
        "--heads", "2", "--mlp", "64", "--epochs", "400", "--batch", "16", "--out", out, "--json"},
       out + "/events.jsonl", 3, &seen);
-  ASSERT_EQ(r.status, 0) << test::describe(r);
+  ASSERT_EQ(r.status, 128 + SIGINT) << "a run a signal stopped is no success: " << test::describe(r);
   const auto j = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
   EXPECT_TRUE(j["stopped"].get<bool>());
   EXPECT_GE(j["steps"].get<int64_t>(), int64_t(seen));

@@ -249,7 +249,7 @@ Run add_finetune_command(CLI::App& app) {
       r = finetune(f->o);
     }
     print_result(r, f->json);
-    return 0;
+    return r.stopped ? stop_signal_exit_code() : 0;  // (--stop-after is no signal: 0)
   };
 }
 

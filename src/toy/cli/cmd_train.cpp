@@ -220,7 +220,7 @@ Run add_train_command(CLI::App& app) {
       r = train(f->o);
     }
     print_result(r, f->json);
-    return 0;
+    return r.stopped ? stop_signal_exit_code() : 0;  // (--stop-after is no signal: 0)
   };
 }
 

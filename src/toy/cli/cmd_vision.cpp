@@ -151,7 +151,7 @@ Run add_train(CLI::App* vision) {
       r = train_vision(f->o);
     }
     print_train_result(r, f->json);
-    return 0;
+    return r.stopped ? stop_signal_exit_code() : 0;  // (--stop-after is no signal: 0)
   };
 }
 
@@ -241,30 +241,55 @@ Run add_classify_command(CLI::App& app) {
     if (f->threads) set_num_threads(f->threads);
     auto m = load_vit(f->model);
     const VitConfig& c = m->config();
-    // Every image is read (and converted) first, so a bad file fails before any output.
+    // A file that cannot be read is reported in its place (on stderr, and with --json as
+    // {"file", "error"}) and the others are still classified; the exit status says some failed.
     std::vector<uint8_t> px;
-    for (const std::string& path : f->images) {
-      const Image im = read_image_file(path, c.channels, c.image, c.image);
-      px.insert(px.end(), im.pixels.begin(), im.pixels.end());
+    std::vector<std::string> errors(f->images.size());
+    std::vector<int64_t> row(f->images.size(), -1);  // the image's row in the batch
+    int64_t n = 0;
+    for (size_t i = 0; i < f->images.size(); ++i) {
+      try {
+        const Image im = read_image_file(f->images[i], c.channels, c.image, c.image);
+        px.insert(px.end(), im.pixels.begin(), im.pixels.end());
+        row[i] = n++;
+      } catch (const Error& e) {
+        errors[i] = e.what();
+      }
     }
     NoGradGuard ng;
-    const int64_t n = int64_t(f->images.size()), K = c.classes, top = std::min(f->top, K);
-    const std::vector<float> probs = softmax(m->logits(m->input(px.data(), n))).to_f32_vector();
-    for (int64_t i = 0; i < n; ++i) {
+    const int64_t K = c.classes, top = std::min(f->top, K);
+    const std::vector<float> probs =
+        n > 0 ? softmax(m->logits(m->input(px.data(), n))).to_f32_vector() : std::vector<float>{};
+    int failed = 0;
+    for (size_t i = 0; i < f->images.size(); ++i) {
+      if (row[i] < 0) {
+        ++failed;
+        std::fprintf(stderr, "toy: %s\n", errors[i].c_str());
+        if (f->json)
+          std::printf("%s\n", nlohmann::json({{"file", f->images[i]}, {"error", errors[i]}}).dump().c_str());
+        else
+          std::printf("%s\n  (not classified: see the error above)\n", printable(f->images[i]).c_str());
+        std::fflush(stdout);
+        continue;
+      }
       std::vector<int64_t> order(static_cast<size_t>(K));
       for (int64_t k = 0; k < K; ++k) order[size_t(k)] = k;
-      const float* p = probs.data() + i * K;
+      const float* p = probs.data() + row[i] * K;
       std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
       if (f->json) {
         nlohmann::json tops = nlohmann::json::array();
         for (int64_t k = 0; k < top; ++k)
           tops.push_back({{"label", c.class_names[size_t(order[size_t(k)])]}, {"prob", p[order[size_t(k)]]}});
-        std::printf("%s\n", nlohmann::json({{"file", f->images[size_t(i)]}, {"top", tops}}).dump().c_str());
+        std::printf("%s\n", nlohmann::json({{"file", f->images[i]}, {"top", tops}}).dump().c_str());
       } else {
-        std::printf("%s\n", printable(f->images[size_t(i)]).c_str());
+        std::printf("%s\n", printable(f->images[i]).c_str());
         for (int64_t k = 0; k < top; ++k)
           std::printf("  %6.2f%%  %s\n", 100 * p[order[size_t(k)]], c.class_names[size_t(order[size_t(k)])].c_str());
       }
+    }
+    if (failed > 0) {
+      std::fprintf(stderr, "toy: classify: %d of %zu images could not be read\n", failed, f->images.size());
+      return kExitRuntime;
     }
     return 0;
   };

@@ -14,6 +14,7 @@
 #include "toy/core/blas_core.h"
 #include "toy/core/build_info.h"
 #include "toy/core/cpu_features.h"
+#include "toy/core/pending_files.h"
 #include "toy/core/error.h"
 #include "toy/core/text.h"
 #include "toy/core/thread_pool.h"
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
                  missing.c_str());
     return kExitRuntime;
   }
+  toy::remove_pending_files_on_signals();  // (the trainers' stop signals take over theirs)
   try {
     toy::env_threads();  // a bad TOY_THREADS is an error before anything runs
     toy::trace::open_from_env();

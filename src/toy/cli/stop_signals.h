@@ -7,5 +7,9 @@
 namespace toy::cli {
 
 void install_stop_signals();
+// The exit status of a run a stop signal ended early: 128 + the signal's number (130 for
+// Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), as a shell reports a command the signal killed,
+// so `toy finetune ... && deploy` does not ship a partly trained model. 0 when none arrived.
+int stop_signal_exit_code();
 
 }  // namespace toy::cli

@@ -17,6 +17,8 @@ namespace toy {
 
 namespace {
 
+std::atomic<bool> g_hold_workers{false};
+
 thread_local bool t_in_parallel = false;
 thread_local int t_chunk = -1;
 
@@ -157,6 +159,8 @@ class ThreadPool {
       }
       if (quit_.load(std::memory_order_relaxed)) return;
       seen = g;
+      while (g_hold_workers.load(std::memory_order_acquire) && !quit_.load(std::memory_order_relaxed))
+        std::this_thread::yield();
       work_on(g);
     }
   }
@@ -239,6 +243,8 @@ namespace detail {
 void parallel_for_impl(int64_t begin, int64_t end, int64_t grain, RangeFn fn, void* ctx) {
   pool().run(begin, end, grain, fn, ctx);
 }
+
+void hold_workers_for_testing(bool hold) { g_hold_workers.store(hold, std::memory_order_release); }
 }  // namespace detail
 
 }  // namespace toy

@@ -25,6 +25,9 @@ bool in_parallel_region();
 int current_chunk();
 
 namespace detail {
+// Tests: while held, the pool's workers claim no chunk (as if the scheduler never ran them),
+// so a job must be finished by its caller alone.
+void hold_workers_for_testing(bool hold);
 using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
 void parallel_for_impl(int64_t begin, int64_t end, int64_t grain, RangeFn fn, void* ctx);
 }  // namespace detail

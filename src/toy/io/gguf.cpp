@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "toy/core/error.h"
+#include "toy/core/pending_files.h"
 #include "toy/core/text.h"
 #include "toy/core/files.h"
 #include "toy/ops/ops.h"
@@ -376,6 +377,12 @@ Tensor Reader::tensor(const std::string& name) const {
 
 // --- Writer ------------------------------------------------------------------------------------
 
+bool Writer::has(const std::string& key) const {
+  for (const auto& kv : kv_)
+    if (kv.first == key) return true;
+  return false;
+}
+
 void Writer::set(const std::string& key, Value v) {
   TOY_CHECK(!key.empty(), "[gguf] empty metadata key");
   for (auto& [k, old] : kv_)
@@ -397,6 +404,7 @@ void Writer::add_tensor(const std::string& name, const Tensor& t) {
 
 void Writer::write(const std::string& path) const {
   const std::string tmp = path + ".tmp";
+  const PendingFile pending(tmp);  // a signal that ends the process removes it
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   TOY_CHECK(f != nullptr, "[gguf] cannot create '{}': {}", tmp, std::strerror(errno));
   try {

@@ -105,6 +105,7 @@ class Writer {
  public:
   // Keys keep insertion order; setting a key twice replaces it.
   void set(const std::string& key, Value v);
+  bool has(const std::string& key) const;
   // Adds a tensor (any layout; F32/F16/BF16/I32 or block types, at most 4 dims). The data
   // is read when write() runs.
   void add_tensor(const std::string& name, const Tensor& t);

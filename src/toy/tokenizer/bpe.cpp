@@ -108,7 +108,9 @@ class BpeTokenizer final : public PieceTokenizer {
     w.set("tokenizer.ggml.merges", gguf::Value::str_array(std::move(merges)));
     if (bos_ >= 0) w.set("tokenizer.ggml.bos_token_id", gguf::Value::u32(uint32_t(bos_)));
     if (eos_ >= 0) w.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(uint32_t(eos_)));
-    if (add_bos_ != pre_->adds_bos()) w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(add_bos_));
+    // Always written: readers' defaults differ (llama.cpp's for a pre-tokenizer need not be
+    // toy's), so a file that leaves it out can get a BOS in one and not the other.
+    w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(add_bos_));
     w.set("toy.tokenizer.kind", gguf::Value::str("bpe"));
   }
 

@@ -133,7 +133,10 @@ void build_finetune_model(FinetuneRun& r) {
     const bool t = trains(name);
     if (t) trained.push_back(name);
     if (lens && name == "token_embd.weight") return as_parameter(file_tensor(*r.donor, name, shape), false);
-    const bool fresh = !r.base || name == "token_embd_proj.weight" || (name == "output.weight" && !reuse_head);
+    // (Only a lens gets a new head, and only when the donor's vocabulary is not the base's:
+    // an untied base's own head is the base's, whatever the method.)
+    const bool fresh =
+        !r.base || name == "token_embd_proj.weight" || (lens && name == "output.weight" && !reuse_head);
     if (fresh) {
       Tensor p = empty(shape);
       p.set_name(name);
@@ -184,6 +187,13 @@ void write_finetune_outputs(FinetuneRun& r) {
   wo.quant = &quant_kind(r.merge_type);
   gguf::Writer w;
   add_model_to_gguf(w, m, *r.tok, "toy finetune", wo);
+  // The vocabulary's other keys (add_eos_token, add_space_prefix, pre-tokenizer details a
+  // reader may use) as the file the tokenizer came from has them: the merged model must
+  // tokenize as its base does, in toy and in llama.cpp alike.
+  const gguf::Reader* vocab_file = r.donor ? r.donor.get() : r.base.get();
+  if (vocab_file)
+    for (const auto& [key, value] : vocab_file->metadata())
+      if (key.rfind("tokenizer.", 0) == 0 && !w.has(key)) w.set(key, value);
   w.write((dir / "model.gguf").string());
 }
 

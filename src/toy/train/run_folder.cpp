@@ -53,6 +53,16 @@ void check_new_run_folder(const std::string& dir, bool force) {
     (regular && is_run_file(name) ? ours : others).push_back(name);
   }
   TOY_CHECK(!ec, "[train] cannot list --out '{}': {}", shown, ec.message());
+  // Every run starts its event log (and a stopped one leaves a checkpoint): without either,
+  // files that carry a run file's name (a user's own model.gguf) are the user's, not a run.
+  auto holds = [&](const std::string& f) {
+    return std::find(ours.begin(), ours.end(), f) != ours.end() ||
+           std::find(ours.begin(), ours.end(), f + ".tmp") != ours.end();
+  };
+  if (!holds("events.jsonl") && !holds("checkpoint.gguf")) {
+    others.insert(others.end(), ours.begin(), ours.end());
+    ours.clear();
+  }
   TOY_CHECK(others.empty(),
             "[train] --out '{}' is not empty and holds files that are not toy's ({}): toy writes a new run only into a "
             "missing or empty folder, or replaces one of its own runs with --force; choose another --out",

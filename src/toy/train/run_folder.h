@@ -1,7 +1,8 @@
 // The run folder of a trainer (`toy train`, and later `toy finetune` and `toy vision train`):
 // what may be written where, so that no run is ever lost by starting another on top of it.
 //   - a new run goes into a missing or empty folder;
-//   - a folder holding a run (only toy's own run files) is refused unless the user asks to
+//   - a folder holding a run (only toy's own run files, among them the event log or a
+//     checkpoint: a lone model.gguf is a user's file) is refused unless the user asks to
 //     --force a replacement, and then only toy's own files are removed;
 //   - a folder holding anything else is refused even with --force;
 //   - a temporary file left by a killed write (checkpoint.gguf.tmp) is removed at the next
