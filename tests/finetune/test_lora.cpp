@@ -4,17 +4,20 @@
 // for the gradient through a quantized base.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "helpers.h"
+#include "proc.h"
 #include "toy/autograd/backward.h"
 #include "toy/autograd/grad_mode.h"
 #include "toy/core/error.h"
 #include "toy/core/rng.h"
 #include "toy/io/gguf.h"
+#include "toy/io/model_file.h"
 #include "toy/models/decoder_lm.h"
 #include "toy/models/lora.h"
 #include "toy/ops/ops.h"
@@ -90,6 +93,30 @@ TEST(Lora, TargetsByAliasOrGgufName) {
   o.rank = 0;
   o.targets = {};
   EXPECT_THROW(add_lora(llama, o), Error);
+}
+
+// A hybrid's defaults leave out ssm_alpha/ssm_beta (one output per head: the default rank 8
+// did not fit a tiny model's 4 heads, so default LoRA on qwen35 failed); a user may still
+// name them, at a rank that fits.
+TEST(Lora, DefaultTargetsOfAHybridLeaveOutThePerHeadProjections) {
+  const std::string path = tmp("qwen35_tiny.gguf");
+  ASSERT_EQ(toy::test::run_toy({"init", "--arch", "qwen35", "--shape", "tiny", "--out", path}).status, 0);
+  LoadedModel lm = load_model(path);
+  const std::vector<std::string> defaults = default_lora_targets(*lm.model), all = lora_target_kinds(*lm.model);
+  for (const char* kind : {"attn_qkv", "attn_gate", "ssm_out"})
+    EXPECT_NE(std::find(defaults.begin(), defaults.end(), kind), defaults.end()) << kind;
+  for (const char* kind : {"ssm_alpha", "ssm_beta"}) {
+    EXPECT_EQ(std::find(defaults.begin(), defaults.end(), kind), defaults.end()) << kind;
+    EXPECT_NE(std::find(all.begin(), all.end(), kind), all.end()) << kind;
+  }
+  LoraOptions o;  // rank 8, every default target
+  EXPECT_NO_THROW(add_lora(*lm.model, o));
+  EXPECT_FALSE(lm.model->params().has("blk.0.ssm_alpha.weight.lora_a"));
+  EXPECT_TRUE(lm.model->params().has("blk.0.attn_gate.weight.lora_a"));
+  LoadedModel again = load_model(path);
+  o.rank = 2, o.targets = {"ssm_alpha", "ssm_beta"};
+  EXPECT_NO_THROW(add_lora(*again.model, o));
+  EXPECT_TRUE(again.model->params().has("blk.0.ssm_beta.weight.lora_a"));
 }
 
 // Step 0 of LoRA is the base model exactly (B = 0), on an F32 base and on quantized bases;

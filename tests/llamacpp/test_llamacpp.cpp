@@ -410,6 +410,8 @@ TEST(LlamaCpp, AppliesOurLoraAdapterOnAHybrid) {
   FinetuneOptions o;
   o.model = base, o.data = data, o.method = "lora", o.merge_type = "f32";
   o.out = (fs::path(::testing::TempDir()) / "toy_llamacpp_qwen35_lora").string();
+  // (Every projection named: the defaults leave out ssm_alpha/ssm_beta.)
+  o.lora_targets = "attn_qkv,attn_gate,ssm_alpha,ssm_beta,ssm_out,q,k,v,o,gate,up,down";
   o.lora_rank = 4, o.lora_alpha = 8, o.steps = 30, o.batch = 8, o.lr = 1e-2f, o.quiet = true, o.force = true;
   finetune(o);
   const std::string adapter = o.out + "/adapter.gguf", merged = o.out + "/model.gguf";

@@ -214,7 +214,9 @@ TEST(ServeEngine, CancelFreesTheSlotTheQueueHasALimitShutdownEndsJobs) {
   auto a = e->submit(params(some_ids(4, m.config().vocab, 1), -1));
   auto b = e->submit(params(some_ids(4, m.config().vocab, 2), -1));
   ASSERT_TRUE(a && b) << "the slot and the queue are free again once the jobs said they ended";
-  while (a->completion_tokens == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // (Its first text, through the job's own synchronised channel: `completion_tokens` is the
+  // engine thread's until the job has ended.)
+  for (std::string first; first.empty();) a->wait(first, std::chrono::milliseconds(50));
   e->shutdown("stopping for the test");
   a->wait_all(), b->wait_all();
   EXPECT_EQ(a->finish_reason, "error");
@@ -387,17 +389,20 @@ TEST(ServeHttp, ErrorsAreOpenAIErrorObjectsWithTheRightStatus) {
   expect_error(c.Get("/v2/nothing", key), 404, "not_found_error");
   expect_error(c.Post("/v1/completions", key, json({{"prompt", std::vector<int>(2100, 1)}}).dump(), "application/json"),
                400, "invalid_request_error");  // longer than the slot's context
-  // Every slot busy and no queue: 503, and the server answers again once it is free.
-  std::atomic<bool> started = false;
-  std::thread hog([&] {
-    httplib::Client h = ts.client();
-    h.Post("/v1/completions", key, R"({"prompt": "hi", "max_tokens": 2000})", "application/json");
-    started = true;
-  });
-  while (ts.engine->active() == 0 && !started) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  if (!started) expect_error(c.Post("/v1/completions", key, R"({"prompt": "hi"})", "application/json"), 503,
-                             "unavailable_error");
-  hog.join();
+  // Every slot busy and no queue: 503, and the server answers again once it is free. The job
+  // holding the one slot cannot end before it is cancelled here: no end of text, and the rest
+  // of a 2048-token context to go once its first text (the event waited for) has come.
+  auto hog = ts.engine->submit([&] {
+    serve::GenParams p = params(some_ids(4, ts.lm.model->config().vocab, 1), -1);
+    p.ignore_eos = true;
+    return p;
+  }());
+  ASSERT_TRUE(hog);
+  for (std::string first; first.empty();) hog->wait(first, std::chrono::milliseconds(50));
+  expect_error(c.Post("/v1/completions", key, R"({"prompt": "hi"})", "application/json"), 503, "unavailable_error");
+  hog->cancel();
+  hog->wait_all();
+  EXPECT_EQ(hog->finish_reason, "cancelled");
   EXPECT_EQ(c.Post("/v1/completions", key, R"({"prompt": "hi", "max_tokens": 2})", "application/json")->status, 200);
 }
 

@@ -185,6 +185,46 @@ TEST(Images, ReadImageFileConvertsChannelsAndResizes) {
   fs::remove_all(d);
 }
 
+// Files stb_image would take wrongly or crash on are errors naming the file and the fault: a
+// PNM of zero width or height (stb_image_resize asserted: SIGABRT), a PNM maxval of 0, a PNG
+// chunk with a wrong checksum (wrong pixels, silently), a PNG larger than toy reads (stb said
+// "unknown image type").
+TEST(Images, EmptyDamagedAndHugeImagesAreErrorsNamingTheFault) {
+  const fs::path d = scratch("bad_files");
+  auto error_for = [&](const std::string& name, const std::string& bytes) {
+    write_file(d / name, bytes);
+    return error_of([&] { read_image_file((d / name).string(), 1, 8, 8); });
+  };
+  for (const char* pnm : {"P5\n0 0\n255\n", "P5\n4 0\n255\n", "P2\n0 3\n255\n"}) {
+    const std::string e = error_for("empty.pgm", pnm);
+    EXPECT_NE(e.find("empty.pgm"), std::string::npos) << e;
+    EXPECT_NE(e.find("at least one pixel"), std::string::npos) << e;
+  }
+  std::string e = error_for("maxval.pgm", std::string("P5\n2 2\n0\n") + std::string(4, '\0'));
+  EXPECT_NE(e.find("maxval 0"), std::string::npos) << e;
+  write_png(d / "good.png", 4, 4, 100);
+  std::string png;
+  {
+    std::ifstream in(d / "good.png", std::ios::binary);
+    png.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_EQ(read_image_file((d / "good.png").string(), 1, 4, 4).pixels[0], 100) << "a whole PNG reads";
+  std::string damaged = png;
+  damaged[damaged.size() - 20] ^= 0x01;  // a byte of the image data (IDAT), its checksum unchanged
+  e = error_for("damaged.png", damaged);
+  EXPECT_NE(e.find("damaged.png"), std::string::npos) << e;
+  EXPECT_NE(e.find("checksum"), std::string::npos) << e;
+  std::string huge = png;  // IHDR says 100000 x 100000 (and its checksum is made to match)
+  const std::string side("\x00\x01\x86\xa0", 4);
+  huge.replace(16, 4, side), huge.replace(20, 4, side);
+  const uLong crc = crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(huge.data() + 12), 17);
+  for (int k = 0; k < 4; ++k) huge[size_t(29 + k)] = char(crc >> (24 - 8 * k) & 0xff);
+  e = error_for("huge.png", huge);
+  EXPECT_NE(e.find("100000x100000"), std::string::npos) << e;
+  EXPECT_NE(e.find("larger than"), std::string::npos) << e;
+  fs::remove_all(d);
+}
+
 TEST(Images, DigitsSplitEightyTwentyBySeed) {
   const std::string path = test::shared_path("digits.csv.gz");
   TOY_REQUIRE_FILE(path);

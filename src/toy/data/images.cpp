@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -267,18 +268,97 @@ ImageSet read_image_csv(const std::string& path) {
   return s;
 }
 
+namespace {
+
+constexpr int64_t kMaxImagePixels = int64_t(1) << 26;
+
+uint32_t big_endian32(const std::string& b, size_t at) {
+  return uint32_t(uint8_t(b[at])) << 24 | uint32_t(uint8_t(b[at + 1])) << 16 | uint32_t(uint8_t(b[at + 2])) << 8 |
+         uint32_t(uint8_t(b[at + 3]));
+}
+
+// What stb_image does not check: a PNG's chunk checksums (a damaged file would decode to
+// wrong pixels silently) and its size before decoding (stb says "unknown image type" for one
+// too large); a PNM's maxval (0 divides by zero in the scale). Throws naming the file.
+void check_image_header(const std::string& b, const std::string& path) {
+  static const char kPng[8] = {'\x89', 'P', 'N', 'G', '\r', '\n', '\x1a', '\n'};
+  if (b.size() >= 8 && std::memcmp(b.data(), kPng, 8) == 0) {
+    size_t at = 8;
+    bool first = true;
+    while (at + 12 <= b.size()) {
+      const uint32_t len = big_endian32(b, at);
+      TOY_CHECK(len <= b.size() - at - 12, "[data] PNG '{}': chunk at byte {} runs past the end of the file",
+                shown(path), at);
+      const std::string type = b.substr(at + 4, 4);
+      if (first) {
+        TOY_CHECK(type == "IHDR" && len >= 8, "[data] PNG '{}': the first chunk is not IHDR", shown(path));
+        const uint32_t w = big_endian32(b, at + 8), h = big_endian32(b, at + 12);
+        TOY_CHECK(w >= 1 && h >= 1, "[data] PNG '{}' is {}x{}: an image needs at least one pixel", shown(path), w, h);
+        TOY_CHECK(int64_t(w) * int64_t(h) <= kMaxImagePixels, "[data] PNG '{}' is {}x{}: larger than the {} pixels "
+                  "toy reads", shown(path), w, h, kMaxImagePixels);
+        first = false;
+      }
+      const uint32_t want = big_endian32(b, at + 8 + len);
+      const uLong got = crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(b.data() + at + 4), uInt(len + 4));
+      TOY_CHECK(uint32_t(got) == want, "[data] PNG '{}': the checksum of chunk '{}' at byte {} is wrong (a damaged "
+                "file)", shown(path), printable(type), at);
+      at += 12 + size_t(len);
+      if (type == "IEND") break;
+    }
+    return;
+  }
+  if (b.size() >= 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6') {
+    // P1..P6: magic, width, height and (except bitmaps) maxval, separated by white space
+    // and # comments.
+    size_t at = 2;
+    auto number = [&](const char* what) -> int64_t {
+      while (at < b.size()) {
+        if (std::isspace(uint8_t(b[at]))) {
+          ++at;
+        } else if (b[at] == '#') {
+          while (at < b.size() && b[at] != '\n') ++at;
+        } else {
+          break;
+        }
+      }
+      TOY_CHECK(at < b.size() && std::isdigit(uint8_t(b[at])), "[data] PNM '{}': its {} is not a number", shown(path),
+                what);
+      int64_t v = 0;
+      while (at < b.size() && std::isdigit(uint8_t(b[at])) && v < (int64_t(1) << 40)) v = v * 10 + (b[at++] - '0');
+      return v;
+    };
+    const int64_t w = number("width"), h = number("height");
+    TOY_CHECK(w >= 1 && h >= 1, "[data] PNM '{}' is {}x{}: an image needs at least one pixel", shown(path), w, h);
+    TOY_CHECK(w * h <= kMaxImagePixels, "[data] PNM '{}' is {}x{}: larger than the {} pixels toy reads", shown(path),
+              w, h, kMaxImagePixels);
+    if (b[1] != '1' && b[1] != '4') {
+      const int64_t maxval = number("maxval");
+      TOY_CHECK(maxval >= 1 && maxval <= 65535, "[data] PNM '{}': maxval {} is outside 1..65535", shown(path), maxval);
+    }
+  }
+}
+
+}  // namespace
+
 Image read_image_file(const std::string& path, int64_t channels, int64_t height, int64_t width) {
   const std::string bytes = read_regular_file(path, "[data]", kMaxDataFile);
   int w = 0, h = 0, c = 0;
   const auto* buf = reinterpret_cast<const stbi_uc*>(bytes.data());
   TOY_CHECK(bytes.size() <= size_t(INT32_MAX), "[data] '{}' is too large for an image", shown(path));
+  check_image_header(bytes, path);
   TOY_CHECK(stbi_info_from_memory(buf, int(bytes.size()), &w, &h, &c),
             "[data] cannot read image '{}': {}", shown(path), stbi_failure_reason());
-  TOY_CHECK(int64_t(w) * h <= (int64_t(1) << 26), "[data] image '{}' is {}x{}: too large", shown(path), w, h);
+  // (stb_image_resize asserts on an empty image: a crash, not an error)
+  TOY_CHECK(w >= 1 && h >= 1, "[data] image '{}' is {}x{}: an image needs at least one pixel", shown(path), w, h);
+  TOY_CHECK(int64_t(w) * h <= kMaxImagePixels, "[data] image '{}' is {}x{}: too large", shown(path), w, h);
   const int want = channels == 1 ? 1 : channels == 3 ? 3 : c <= 2 ? 1 : 3;
   // Grey(+alpha) images read as grey and colour as RGB; stb converts between the two.
   stbi_uc* px = stbi_load_from_memory(buf, int(bytes.size()), &w, &h, &c, want);
   TOY_CHECK(px != nullptr, "[data] cannot read image '{}': {}", shown(path), stbi_failure_reason());
+  if (w < 1 || h < 1) {
+    stbi_image_free(px);
+    fail("[data] image '{}' is {}x{}: an image needs at least one pixel", shown(path), w, h);
+  }
   std::vector<uint8_t> inter(px, px + size_t(w) * size_t(h) * size_t(want));
   stbi_image_free(px);
   Image im;

@@ -62,10 +62,19 @@ std::vector<std::string> parse_lora_targets(const std::string& list) {
   return out;
 }
 
-std::vector<std::string> default_lora_targets(DecoderLM& m) {
+std::vector<std::string> lora_target_kinds(DecoderLM& m) {
   std::vector<std::string> out;
   for (const auto& [name, lin] : m.projections())
     if (!targeted(out, kind_of(name))) out.push_back(kind_of(name));
+  return out;
+}
+
+std::vector<std::string> default_lora_targets(DecoderLM& m) {
+  // A Gated DeltaNet layer's ssm_alpha/ssm_beta give one value per head (a few outputs): an
+  // adapter there is about as wide as the weight, and the default rank does not fit one.
+  std::vector<std::string> out;
+  for (const std::string& kind : lora_target_kinds(m))
+    if (kind != "ssm_alpha" && kind != "ssm_beta") out.push_back(kind);
   return out;
 }
 
@@ -94,7 +103,7 @@ void add_lora(DecoderLM& m, const LoraOptions& o) {
   }
   for (const std::string& t : targets)
     TOY_CHECK(targeted(found, t), "[lora] the model has no '{}' projection to adapt (it has: {})", t,
-              fmt::format("{}", fmt::join(default_lora_targets(m), ", ")));
+              fmt::format("{}", fmt::join(lora_target_kinds(m), ", ")));
 }
 
 std::vector<std::pair<std::string, const nn::Lora*>> lora_adapters(DecoderLM& m) {
