@@ -5,6 +5,7 @@
 # (tools/serve-clients: the openai SDK, puppeteer-core for the chat page in chromium).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/deps.sh --test  # (what only the tests use: chromium, Fashion-MNIST)
 scripts/build.sh
 if command -v npm >/dev/null 2>&1; then
   for dir in tools/llamacpp tools/serve-clients; do
