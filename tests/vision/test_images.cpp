@@ -10,6 +10,7 @@
 #include "toy/core/error.h"
 #include "toy/data/images.h"
 #include "toy/data/labels.h"
+#include "toy/train/vision.h"
 
 using namespace toy;
 namespace fs = std::filesystem;
@@ -223,6 +224,22 @@ TEST(Images, EmptyDamagedAndHugeImagesAreErrorsNamingTheFault) {
   EXPECT_NE(e.find("100000x100000"), std::string::npos) << e;
   EXPECT_NE(e.find("larger than"), std::string::npos) << e;
   fs::remove_all(d);
+}
+
+// Labels that are mostly not classes are refused before training: IDX labels all 255 made a
+// 256-class model that scored 100%. One empty class (1-based labels leave class 0 empty) is
+// counted and only warned about.
+TEST(Images, TrainingLabelsThatAreMostlyNotClassesAreRefused) {
+  ImageSet s;
+  s.classes = std::vector<std::string>(256, "c");
+  s.labels = {255, 255, 255};
+  s.source = "all255";
+  const std::string e = error_of([&] { check_training_classes(s, "all255.idx"); });
+  EXPECT_NE(e.find("256 classes"), std::string::npos) << e;
+  EXPECT_NE(e.find("only 1 of them"), std::string::npos) << e;
+  s.classes = {"0", "1", "2", "3"};
+  s.labels = {1, 2, 3, 3};
+  EXPECT_EQ(check_training_classes(s, "one_based.csv"), 1);
 }
 
 TEST(Images, DigitsSplitEightyTwentyBySeed) {

@@ -181,6 +181,28 @@ TEST(VisionTrain, CliTrainsEvaluatesAndClassifiesWithTheDocumentedJson) {
       EXPECT_NEAR(c["top"][k]["prob"].get<double>(), p[order[k]], 1e-5) << "rank " << k;
     }
   }
+  // eval on class folders matches them to the model's classes by name: a set holding only
+  // the folder "2" is all class 2 (the sorted position 0 once made it class "0"), and a folder
+  // the model has no class for is refused by name.
+  {
+    const VitConfig& mc = m->config();
+    std::vector<uint8_t> img(size_t(mc.channels * mc.image * mc.image), 40);
+    fs::create_directories(d / "only2" / "2");
+    for (int i = 0; i < 3; ++i)
+      std::ofstream(d / "only2" / "2" / ("i" + std::to_string(i) + ".png"), std::ios::binary)
+          << encode_png(img.data(), mc.channels, mc.image, mc.image);
+    r = test::run_toy({"vision", "eval", "-m", out + "/model.gguf", "--data", (d / "only2").string(), "--json"});
+    ASSERT_EQ(r.status, 0) << test::describe(r);
+    const auto ev = nlohmann::json::parse(r.out);
+    EXPECT_EQ(ev["n"], 3);
+    int64_t row2 = 0;
+    for (const auto& v : ev["confusion"][2]) row2 += v.get<int64_t>();
+    EXPECT_EQ(row2, 3) << "every image's true class is '2': " << r.out;
+    fs::rename(d / "only2" / "2", d / "only2" / "cow");
+    r = test::run_toy({"vision", "eval", "-m", out + "/model.gguf", "--data", (d / "only2").string()});
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find("'cow' is not one of the model's classes"), std::string::npos) << r.err;
+  }
   // Bad input: an unreadable image and a model that is not a ViT, each named. A bad file
   // among good ones (here an empty PGM, which once crashed the whole batch) is reported in its
   // place and the others are still classified; the exit status says one failed.

@@ -175,8 +175,7 @@ Run add_eval(CLI::App* vision) {
     if (f->threads) set_num_threads(f->threads);
     auto m = load_vit(f->model);
     ImageSet s = load_eval_data(f->data);
-    // A set read with numbered classes takes the model's names.
-    if (s.classes.size() <= m->config().class_names.size()) s.classes = m->config().class_names;
+    match_classes_to_model(s, m->config());
     const Evaluation e = evaluate(*m, s, f->batch);
     const std::vector<double> pc = e.per_class();
     const auto& names = m->config().class_names;

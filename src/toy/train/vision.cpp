@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "toy/autograd/backward.h"
@@ -153,6 +155,40 @@ void check_images_fit(const Vit& m, const ImageSet& s) {
     TOY_CHECK(s.labels[size_t(i)] >= 0 && s.labels[size_t(i)] < c.classes,
               "[vision] '{}': image {} has label {}, outside the model's {} classes", printable(s.source), i,
               s.labels[size_t(i)], c.classes);
+}
+
+void match_classes_to_model(ImageSet& s, const VitConfig& c) {
+  bool numbered = true;
+  for (size_t k = 0; k < s.classes.size(); ++k) numbered = numbered && s.classes[k] == std::to_string(k);
+  if (numbered) {  // (IDX, CSV) a label is a class number
+    for (int64_t i = 0; i < s.size(); ++i)
+      TOY_CHECK(s.labels[size_t(i)] >= 0 && s.labels[size_t(i)] < c.classes,
+                "[vision] '{}': image {} has label {}, outside the model's {} classes", printable(s.source), i,
+                s.labels[size_t(i)], c.classes);
+    s.classes = c.class_names;
+    return;
+  }
+  std::vector<int32_t> to_model(s.classes.size(), -1);
+  for (size_t k = 0; k < s.classes.size(); ++k) {
+    const auto it = std::find(c.class_names.begin(), c.class_names.end(), s.classes[k]);
+    TOY_CHECK(it != c.class_names.end(), "[vision] '{}': class '{}' is not one of the model's classes ({})",
+              printable(s.source), printable(s.classes[k]), fmt::format("{}", fmt::join(c.class_names, ", ")));
+    to_model[k] = int32_t(it - c.class_names.begin());
+  }
+  for (int32_t& l : s.labels) l = to_model[size_t(l)];
+  s.classes = c.class_names;
+}
+
+int64_t check_training_classes(const ImageSet& train, const std::string& source) {
+  const int64_t K = int64_t(train.classes.size());
+  std::vector<int64_t> count(size_t(K), 0);
+  for (int32_t l : train.labels)
+    if (l >= 0 && l < K) ++count[size_t(l)];
+  const int64_t empty = int64_t(std::count(count.begin(), count.end(), int64_t(0)));
+  TOY_CHECK(2 * empty <= K, "[vision] '{}': the labels make {} classes (0..{}), but only {} of them have training "
+            "images: labels must be class numbers 0..K-1 (or use class folders)", printable(source), K, K - 1,
+            K - empty);
+  return empty;
 }
 
 Evaluation evaluate(const Vit& m, const ImageSet& s, int64_t batch) {
@@ -437,6 +473,9 @@ void load_data(VisionRun& r, bool resumed) {
     TOY_CHECK(h == r.data_hash, "[vision] the data '{}' changed since the checkpoint: resuming would train on other "
               "images than the run started with; restore the data", printable(r.o.data));
   r.data_hash = h;
+  if (const int64_t empty = check_training_classes(r.data.train, r.o.data); empty > 0 && !resumed)
+    std::fprintf(stderr, "toy vision: warning: %lld of the %zu classes have no training image\n", (long long)empty,
+                 r.data.train.classes.size());
   const Augmentation aug = augmentation_defaults(r.data.train);
   if (!r.o.crop_pad) r.o.crop_pad = aug.crop_pad;
   if (!r.o.flip) r.o.flip = aug.flip;

@@ -94,6 +94,15 @@ struct Evaluation {
 // Throws toy::Error naming the set's source when its images are not the model's size or
 // channel count, or a label is outside the model's classes.
 void check_images_fit(const Vit& m, const ImageSet& s);
+// Makes a set's labels the model's class numbers: named classes (class folders) by name — a
+// class the model does not have is an error listing the model's — and numbered classes
+// (IDX, CSV: "0", "1", ...) by number. The set then carries the model's class names.
+void match_classes_to_model(ImageSet& s, const VitConfig& c);
+// Refuses training data whose labels are mostly not classes: when more than half of the
+// classes 0..max label have no training image (labels all 255 made a 256-class model that
+// scored 100%; 1-based labels leave class 0 empty, which only warns). Returns how many
+// classes have no training image.
+int64_t check_training_classes(const ImageSet& train, const std::string& source);
 Evaluation evaluate(const Vit& m, const ImageSet& s, int64_t batch = 256);
 
 }  // namespace toy
