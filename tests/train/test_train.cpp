@@ -22,6 +22,7 @@
 #include "toy/data/corpus.h"
 #include "toy/data/labels.h"
 #include "toy/infer/generate.h"
+#include "toy/infer/stop_filter.h"
 #include "toy/infer/sampler.h"
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
@@ -616,4 +617,48 @@ TEST(Sampler, MinPAndPenaltiesFollowLlamaCpp) {
   // Only the last penalty_last_n tokens count.
   freq.penalty_last_n = 1;
   EXPECT_EQ(Sampler(freq, 1).sample(from_vector(std::vector<float>{1.0f, 0.9f}, Shape{2}), thrice), 0);
+}
+
+// StopFilter against a plain oracle: a text cut into seeded random pieces, several stop
+// strings (overlapping, one a prefix of another, one that never occurs). Generation stops at
+// the first piece after which some stop string is complete in the text; the output is the
+// text before the earliest start among the stop strings complete by then (and nothing else,
+// at every step a prefix of that); with no stop the flush gives the whole text.
+TEST(StopFilter, SeveralStopStringsEachStopAtTheFirstCompleteOccurrence) {
+  const std::vector<std::vector<std::string>> stop_sets = {
+      {"END", "stop", "xyz"}, {"stop", "END"}, {"aab", "ab"}, {"never here", "b!"}, {"ENDING", "END"}, {"abc", "b"}};
+  const std::vector<std::string> texts = {
+      "one two stop three END", "END first", "an aab and ab", "ends with b!", "no stop string at all",
+      "abab aab", "stopEND", "ENDIN then END", "s t o p", "xabcx"};
+  Generator g(17);
+  int stops_seen = 0;
+  for (const auto& stops : stop_sets)
+    for (const std::string& text : texts)
+      for (int trial = 0; trial < 20; ++trial) {
+        SCOPED_TRACE(text + " / trial " + std::to_string(trial));
+        std::vector<size_t> ends;  // where each piece ends
+        for (size_t at = 0; at < text.size();) ends.push_back(at = std::min(text.size(), at + 1 + g.block(g.reserve(1))[0] % 4));
+        // The oracle: the first piece end by which some stop string is complete.
+        size_t stop_piece = ends.size(), cut = text.size();
+        for (size_t k = 0; k < ends.size() && stop_piece == ends.size(); ++k)
+          for (const std::string& st : stops) {
+            const size_t pos = text.substr(0, ends[k]).find(st);
+            if (pos != std::string::npos) stop_piece = k, cut = std::min(cut, pos);
+          }
+        const std::string want = text.substr(0, cut);
+        std::string got;
+        StopFilter f(stops, [&](const std::string& piece) { got += piece; });
+        size_t from = 0;
+        for (size_t k = 0; k < ends.size(); ++k) {
+          const bool stopped = f.push(std::string_view(text).substr(from, ends[k] - from));
+          from = ends[k];
+          ASSERT_EQ(want.compare(0, got.size(), got), 0) << "output '" << got << "' is not a prefix of '" << want << "'";
+          ASSERT_EQ(stopped, k == stop_piece) << "push() of the piece ending at " << ends[k];
+          if (stopped) break;
+        }
+        if (stop_piece == ends.size()) f.flush();
+        else ++stops_seen;
+        EXPECT_EQ(got, want);
+      }
+  EXPECT_GT(stops_seen, 400) << "many cases stop (else the test proves little)";
 }
