@@ -11,6 +11,10 @@
 # any survived or is invalid. The scratch copy lives in $TOY_MUTANTS_DIR (default
 # /tmp/toy-mutants); its first build is a full one, later runs are incremental.
 #
+# TOY_MUTANTS_WHOLE=1 runs every mutant against the whole suite (every target built, every
+# test run) instead of the tests its entry names: slower, and the honest check that a mutant
+# is killed by some test, not only by the ones expected to catch it.
+#
 # Adding a mutant: `mutant NAME FILE TARGETS TEST_REGEX` then the original text and its
 # replacement on the next two lines (exact text, "\n" for a line break); TARGETS are the
 # build targets the tests need, TEST_REGEX selects them for ctest -R.
@@ -599,6 +603,96 @@ toy toy_serve_client_tests
 ^ServeClients\.TheChatPage
             out.textContent = reply;
             out.textContent = delta.content;
+lora-merge-fresh-head
+src/toy/train/finetune_model.cpp
+toy toy_finetune_tests
+^FinetuneMerge\.
+(lens && name == "output.weight" && !reuse_head)
+(name == "output.weight" && !reuse_head)
+merge-drops-tokenizer-keys
+src/toy/train/finetune_model.cpp
+toy toy_finetune_tests
+^FinetuneMerge\.
+if (key.rfind("tokenizer.", 0) == 0 && !w.has(key)) w.set(key, value);
+if (false) w.set(key, value);
+bpe-add-bos-left-out
+src/toy/tokenizer/bpe.cpp
+toy_tokenizer_tests
+^TokenizerGguf\.
+    w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(add_bos_));
+    if (add_bos_ != pre_->adds_bos()) w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(add_bos_));
+stopped-finetune-exits-0
+src/toy/cli/cmd_finetune.cpp
+toy toy_cli_tests
+^CliFinetune\.CtrlC
+return r.stopped ? stop_signal_exit_code() : 0;
+return 0;
+stopped-vision-exits-0
+src/toy/cli/cmd_vision.cpp
+toy toy_vision_tests
+^VisionTrain\.CtrlC
+return r.stopped ? stop_signal_exit_code() : 0;
+return 0;
+gguf-tmp-not-pending
+src/toy/io/gguf.cpp
+toy_core_tests
+^PendingFiles\.
+  const PendingFile pending(tmp);
+  (void)0;
+force-replaces-users-model
+src/toy/train/run_folder.cpp
+toy toy_hostile_tests
+^Hostile\.ForceDoesNotReplace
+  if (!holds("events.jsonl") && !holds("checkpoint.gguf")) {
+  if (false) {
+classify-stops-at-a-bad-file
+src/toy/cli/cmd_vision.cpp
+toy toy_vision_tests
+^VisionTrain\.CliTrains
+        errors[i] = e.what();
+        throw;
+classify-ranks-ascending
+src/toy/cli/cmd_vision.cpp
+toy toy_vision_tests
+^VisionTrain\.CliTrains
+[&](int64_t a, int64_t b) { return p[a] > p[b]; }
+[&](int64_t a, int64_t b) { return p[a] < p[b]; }
+png-checksum-unchecked
+src/toy/data/images.cpp
+toy_vision_tests
+^Images\.EmptyDamaged
+TOY_CHECK(uint32_t(got) == want,
+TOY_CHECK(true,
+eval-classes-by-position
+src/toy/train/vision.cpp
+toy toy_vision_tests
+^VisionTrain\.CliTrains
+  for (int32_t& l : s.labels) l = to_model[size_t(l)];
+  (void)to_model;
+labels-mostly-not-classes
+src/toy/train/vision.cpp
+toy_vision_tests
+^Images\.TrainingLabels
+  TOY_CHECK(2 * empty <= K,
+  TOY_CHECK(true,
+lora-defaults-per-head
+src/toy/models/lora.cpp
+toy toy_finetune_tests
+^Lora\.DefaultTargetsOfAHybrid
+    if (kind != "ssm_alpha" && kind != "ssm_beta") out.push_back(kind);
+    out.push_back(kind);
+stop-filter-first-string-only
+src/toy/infer/stop_filter.h
+toy_train_tests
+^StopFilter\.
+      if (!s.empty()) cut = std::min(cut, pending_.find(s));
+      if (!s.empty() && &s == &stop_[0]) cut = std::min(cut, pending_.find(s));
+pool-caller-waits-for-workers
+src/toy/core/thread_pool.cpp
+toy_core_tests
+^ThreadPool\.AJobNeverWaits
+    work_on(gen);\n    t_in_parallel = false;
+    t_in_parallel = false;
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------
@@ -628,6 +722,7 @@ survivors=0
 mapfile -t lines <<<"$MUTANTS"
 for ((i = 0; i + 5 < ${#lines[@]} + 1; i += 6)); do
   name=${lines[i]} file=${lines[i + 1]} targets=${lines[i + 2]} regex=${lines[i + 3]}
+  if [ -n "${TOY_MUTANTS_WHOLE:-}" ]; then targets=all regex=.; fi
   from=${lines[i + 4]} to=${lines[i + 5]}
   if ((${#only[@]})) && [[ ! " ${only[*]} " == *" $name "* ]]; then continue; fi
   src="$scratch/src/$file"

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <sched.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +26,8 @@
 #include "toy/core/registry.h"
 #include "toy/core/thread_pool.h"
 #include "toy/core/trace.h"
+#include "toy/ops/ops.h"
+#include "toy/io/gguf.h"
 
 using namespace toy;
 using namespace toy::test;
@@ -233,4 +237,39 @@ TEST(PendingFiles, ASignalThatEndsTheProcessRemovesThemAndOnlyThem) {
   EXPECT_FALSE(std::ifstream(pending).good()) << "the pending file is removed";
   EXPECT_TRUE(std::ifstream(finished).good()) << "a finished file is not";
   std::remove(finished.c_str());
+}
+
+// The same through a real write: gguf::Writer::write registers its .tmp. The .tmp is a FIFO
+// here, so the writer blocks inside its write until this test reads: once a byte has come,
+// the write is under way for certain, and the signal arrives mid-write.
+TEST(PendingFiles, ASignalDuringAGgufWriteLeavesNoTmpAndNoFile) {
+  const std::string path = ::testing::TempDir() + "toy_pending_write_" + std::to_string(getpid()) + ".gguf";
+  const std::string tmp = path + ".tmp";
+  std::remove(tmp.c_str());
+  ASSERT_EQ(mkfifo(tmp.c_str(), 0600), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    toy::remove_pending_files_on_signals();
+    toy::gguf::Writer w;
+    w.set("general.architecture", toy::gguf::Value::str("test"));
+    w.add_tensor("big", toy::zeros(toy::Shape{1 << 20}));  // 4 MB: more than a pipe holds
+    w.write(path);
+    _exit(0);  // (not reached: the signal ends the process mid-write)
+  }
+  const int fd = ::open(tmp.c_str(), O_RDONLY);  // (waits for the writer to open it)
+  ASSERT_GE(fd, 0);
+  char head[4] = {};
+  ASSERT_EQ(::read(fd, head, 4), 4);
+  EXPECT_EQ(std::string(head, 4), "GGUF");
+  kill(child, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ::close(fd);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  struct stat st {};
+  EXPECT_NE(::lstat(tmp.c_str(), &st), 0) << "the .tmp is left behind";
+  EXPECT_NE(::lstat(path.c_str(), &st), 0) << "a half-written file under the final name";
+  std::remove(tmp.c_str());
 }

@@ -390,6 +390,34 @@ TEST(TokenizerGguf, BpeSavesAndLoadsBackWithIdenticalEncodings) {
     EXPECT_EQ(back->encode(s), t.encode(s));
 }
 
+// A BPE vocabulary always says whether it adds a BOS: readers' defaults differ (a file that
+// left the key out when it matched toy's pre-tokenizer default got a BOS in llama.cpp and none
+// in toy). Both values, for a pre-tokenizer that adds one by default and one that does not.
+TEST(TokenizerGguf, BpeFilesAlwaysSayWhetherTheyAddABos) {
+  const std::string corpus = "the cat sat on the mat and the dog sat on the log\n";
+  for (const char* pre : {"llama-bpe", "gpt-2"})
+    for (const bool add_bos : {true, false}) {
+      SCOPED_TRACE(std::string(pre) + (add_bos ? " +bos" : " -bos"));
+      const auto t = Tokenizer::train_fixed_size(corpus, pre, 300);
+      TempFile f;
+      {
+        gguf::Writer w;
+        t->save(w);
+        w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(add_bos));
+        w.write(f.path);
+      }
+      const auto back = Tokenizer::load(gguf::Reader(f.path));
+      TempFile g;
+      gguf::Writer w;
+      back->save(w);
+      w.write(g.path);
+      gguf::Reader r(g.path);
+      const gguf::Value* v = r.find("tokenizer.ggml.add_bos_token");
+      ASSERT_NE(v, nullptr) << "the key is always written";
+      EXPECT_EQ(v->u != 0, add_bos);
+    }
+}
+
 TEST(TokenizerGguf, FileWithoutTokenizerThrows) {
   TempFile f;
   gguf::Writer w;
