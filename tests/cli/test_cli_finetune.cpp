@@ -107,6 +107,32 @@ TEST(CliFinetune, FullRunAndBadData) {
   EXPECT_FALSE(fs::exists(temp("bad_run"))) << "nothing is written for a run that cannot start";
   auto flags = run_toy({"finetune", "-m", fx.model, "--data", fx.data, "--lora-rank", "0", "--out", temp("x")});
   EXPECT_EQ(flags.status, 2) << describe(flags);
+  // An empty --lora-targets is refused (it once meant the defaults, silently).
+  auto empty = run_toy({"finetune", "-m", fx.model, "--data", fx.data, "--lora-targets", "", "--steps", "1", "--out",
+                        temp("empty_targets")});
+  EXPECT_EQ(empty.status, 1) << describe(empty);
+  EXPECT_NE(empty.err.find("--lora-targets is empty"), std::string::npos) << empty.err;
+  EXPECT_FALSE(fs::exists(temp("empty_targets")));
+}
+
+// A run whose outputs cannot be written (here model.gguf.tmp is a folder, as a full disk would
+// fail the write) says which checkpoint it can resume from, and the resume then finishes.
+TEST(CliFinetune, AFailedOutputWriteNamesTheCheckpointToResumeFrom) {
+  const Fixture& fx = fixture();
+  const std::string dir = temp("failed_write_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  auto r = run_toy({"finetune", "-m", fx.model, "--data", fx.data, "--steps", "4", "--stop-after", "2", "--batch",
+                    "2", "--lora-rank", "2", "--out", dir, "--quiet"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  fs::create_directory(dir + "/model.gguf.tmp");
+  r = run_toy({"finetune", "--resume", dir, "--quiet"});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_NE(r.err.find("model.gguf.tmp"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("checkpoint.gguf', is whole"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("toy finetune --resume " + dir), std::string::npos) << r.err;
+  fs::remove(dir + "/model.gguf.tmp");
+  r = run_toy({"finetune", "--resume", dir, "--quiet", "--json"});
+  EXPECT_EQ(r.status, 0) << describe(r);
 }
 
 // Ctrl-C writes a checkpoint and the outputs; `--resume` continues (the same command line with

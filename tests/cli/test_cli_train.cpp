@@ -217,4 +217,10 @@ TEST(CliTrain, GenerateStopsAtAStopStringWithoutPrintingIt) {
   EXPECT_EQ(cut.stdout_text, all.substr(0, first));
   // A stop string that never appears changes nothing.
   EXPECT_EQ(sh(m + "--stop 'QQQ-never'").stdout_text, all);
+  // A prompt longer than --ctx leaves room for is cut, and the user is told (it was silent).
+  const toy::test::ProcResult small = toy::test::run_toy(
+      {"generate", "-m", dir + "/model.gguf", "-p", "The quick brown fox", "--ctx", "2", "-n", "1", "--temp", "0"});
+  EXPECT_EQ(small.status, 0) << toy::test::describe(small);
+  EXPECT_NE(small.err.find("more than --ctx 2 holds"), std::string::npos) << small.err;
+  EXPECT_NE(small.err.find("only its last 1 are used"), std::string::npos) << small.err;
 }

@@ -779,6 +779,10 @@ TEST(HostileModel, KeysOfTheWrongTypeShapesThatDisagreeAndUnknownArchitectures) 
        [](GgufContents& c) { c.kv.emplace_back("qwen2.rope.scaling.type", gguf::Value::str("llama3")); }},
       {"a token id out of range", "tokenizer.ggml.eos_token_id",
        [](GgufContents& c) { *c.find("tokenizer.ggml.eos_token_id") = gguf::Value::u32(5000); }},
+      {"RoPE sections that are garbage", "rope.dimension_sections' is [1000000, -7]",
+       [](GgufContents& c) { c.kv.emplace_back("qwen2.rope.dimension_sections", gguf::Value::i32_array({1000000, -7})); }},
+      {"RoPE sections as strings", "rope.dimension_sections' must be an array of integers",
+       [](GgufContents& c) { c.kv.emplace_back("qwen2.rope.dimension_sections", gguf::Value::str_array({"a"})); }},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.what);

@@ -245,6 +245,9 @@ Run add_finetune_command(CLI::App& app) {
       for (const auto& [flag, rule] : resume_rules())
         TOY_CHECK(rule.what != OnResume::Shape || cmd->count(flag) == 0 || f->o.model.empty(),
                   "[finetune] {} shapes a fresh model: it does not apply with -m (the base has its shape)", flag);
+      TOY_CHECK(cmd->count("--lora-targets") == 0 || !f->o.lora_targets.empty(),
+                "[finetune] --lora-targets is empty: name the projections to adapt, or leave the flag out for the "
+                "defaults");
       if (f->o.model.empty()) f->o.shape = fresh_shape(*f);
       r = finetune(f->o);
     }

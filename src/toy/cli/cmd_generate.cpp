@@ -56,6 +56,11 @@ int run_generate(const GenerateFlags& f) {
     // No prompt: start from end-of-text if the vocabulary has it, else from token 0.
     ids.push_back(tok.eos_id() >= 0 ? tok.eos_id() : 0);
   }
+  // (generate keeps the prompt's last capacity - 1 tokens, leaving room for one new token)
+  if (int64_t(ids.size()) > std::max<int64_t>(1, capacity - 1))
+    std::fprintf(stderr, "toy generate: warning: the prompt is %lld tokens, more than --ctx %lld holds with room to "
+                 "generate; only its last %lld are used\n", (long long)ids.size(), (long long)capacity,
+                 (long long)std::max<int64_t>(1, capacity - 1));
   if (f.echo) std::fputs(f.prompt.c_str(), stdout);
   const GenerateStats st = generate(m, tok, sampler, std::move(ids), f.n, [](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);

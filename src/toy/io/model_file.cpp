@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "toy/autograd/grad_mode.h"
@@ -217,6 +218,23 @@ ModelConfig config_from_standard_keys(const gguf::Reader& r, const std::string& 
     c.rope.base = find_float(r, a + "rope.freq_base").value_or(10000.0f);
     const int64_t n_rot = find_int(r, a + "rope.dimension_count").value_or(c.head_dim);
     c.rope.n_rot = n_rot == c.head_dim ? 0 : n_rot;
+    // Multi-section RoPE: for text every section sees the same position (NEOX RoPE over the
+    // rotated dims), but a key that is not up to four sections of rotated pairs is a damaged
+    // file, not one to run.
+    if (const gguf::Value* v = r.find(a + "rope.dimension_sections")) {
+      const bool ints = v->type == gguf::Type::ARRAY && v->elem != gguf::Type::STRING &&
+                        v->elem != gguf::Type::F32 && v->elem != gguf::Type::F64 && v->elem != gguf::Type::ARRAY;
+      TOY_CHECK(ints, "[model] '{}': key '{}rope.dimension_sections' must be an array of integers", shown, a);
+      std::vector<int64_t> sections;
+      for (int64_t x : v->ai) sections.push_back(x);
+      for (uint64_t x : v->au) sections.push_back(x > uint64_t(INT32_MAX) ? -1 : int64_t(x));
+      int64_t sum = 0;
+      bool in_range = sections.size() <= 4;
+      for (int64_t x : sections) in_range = in_range && x >= 0 && x <= n_rot / 2, sum += std::max<int64_t>(x, 0);
+      TOY_CHECK(in_range && sum <= n_rot / 2, "[model] '{}': key '{}rope.dimension_sections' is [{}]: it must be up to "
+                "4 counts of rotated pairs adding up to at most {} (rope.dimension_count / 2)", shown, a,
+                fmt::format("{}", fmt::join(sections, ", ")), n_rot / 2);
+    }
     std::string type = "none";
     if (const gguf::Value* v = r.find(a + "rope.scaling.type")) {
       TOY_CHECK(v->type == gguf::Type::STRING, "[model] '{}': key '{}rope.scaling.type' must be a string", shown, a);

@@ -43,7 +43,7 @@ void VitConfig::resolve() {
 
 void VitConfig::validate() const {
   TOY_CHECK(channels == 1 || channels == 3, "[vit] channels must be 1 or 3, got {}", channels);
-  TOY_CHECK(image >= 1 && image <= 4096, "[vit] --image-size must be in 1..4096, got {}", image);
+  TOY_CHECK(image >= 1 && image <= 4096, "[vit] the image size must be in 1..4096 pixels, got {}", image);
   TOY_CHECK(patch >= 1 && patch <= image && image % patch == 0,
             "[vit] --patch {} must divide the image size {}", patch, image);
   TOY_CHECK(dim >= 1 && dim <= 16384, "[vit] --dim must be in 1..16384, got {}", dim);

@@ -405,8 +405,21 @@ FinetuneResult run_loop(FinetuneRun& r, bool resumed) {
     }
   }
   if (r.window_steps) r.train_loss = r.window_loss / double(r.window_steps);
+  // A write that fails now (a full disk) names the checkpoint the run can resume from: an
+  // earlier one is whole whatever happened to this write (writes replace files atomically).
+  const auto say_where_to_resume = [&](const Error& e) {
+    const fs::path ck = dir / "checkpoint.gguf";
+    std::error_code ec;
+    if (!fs::exists(ck, ec)) throw e;
+    throw Error(fmt::format("{}; the run's last checkpoint, '{}', is whole: once the cause is fixed (a full "
+                            "disk: free space), continue with toy finetune --resume {}", e.what(), printable(ck.string()), printable(o.out)));
+  };
   // The trained weights first: nothing after the last step may lose them.
-  checkpoint(res.stopped ? "stop" : "end");
+  try {
+    checkpoint(res.stopped ? "stop" : "end");
+  } catch (const Error& e) {
+    say_where_to_resume(e);
+  }
   if (!res.stopped && !r.val.empty()) {
     const int64_t best_before = r.best_step;
     res.val_loss = evaluate();
@@ -423,7 +436,11 @@ FinetuneResult run_loop(FinetuneRun& r, bool resumed) {
     progress.line(fmt::format("toy finetune: the outputs hold the best validation weights (step {}, val loss {:.4f})",
                               r.best_step, r.best_val));
   }
-  write_finetune_outputs(r);
+  try {
+    write_finetune_outputs(r);
+  } catch (const Error& e) {
+    say_where_to_resume(e);
+  }
   res.steps = r.step;
   res.train_loss = r.train_loss;
   res.seconds = r.seconds;
@@ -511,8 +528,16 @@ FinetuneResult resume_finetune(const std::string& dir, const std::function<void(
   read_finetune_data(r);
   r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{r.o.beta1, r.o.beta2, 1e-8f, r.o.weight_decay});
   load_finetune_checkpoint(r, rd);
-  TOY_CHECK(r.step < r.o.steps, "[finetune] the run in '{}' already finished its {} steps (pass a larger --steps to go "
-            "on)", printable(dir), r.o.steps);
+  // A finished run whose outputs were not written after its last checkpoint (the write
+  // failed: a full disk) only writes them now.
+  const auto written = [&](const char* f) {
+    std::error_code e;
+    const auto t = fs::last_write_time(fs::path(dir) / f, e);
+    return e ? fs::file_time_type::min() : t;
+  };
+  TOY_CHECK(r.step < r.o.steps || written("model.gguf") < written("checkpoint.gguf"),
+            "[finetune] the run in '{}' already finished its {} steps (pass a larger --steps to go on)", printable(dir),
+            r.o.steps);
   return run_loop(r, true);
 }
 
