@@ -1,6 +1,7 @@
 // The inference commands end to end: toy init (shapes, types, the arch x shape table), toy
 // quantize, toy chat (templates), toy perplexity and toy bench run — as a user runs them.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -24,9 +25,11 @@ std::string temp(const std::string& name) { return (fs::path(::testing::TempDir(
 
 std::string init_tiny(const std::string& arch, const std::string& type = "f32") {
   const std::string path = temp(arch + "_" + type + ".gguf");
-  if (!fs::exists(path)) {
-    const auto r = run_toy({"init", "--arch", arch, "--shape", "tiny", "--type", type, "--out", path});
+  if (!fs::exists(path)) {  // (ctest's parallel processes: each writes its own, then renames it into place)
+    const std::string mine = path + "." + std::to_string(getpid());
+    const auto r = run_toy({"init", "--arch", arch, "--shape", "tiny", "--type", type, "--out", mine});
     EXPECT_EQ(r.status, 0) << describe(r);
+    fs::rename(mine, path);
   }
   return path;
 }

@@ -34,9 +34,13 @@ inline std::string temp(const std::string& name) { return (fs::path(::testing::T
 inline std::string init_tiny(const std::string& arch, const std::string& type = "f32") {
   const std::string path = temp(arch + "_" + type + ".gguf");
   if (!fs::exists(path)) {
+    // ctest runs tests in parallel processes: each writes its own file, then renames it into
+    // place (atomic; every writer makes the same bytes), so none reads another's half-written one.
+    const std::string mine = path + "." + std::to_string(getpid());
     const auto r = toy::test::run_toy({"init", "--arch", arch, "--shape", "tiny", "--type", type, "--seed", "7",
-                                       "--out", path});
+                                       "--out", mine});
     EXPECT_EQ(r.status, 0) << toy::test::describe(r);
+    fs::rename(mine, path);
   }
   return path;
 }

@@ -524,9 +524,8 @@ TEST(ServeRobustness, AHostileCrowdLeavesTheServerUpAnsweringAndItsMemoryBack) {
   // Warm up with the crowd once (allocator caches, thread stacks), then take the idle RSS.
   // A burst of 200 connections is accepted at once: with cpp-httplib's own listen backlog of
   // 5, the ones past it waited for SYN retries, up to a minute.
-  const auto burst = std::chrono::steady_clock::now();
+  // (How long the burst takes is the benchmark's to say, not this test's.)
   crowd(port, 200, ok, busy, other);
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - burst).count(), 20.0);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const int64_t idle = rss_kb(pid);
   ASSERT_GT(idle, 0);
@@ -555,15 +554,22 @@ TEST(ServeRobustness, AHostileCrowdLeavesTheServerUpAnsweringAndItsMemoryBack) {
     const std::string r = g.read_all(15);
     if (r.empty() || serve::status_of(r) == 400) broken++;
   });
-  // max_tokens 10^9: bounded by the slot's context.
-  std::atomic<int64_t> long_tokens = -1;
+  // max_tokens 10^9: refused (more than the slot's context); -1 with no end of text: exactly
+  // the rest of the slot's context.
+  std::atomic<int64_t> long_tokens = -1, prompt_tokens = -1;
+  std::atomic<int> huge_status = 0;
   attack.emplace_back([&] {
+    huge_status = raw_status(port, "/v1/completions", R"({"prompt": "go", "max_tokens": 1000000000})");
     for (int attempt = 0; attempt < 100 && long_tokens < 0; ++attempt) {  // (503 while the crowd fills the queue)
       serve::RawHttp h(port);
-      h.post("/v1/completions", R"({"prompt": "go", "max_tokens": 1000000000, "temperature": 0.9})");
+      h.post("/v1/completions", R"({"prompt": "go", "max_tokens": -1, "ignore_eos": true, "seed": 5, "temperature": 0.9})");
       const std::string r = h.read_all(120);
-      if (serve::status_of(r) == 200) long_tokens = json::parse(serve::body_of(r))["usage"]["completion_tokens"];
-      else std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (serve::status_of(r) == 200) {
+        const json usage = json::parse(serve::body_of(r))["usage"];
+        long_tokens = usage["completion_tokens"], prompt_tokens = usage["prompt_tokens"];
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
     }
   });
   // Slow clients that never read a streamed reply, and clients that leave mid-stream.
@@ -588,8 +594,8 @@ TEST(ServeRobustness, AHostileCrowdLeavesTheServerUpAnsweringAndItsMemoryBack) {
 
   EXPECT_EQ(big, 3) << "10 MB bodies are refused with 413";
   EXPECT_EQ(broken, 3);
-  EXPECT_GT(long_tokens, 0);
-  EXPECT_LT(long_tokens, 1024) << "max_tokens 10^9 ends at the slot's context";
+  EXPECT_EQ(huge_status, 400) << "max_tokens past the slot's context";
+  EXPECT_EQ(long_tokens + prompt_tokens, 1024) << "-1 ends at the end of the slot's context";
   EXPECT_GT(ok, 0);
   EXPECT_EQ(ok + busy, 200) << "every connection of the crowd got an answer: 200 or 503";
   EXPECT_EQ(other, 0);
@@ -606,7 +612,148 @@ TEST(ServeRobustness, AHostileCrowdLeavesTheServerUpAnsweringAndItsMemoryBack) {
   // AddressSanitizer keeps freed memory in quarantine: RSS says nothing there (leaks are its job).
   (void)after, (void)idle;
 #else
-  EXPECT_LE(double(after), 1.10 * double(idle)) << "RSS " << after << " kB after the crowd, " << idle << " kB idle";
+  // (the last connection's close trims the allocator's free memory: without it 160-340 MB
+  // stayed; the margin is for what the allocator keeps in use)
+  EXPECT_LE(double(after), 1.10 * double(idle) + 16384) << "RSS " << after << " kB after the crowd, " << idle
+                                                        << " kB idle";
 #endif
   EXPECT_EQ(sp.stop(), 0) << toy::test::read_all(sp.err);
+}
+
+// ---- slow and departed clients, and HTTP edge cases ---------------------------------------
+
+// 120 clients that send half a request and then nothing hold no thread another client needs:
+// /health is answered while every one of them is still connected (the pool of old had 81
+// threads, so the answer waited until slow clients were dropped). Long timeouts here: the
+// order of events is the test, not a clock.
+TEST(ServeRobustness, SlowClientsDoNotStarveOthers) {
+  TestServer ts("llama", {.parallel = 1, .ctx = 256, .queue = 4},
+                {.request_timeout_s = 600, .read_idle_timeout_s = 600});
+  std::vector<std::unique_ptr<serve::RawHttp>> slow;
+  for (int i = 0; i < 120; ++i) {
+    slow.push_back(std::make_unique<serve::RawHttp>(ts.port));
+    ASSERT_TRUE(slow.back()->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"));
+  }
+  serve::RawHttp h(ts.port);
+  h.send("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(serve::status_of(h.read_all(120)), 200);
+  for (auto& c : slow) {
+    std::string got;
+    EXPECT_TRUE(c->read_some(got, 0) && got.empty()) << "a slow client was dropped or answered: " << got;
+  }
+}
+
+// A request's line, headers and body share one deadline: a client that keeps trickling header
+// lines (each well inside the idle bound) gets 408 once the deadline passes; one that stops
+// short of its Content-Length gets 408 after the idle bound (it once waited 10 s per byte).
+TEST(ServeRobustness, ARequestHasOneDeadlineAndSilenceIsBounded) {
+  TestServer ts("llama", {.parallel = 1, .ctx = 256, .queue = 4},
+                {.request_timeout_s = 0.5, .read_idle_timeout_s = 60});
+  serve::RawHttp h(ts.port);
+  ASSERT_TRUE(h.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"));
+  std::string got;
+  int lines = 0;
+  while (h.read_some(got, 20) && got.empty() && lines < 3000) h.send("X-" + std::to_string(lines++) + ": a\r\n");
+  EXPECT_EQ(serve::status_of(got + h.read_all(10)), 408) << got;
+  EXPECT_LT(lines, 3000) << "never answered";
+
+  TestServer idle("llama", {.parallel = 1, .ctx = 256, .queue = 4},
+                  {.request_timeout_s = 600, .read_idle_timeout_s = 0.2});
+  serve::RawHttp s(idle.port);
+  s.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\": \"hi\"}");
+  EXPECT_EQ(serve::status_of(s.read_all(60)), 408);
+}
+
+// A non-streaming request whose client leaves cancels its job: the one slot is free again for
+// the next request, long before the job could have run to its end (ignore_eos, no max_tokens,
+// a 32768-token slot).
+TEST(ServeRobustness, AClientThatLeavesCancelsItsNonStreamingJob) {
+  TestServer ts("llama", {.parallel = 1, .ctx = 32768, .queue = 0}, {});
+  {
+    serve::RawHttp h(ts.port);
+    h.post("/v1/completions", R"({"prompt": "hi", "max_tokens": -1, "ignore_eos": true})");
+    while (ts.engine->active() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }  // the client leaves
+  while (ts.engine->active() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_LT(ts.engine->steps(), 32000) << "the job ran to its end";
+  EXPECT_EQ(raw_status(ts.port, "/v1/completions", R"({"prompt": "hi", "max_tokens": 2})"), 200);
+}
+
+// max_tokens beyond what the slot's context leaves after the prompt: 400 naming max_tokens
+// (it was cut short silently); exactly what is left: 200 with that many tokens.
+TEST(ServeHttp, MaxTokensBeyondTheSlotsContextIsRefused) {
+  TestServer ts("llama", {.parallel = 1, .ctx = 64, .queue = 4}, {});
+  httplib::Client c = ts.client();
+  const std::vector<int> prompt = {1, 2, 3, 4};
+  auto post = [&](int64_t n, bool stream) {
+    return c.Post("/v1/completions",
+                  json({{"prompt", prompt}, {"max_tokens", n}, {"ignore_eos", true}, {"stream", stream}}).dump(),
+                  "application/json");
+  };
+  auto r = post(61, false);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "max_tokens");
+  EXPECT_EQ(post(int64_t(1) << 40, true)->status, 400) << "streaming too, before any event";
+  r = post(60, false);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 60);
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["finish_reason"], "length");
+}
+
+// An HTTP/1.0 client gets a stream it can read: no chunked encoding, the body ends with the
+// connection.
+TEST(ServeHttp, Http10ClientsGetAPlainStream) {
+  TestServer ts("llama", {.parallel = 1, .ctx = 256, .queue = 4}, {});
+  serve::RawHttp h(ts.port);
+  const std::string body = R"({"prompt": "hi", "max_tokens": 4, "stream": true})";
+  h.send("POST /v1/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body);
+  const std::string r = h.read_all(60);
+  EXPECT_EQ(serve::status_of(r), 200) << r;
+  const std::string head = r.substr(0, r.find("\r\n\r\n"));
+  EXPECT_EQ(head.find("Transfer-Encoding"), std::string::npos) << head;
+  const std::vector<std::string> events = sse_data(r.substr(r.find("\r\n\r\n") + 4));
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back(), "[DONE]");
+}
+
+// Edge cases of the HTTP front: Content-Length with chunked is refused (and what follows on
+// the connection is not run as a request); 100 KB of headers get 431 at once; the auth scheme
+// is case-insensitive; toy's internal "[serve]" prefixes stay out of API messages.
+TEST(ServeHttp, SmugglingHugeHeadersBearerCaseAndMessages) {
+  TestServer ts("llama", {.parallel = 1, .ctx = 256, .queue = 4}, {.api_key = "sesame"});
+  const std::string smuggled = ts.server->process_raw(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sesame\r\nContent-Length: 4\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(serve::status_of(smuggled), 400) << smuggled;
+  EXPECT_EQ(smuggled.find("HTTP/1.1", 5), std::string::npos) << "the smuggled request was answered: " << smuggled;
+
+  serve::RawHttp big(ts.port);
+  big.send("GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(100 << 10, 'a') + "\r\n\r\n");
+  const std::string r = big.read_all(60);
+  EXPECT_EQ(serve::status_of(r), 431) << r.substr(0, 200);
+  EXPECT_EQ(r.find("HTTP/1.1", 5), std::string::npos) << "one answer, then the connection closes";
+
+  httplib::Client c = ts.client();
+  for (const char* scheme : {"Bearer", "bearer", "BEARER"})
+    EXPECT_EQ(c.Post("/tokenize", {{"Authorization", std::string(scheme) + " sesame"}}, R"({"content": "hi"})",
+                     "application/json")->status, 200) << scheme;
+  for (const char* wrong : {"Basic sesame", "bearer", "bearer  nope", "Bearersesame"})
+    EXPECT_EQ(c.Post("/tokenize", {{"Authorization", wrong}}, R"({"content": "hi"})", "application/json")->status, 401)
+        << wrong;
+  const auto too_long = c.Post("/v1/completions", {{"Authorization", "Bearer sesame"}},
+                               json({{"prompt", std::vector<int>(300, 1)}}).dump(), "application/json");
+  ASSERT_TRUE(too_long);
+  EXPECT_EQ(too_long->status, 400);
+  const std::string message = json::parse(too_long->body)["error"]["message"];
+  EXPECT_NE(message[0], '[') << message;
+}
+
+// "seed": -1 asks for a random seed, as llama-server takes it (it was the fixed seed 2^64-1:
+// every such request got the same text); any other value is that seed.
+TEST(ServeOpenAI, SeedMinusOneIsRandom) {
+  EXPECT_FALSE(serve::parse_completion_request(R"({"prompt": "hi", "seed": -1})", false).seed.has_value());
+  EXPECT_EQ(serve::parse_completion_request(R"({"prompt": "hi", "seed": 5})", false).seed, uint64_t(5));
+  EXPECT_EQ(serve::parse_completion_request(R"({"prompt": "hi", "seed": -2})", false).seed, uint64_t(-2));
 }

@@ -14,7 +14,12 @@ ApiError bad_request(const std::string& message, const std::string& param) {
 }
 
 json error_body(const ApiError& e) {
-  json err = {{"message", e.what()}, {"type", e.type}, {"code", e.status}};
+  // toy's internal "[serve] ", "[chat] " ... prefixes say where in toy; an API client needs none.
+  std::string_view m = e.what();
+  if (const size_t end = m.find("] "); !m.empty() && m[0] == '[' && end < 32 &&
+                                       m.substr(1, end - 1).find_first_of(" []") == std::string_view::npos)
+    m.remove_prefix(end + 2);
+  json err = {{"message", std::string(m)}, {"type", e.type}, {"code", e.status}};
   err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
   return {{"error", err}};
 }
@@ -159,8 +164,12 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
   if (s.top_p == 0) s.top_p = 1e-6f;  // OpenAI allows 0: keep only the most likely token
   if (field(j, "seed")) {
     const json* v = field(j, "seed");
-    if (v->is_number_unsigned()) r.seed = v->get<uint64_t>();
-    else r.seed = uint64_t(integer(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+    if (v->is_number_unsigned()) {
+      r.seed = v->get<uint64_t>();
+    } else {
+      const int64_t seed = integer(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+      if (seed != -1) r.seed = uint64_t(seed);  // -1: a random seed, as llama-server takes it
+    }
   }
   if (const json* st = field(j, "stop")) {
     if (st->is_string()) {

@@ -1,6 +1,8 @@
 #include "toy/serve/server.h"
 
 #include <httplib.h>
+#include <malloc.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -11,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "toy/core/error.h"
+#include "toy/serve/connection.h"
 #include "toy/serve/openai.h"
 #include "toy/tokenizer/tokenizer.h"
 
@@ -34,6 +37,13 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// "Authorization: Bearer KEY", the scheme in any case (RFC 9110: schemes are case-insensitive).
+bool bearer_is(const std::string& header, const std::string& key) {
+  const bool scheme = header.size() > 7 && strncasecmp(header.c_str(), "bearer ", 7) == 0;
+  const size_t at = scheme ? header.find_first_not_of(' ', 7) : std::string::npos;
+  return same_secret(at == std::string::npos ? std::string() : header.substr(at), key) && scheme;
+}
+
 json usage_of(const Job& job) {
   return {{"prompt_tokens", job.prompt_tokens},
           {"completion_tokens", job.completion_tokens},
@@ -53,7 +63,9 @@ uint64_t random_seed() {
   return counter.fetch_add(0x9E3779B97F4A7C15ull);
 }
 
-// httplib's request processing on any Stream (it is protected there).
+// httplib's request processing on any Stream (it is protected there), and its per-connection
+// loop replaced by toy's (connection.h: one deadline per request, capped headers, the
+// connection known to the handler). process_and_close_socket is httplib's virtual for this.
 class HttpServer : public httplib::Server {
  public:
   using httplib::Server::process_request;
@@ -61,6 +73,49 @@ class HttpServer : public httplib::Server {
   // clients past that waits for SYN retries (seconds, then a minute). listen() again on the
   // bound socket raises it (the kernel caps it at net.core.somaxconn).
   void widen_backlog(int n) { ::listen(svr_sock_, n); }
+
+  Clock::duration request_timeout = std::chrono::seconds(10), idle_timeout = std::chrono::seconds(2);
+  size_t max_request_bytes = size_t(1) << 21;
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    open_.fetch_add(1);
+    Connection conn;
+    conn.sock = sock;
+    ConnectionStream strm(conn, idle_timeout, request_timeout,
+                          std::chrono::seconds(write_timeout_sec_) + std::chrono::microseconds(write_timeout_usec_),
+                          max_request_bytes);
+    const auto stopping = [this] { return svr_sock_ == INVALID_SOCKET; };
+    for (size_t n = 1; n <= keep_alive_max_count_; ++n) {
+      if (!strm.next_request(std::chrono::seconds(keep_alive_timeout_sec_), stopping)) break;
+      conn.close_after = conn.head_too_large = conn.timed_out = false;
+      bool closed = false;
+      current_connection() = &conn;
+      const bool ok = process_request(strm, n == keep_alive_max_count_, closed, nullptr);
+      current_connection() = nullptr;
+      if (!ok && strm.written() == 0 && (conn.head_too_large || conn.timed_out)) {
+        // It failed inside the request line or headers, before httplib could answer.
+        const int status = conn.head_too_large ? 431 : 408;
+        const std::string body = dump(error_body(
+            ApiError(status, "invalid_request_error",
+                     status == 431 ? fmt::format("the request line and headers are larger than {} bytes", kMaxHead)
+                                   : "the request did not arrive in time")));
+        const std::string r = fmt::format("HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
+                                          "Connection: close\r\n\r\n{}",
+                                          status, status == 431 ? "Request Header Fields Too Large" : "Request Timeout",
+                                          body.size(), body);
+        strm.write(r.data(), r.size());
+      }
+      if (!ok || closed || conn.close_after || conn.head_too_large || conn.timed_out) break;
+    }
+    linger_close(sock);
+    // The last connection gone: hand the memory a burst of requests left in the allocator's
+    // free lists back to the system (glibc keeps it otherwise: 160-340 MB after a crowd).
+    if (open_.fetch_sub(1) == 1) malloc_trim(0);
+    return true;
+  }
+
+  std::atomic<int64_t> open_{0};
 };
 
 // A stream over bytes in memory: reads the request, collects the response.
@@ -95,19 +150,28 @@ class MemoryStream : public httplib::Stream {
 std::string Server::process_raw(std::string_view request) {
   MemoryStream s(request);
   auto& http = static_cast<HttpServer&>(*http_);
+  Connection conn;  // (no socket)
   for (int i = 0; i < 8 && s.remaining() > 0; ++i) {
     bool closed = false;
     const size_t before = s.remaining();
+    conn.close_after = false;
+    current_connection() = &conn;
     http.process_request(s, false, closed, nullptr);
-    if (closed || s.remaining() == before) break;
+    current_connection() = nullptr;
+    if (closed || conn.close_after || s.remaining() == before) break;
   }
   return s.out;
 }
 
 Server::Server(const Tokenizer& tok, const ChatTemplate& tmpl, Engine& engine, ServerOptions o)
     : tok_(tok), tmpl_(tmpl), engine_(engine), o_(std::move(o)), http_(std::make_unique<HttpServer>()) {
-  const int threads = o_.http_threads ? o_.http_threads : engine.parallel() + 64 + 16;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  // A thread per open connection, started as needed: a slow client holds only its own.
+  const size_t threads = o_.http_threads ? size_t(o_.http_threads) : 1024;
+  http_->new_task_queue = [threads] { return new ElasticPool(threads); };
+  auto& hs = static_cast<HttpServer&>(*http_);
+  hs.request_timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.request_timeout_s));
+  hs.idle_timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.read_idle_timeout_s));
+  hs.max_request_bytes = o_.max_body + kMaxHead + (64 << 10);  // (chunk framing)
   http_->set_payload_max_length(o_.max_body);
   const auto wt = std::chrono::milliseconds(int64_t(o_.write_timeout_s * 1000));
   http_->set_write_timeout(wt);
@@ -140,7 +204,7 @@ void Server::routes() {
   const std::time_t started = std::time(nullptr);
   auto authorized = [this](const httplib::Request& req, httplib::Response& res) {
     if (o_.api_key.empty()) return true;
-    if (same_secret(req.get_header_value("Authorization"), "Bearer " + o_.api_key)) return true;
+    if (bearer_is(req.get_header_value("Authorization"), o_.api_key)) return true;
     send_error(res, ApiError(401, "authentication_error", "Invalid API Key"));
     return false;
   };
@@ -213,6 +277,13 @@ void Server::routes() {
         }
         // No prompt at all: start from end-of-text, as toy generate does.
         if (p.prompt.empty()) p.prompt.push_back(tok_.eos_id() >= 0 ? tok_.eos_id() : 0);
+        // More than the slot's context leaves after the prompt is refused, not cut short silently.
+        const int64_t room = engine_.slot_ctx() - int64_t(p.prompt.size());
+        if (room > 0 && cr.max_tokens > room)
+          throw bad_request(fmt::format("max_tokens is {}, but the prompt's {} tokens leave {} of the slot's context of "
+                                        "{}: ask for at most {} (or -1: until the context ends)",
+                                        cr.max_tokens, p.prompt.size(), room, engine_.slot_ctx(), room),
+                            "max_tokens");
         p.max_tokens = cr.max_tokens;
         p.sampling = cr.sampling;
         p.seed = cr.seed ? *cr.seed : random_seed();
@@ -234,7 +305,19 @@ void Server::routes() {
       const std::string model = o_.model_name;
       const char* object = chat ? "chat.completion" : "text_completion";
       if (!cr.stream) {
-        const std::string text = job->wait_all();
+        // In slices: a client that closed its connection cancels its job (the slot is free at
+        // the next step) instead of holding the slot to the end.
+        Connection* conn = current_connection();
+        std::string text, piece;
+        for (bool ended = false; !ended;) {
+          ended = job->wait(piece, std::chrono::milliseconds(100));
+          text += piece;
+          if (!ended && conn && conn->sock >= 0 && !job->cancelled() && peer_gone(conn->sock)) job->cancel();
+        }
+        if (job->finish_reason == "cancelled") {  // nobody is left to answer
+          if (conn) conn->close_after = true;
+          return;
+        }
         if (job->finish_reason == "error") return send_error(res, job_error(*job));
         json choice = {{"index", 0}, {"finish_reason", job->finish_reason}, {"logprobs", nullptr}};
         if (chat)
@@ -249,9 +332,7 @@ void Server::routes() {
       const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
       res.set_header("Cache-Control", "no-cache");
       res.set_header("X-Accel-Buffering", "no");
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [job, chat, include_usage, id, created, model, chunk_object](size_t, httplib::DataSink& sink) {
+      auto provider = [job, chat, include_usage, id, created, model, chunk_object](size_t, httplib::DataSink& sink) {
             auto send = [&](const json& j) {
               const std::string s = "data: " + dump(j) + "\n\n";
               return sink.write(s.data(), s.size());
@@ -300,10 +381,18 @@ void Server::routes() {
             }
             sink.done();
             return true;
-          },
-          [job](bool success) {
-            if (!success) job->cancel();
-          });
+          };
+      auto release = [job](bool success) {
+        if (!success) job->cancel();
+      };
+      if (req.version == "HTTP/1.0") {
+        // An HTTP/1.0 client cannot read chunks: the body is plain, and ends with the connection.
+        res.set_header("Connection", "close");
+        if (Connection* conn = current_connection()) conn->close_after = true;
+        res.set_content_provider("text/event-stream", std::move(provider), std::move(release));
+      } else {
+        res.set_chunked_content_provider("text/event-stream", std::move(provider), std::move(release));
+      }
     };
   };
   h.Post("/v1/chat/completions", completion(true));
@@ -311,9 +400,34 @@ void Server::routes() {
   h.Post("/v1/completions", completion(false));
   h.Post("/completions", completion(false));
 
+  // A request that states its length twice, or two ways, is refused before its body is read
+  // (which length a proxy in front used is anyone's guess: request smuggling), and the
+  // connection is closed after the answer.
+  h.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    const bool chunked = req.has_header("Transfer-Encoding"), length = req.has_header("Content-Length");
+    if ((chunked && length) || req.get_header_value_count("Content-Length") > 1) {
+      send_error(res, bad_request("a request carries one Content-Length or Transfer-Encoding, not both"));
+      res.set_header("Connection", "close");
+      if (Connection* conn = current_connection()) conn->close_after = true;
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   h.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // an error we already shaped
-    if (res.status == 413)
+    Connection* conn = current_connection();
+    if (conn && res.status != 404) {  // httplib's own refusal (bad head or body): answer, then close
+      conn->close_after = true;
+      res.set_header("Connection", "close");
+      if (res.status == 400 && conn->head_too_large) res.status = 431;
+      else if (res.status == 400 && conn->timed_out) res.status = 408;
+    }
+    if (res.status == 431)
+      send_error(res, ApiError(431, "invalid_request_error",
+                               fmt::format("the request line and headers are larger than {} bytes", kMaxHead)));
+    else if (res.status == 408)
+      send_error(res, ApiError(408, "invalid_request_error", "the request did not arrive in time"));
+    else if (res.status == 413)
       send_error(res, ApiError(413, "invalid_request_error",
                                fmt::format("the body is larger than the server's limit of {} bytes (--max-body)",
                                            o_.max_body)));

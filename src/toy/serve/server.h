@@ -8,8 +8,10 @@
 //   POST /tokenize, /detokenize
 //   GET  /slots                 slots decoding, requests waiting, batched steps so far
 // With an API key every other endpoint wants "Authorization: Bearer KEY" (401 otherwise).
-// Errors are OpenAI error objects: 400 bad body, 401, 404, 413 body over max_body, 503 when
-// every slot is busy and the queue is full (or the server is stopping).
+// Errors are OpenAI error objects: 400 bad body (or max_tokens past the slot's context), 401,
+// 404, 408 a request that did not arrive within request_timeout_s, 413 body over max_body,
+// 431 headers over 32 KB, 503 when every slot is busy and the queue is full (or the server is
+// stopping). A non-streaming request whose client has gone cancels its job.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -32,8 +34,10 @@ struct ServerOptions {
   std::string api_key;
   size_t max_body = size_t(1) << 20;
   std::string model_name = "toy";
-  int http_threads = 0;     // 0: enough for every slot and queued request, plus a margin
+  int http_threads = 0;     // the most connections served at once (a thread each); 0: 1024
   double write_timeout_s = 10;  // a client that stops reading is dropped after this
+  double request_timeout_s = 10;   // a request's line, headers and body must all arrive within this
+  double read_idle_timeout_s = 2;  // ... with no silence longer than this (else 408, connection closed)
 };
 
 class Server {
