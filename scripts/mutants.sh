@@ -693,6 +693,360 @@ toy_core_tests
 ^ThreadPool\.AJobNeverWaits
     work_on(gen);\n    t_in_parallel = false;
     t_in_parallel = false;
+serve-head-uncapped
+src/toy/serve/connection.cpp
+toy toy_serve_tests
+^ServeHttp\.SmugglingHugeHeaders
+    if (head_ > kMaxHead) {
+    if (false) {
+serve-no-request-deadline
+src/toy/serve/connection.cpp
+toy toy_serve_tests
+^ServeRobustness\.ARequestHasOneDeadline
+    if (now >= deadline_ || !wait_socket(c_.sock, POLLIN, std::min(idle_, deadline_ - now))) {
+    if (!wait_socket(c_.sock, POLLIN, idle_)) {
+serve-fixed-thread-pool
+src/toy/serve/server.cpp
+toy toy_serve_tests
+^ServeRobustness\.SlowClients
+return new ElasticPool(threads);
+return new httplib::ThreadPool(81);
+serve-departed-client-keeps-its-slot
+src/toy/serve/server.cpp
+toy toy_serve_tests
+^ServeRobustness\.AClientThatLeaves
+          if (!ended && conn && conn->sock >= 0 && !job->cancelled() && peer_gone(conn->sock)) job->cancel();
+          (void)conn;
+serve-max-tokens-uncapped
+src/toy/serve/server.cpp
+toy toy_serve_tests
+^ServeHttp\.MaxTokensBeyond
+        if (room > 0 && cr.max_tokens > room)
+        if (false)
+serve-http10-chunked
+src/toy/serve/server.cpp
+toy toy_serve_tests
+^ServeHttp\.Http10
+      if (req.version == "HTTP/1.0") {
+      if (false) {
+serve-length-and-chunked-accepted
+src/toy/serve/server.cpp
+toy toy_serve_tests
+^ServeHttp\.SmugglingHugeHeaders
+    if ((chunked && length) || req.get_header_value_count("Content-Length") > 1) {
+    if (false) {
+serve-bearer-case-sensitive
+src/toy/serve/server.cpp
+toy toy_serve_tests
+^ServeHttp\.SmugglingHugeHeaders
+strncasecmp(header.c_str(), "bearer ", 7) == 0
+strncmp(header.c_str(), "Bearer ", 7) == 0
+serve-internal-prefix-in-messages
+src/toy/serve/openai.cpp
+toy toy_serve_tests
+^ServeHttp\.SmugglingHugeHeaders
+    m.remove_prefix(end + 2);
+    (void)end;
+serve-seed-minus-one-fixed
+src/toy/serve/openai.cpp
+toy_serve_tests
+^ServeOpenAI\.SeedMinusOne
+      if (seed != -1) r.seed = uint64_t(seed);
+      r.seed = uint64_t(seed);
+serve-seed-ignored
+src/toy/serve/server.cpp
+toy toy_serve_tests
+^ServeSampling\.
+        p.seed = cr.seed ? *cr.seed : random_seed();
+        p.seed = random_seed();
+serve-slot-sampler-seed-constant
+src/toy/serve/engine.cpp
+toy toy_serve_tests
+^ServeSampling\.
+  s.sampler.emplace(job.params.sampling, job.params.seed);
+  s.sampler.emplace(job.params.sampling, 0);
+serve-top-p-ignored
+src/toy/serve/openai.cpp
+toy toy_serve_tests
+^ServeSampling\.
+  if (field(j, "top_p")) s.top_p = float(number(j, "top_p", 0, 1));
+  if (false) s.top_p = float(number(j, "top_p", 0, 1));
+serve-top-p-zero-refused
+src/toy/serve/openai.cpp
+toy toy_serve_tests
+^ServeSampling\.
+  if (s.top_p == 0) s.top_p = 1e-6f;
+  if (false) s.top_p = 1e-6f;
+serve-top-k-ignored
+src/toy/serve/openai.cpp
+toy toy_serve_tests
+^ServeSampling\.
+  if (field(j, "top_k")) s.top_k = int(integer(j, "top_k", 0, std::numeric_limits<int32_t>::max()));
+  if (false) s.top_k = int(integer(j, "top_k", 0, std::numeric_limits<int32_t>::max()));
+serve-min-p-ignored
+src/toy/serve/openai.cpp
+toy toy_serve_tests
+^ServeSampling\.
+  if (field(j, "min_p")) s.min_p = float(number(j, "min_p", 0, 1));
+  if (false) s.min_p = float(number(j, "min_p", 0, 1));
+serve-repeat-penalty-ignored
+src/toy/serve/openai.cpp
+toy toy_serve_tests
+^ServeSampling\.
+  if (field(j, "repeat_penalty")) s.repeat_penalty = float(number(j, "repeat_penalty", 0.01, 100));
+  if (false) s.repeat_penalty = float(number(j, "repeat_penalty", 0.01, 100));
+serve-presence-penalty-ignored
+src/toy/serve/openai.cpp
+toy toy_serve_tests
+^ServeSampling\.
+  if (field(j, "presence_penalty")) s.presence_penalty = float(number(j, "presence_penalty", -2, 2));
+  if (false) s.presence_penalty = float(number(j, "presence_penalty", -2, 2));
+serve-frequency-penalty-ignored
+src/toy/serve/openai.cpp
+toy toy_serve_tests
+^ServeSampling\.
+  if (field(j, "frequency_penalty")) s.frequency_penalty = float(number(j, "frequency_penalty", -2, 2));
+  if (false) s.frequency_penalty = float(number(j, "frequency_penalty", -2, 2));
+serve-generated-not-penalised
+src/toy/serve/engine.cpp
+toy toy_serve_tests
+^ServeSampling\.
+  s.history.push_back(id);
+  (void)id;
+serve-prompt-not-penalised
+src/toy/serve/engine.cpp
+toy toy_serve_tests
+^ServeSampling\.
+  s.history = prompt;
+  s.history.clear();
+serve-cached-tokens-not-reported
+src/toy/serve/server.cpp
+toy toy_serve_tests
+^ServeSampling\.
+{"prompt_tokens_details", {{"cached_tokens", job.cached_tokens}}}};
+{"prompt_tokens_details", {{"cached_tokens", 0}}}};
+serve-cached-tokens-not-counted
+src/toy/serve/engine.cpp
+toy toy_serve_tests
+^ServeSampling\.
+  job.cached_tokens = int64_t(s.cached.size());
+  job.cached_tokens = 0;
+serve-cached-prefix-slot-not-preferred
+src/toy/serve/engine.cpp
+toy toy_serve_tests
+^ServeSampling\.
+    const size_t len = prefix ? n : 0;
+    const size_t len = prefix ? 0 : 0;
+serve-prefix-not-compared
+src/toy/serve/engine.cpp
+toy toy_serve_tests
+^ServeSampling\.
+  const bool prefix = n > 0 && n < prompt.size() && std::equal(s.cached.begin(), s.cached.end(), prompt.begin());
+  const bool prefix = n > 0 && n < prompt.size();
+eval-lora-not-applied
+src/toy/cli/cmd_eval.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+apply_lora_flags(f.lora, lm);
+(void)f.lora;
+generate-lora-not-applied
+src/toy/cli/cmd_generate.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+apply_lora_flags(f.lora, lm);
+(void)f.lora;
+pack-fit-off-by-one
+src/toy/train/finetune.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+if (used + n > r.o.ctx) {
+if (used + n >= r.o.ctx) {
+pack-pending-record-lost
+src/toy/train/finetune.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+const SftExample* e = r.pending ? &r.train[r.order[r.cursor - 1]] : next_example(r);
+const SftExample* e = next_example(r);
+truncation-keeps-the-end
+src/toy/data/sft.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+e.tokens.resize(size_t(ctx + 1));
+e.tokens.erase(e.tokens.begin(), e.tokens.end() - (ctx + 1));
+truncation-mask-shorter
+src/toy/data/sft.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+e.trained.resize(size_t(ctx + 1));
+e.trained.resize(size_t(ctx));
+truncation-counts-exact-fit
+src/toy/data/sft.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+if (int64_t(e.tokens.size()) > ctx + 1) {
+if (int64_t(e.tokens.size()) >= ctx + 1) {
+mixed-precision-silently-f32
+src/toy/train/finetune_model.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+const DType compute = o.precision == "bf16" ? DType::BF16 : o.precision == "f16" ? DType::F16 : DType::F32;
+const DType compute = DType::F32;
+full-mixed-precision-not-rounded
+src/toy/train/finetune_model.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+lin->compute = compute;
+lin->compute = DType::F32;
+f16-overflow-not-skipped
+src/toy/train/finetune.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+if (!r.loss_scale.update(std::isfinite(norm))) {
+if (!r.loss_scale.update(true)) {
+f16-skipped-step-applied
+src/toy/train/finetune.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+if (!skipped) r.opt->step(lr);
+r.opt->step(lr);
+f16-gradient-not-unscaled
+src/toy/train/finetune.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+p.value.set_grad(scale(p.value.grad(), 1.0f / r.loss_scale.scale()));
+p.value.set_grad(scale(p.value.grad(), 1.0f));
+accum-not-averaged
+src/toy/train/finetune.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+const float s = r.loss_scale.scale() / float(o.accum);
+const float s = r.loss_scale.scale();
+accum-one-micro-batch
+src/toy/train/finetune.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+for (int64_t micro = 0; micro < o.accum; ++micro) {
+for (int64_t micro = 0; micro < 1; ++micro) {
+lora-no-alpha-means-one
+src/toy/models/lora.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+r.get_f32("adapter.lora.alpha") : 0.0f;
+r.get_f32("adapter.lora.alpha") : 1.0f;
+lora-targets-ignored
+src/toy/train/finetune_model.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+if (!o.lora_targets.empty()) lo.targets
+if (false) lo.targets
+train-embeddings-ignored
+src/toy/train/finetune_model.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+return !is_embedding_like(name) || o.train_embeddings;
+return !is_embedding_like(name);
+epochs-steps-floor
+src/toy/train/finetune.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+int64_t(std::ceil(opts.epochs * per_epoch))
+int64_t(opts.epochs * per_epoch)
+epochs-ignore-accum
+src/toy/train/finetune.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+double per_epoch = double(r.train.size()) / double(opts.batch * opts.accum);
+double per_epoch = double(r.train.size()) / double(opts.batch);
+lr-schedule-off-by-one
+src/toy/train/finetune.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+const float lr = cosine_lr(r.step, o.warmup, o.steps, o.lr, o.min_lr);
+const float lr = cosine_lr(r.step + 1, o.warmup, o.steps, o.lr, o.min_lr);
+min-lr-default-wrong
+src/toy/train/finetune.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+r.o.min_lr = opts.lr / 10;
+r.o.min_lr = opts.lr / 100;
+warmup-reaches-peak-late
+src/toy/train/optimizer.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+if (step < warmup) return lr * float(step + 1) / float(warmup + 1);
+if (step < warmup) return lr * float(step) / float(warmup);
+final-best-not-checkpointed
+src/toy/train/finetune.cpp
+toy toy_finetune_tests
+^FinetuneGaps\.
+if (r.best_step != best_before) checkpoint("best");
+if (r.best_step != best_before && false) checkpoint("best");
+evaluate-labels-of-first-batch
+src/toy/train/vision.cpp
+toy_vision_tests
+^VisionGaps\.EvaluateMatches
+std::vector<int32_t> ids(s.labels.begin() + at, s.labels.begin() + at + n);
+std::vector<int32_t> ids(s.labels.begin(), s.labels.begin() + n);
+augment-flips-without-flip
+src/toy/train/vision.cpp
+toy_vision_tests
+^VisionGaps\.TrainingStepsSee
+const bool flip = may_flip && (b[2] & 1);
+const bool flip = (b[2] & 1) != 0;
+augment-shift-beyond-crop-pad
+src/toy/train/vision.cpp
+toy_vision_tests
+^VisionGaps\.TrainingStepsSee
+const int64_t span = 2 * pad + 1;
+const int64_t span = 2 * pad + 3;
+augment-fill-not-zero
+src/toy/train/vision.cpp
+toy_vision_tests
+^VisionGaps\.TrainingStepsSee
+src[(c * H + sy) * W + sx] : uint8_t(0);
+src[(c * H + sy) * W + sx] : uint8_t(255);
+image-read-stays-interleaved
+src/toy/data/images.cpp
+toy_vision_tests
+^VisionGaps\.ImagesKeep
+im.pixels[size_t(k * hw + i)] = inter[size_t(i * want + k)];
+im.pixels[size_t(i * want + k)] = inter[size_t(i * want + k)];
+png-written-planar
+src/toy/data/images.cpp
+toy_vision_tests
+^VisionGaps\.ImagesKeep
+inter[size_t(i * channels + k)] = planar[k * hw + i];
+inter[size_t(i * channels + k)] = planar[i * channels + k];
+vision-step-ignores-label-smoothing
+src/toy/train/vision.cpp
+toy_vision_tests
+^VisionGaps\.TrainingStepUsesTheRunsLabelSmoothing
+r.o.label_smoothing);
+0.0f);
+label-smoothing-keeps-full-ce
+src/toy/models/vit.cpp
+toy_vision_tests
+^VisionGaps\.LabelSmoothing
+return add(scale(ce, 1.0f - label_smoothing), scale(uniform, label_smoothing));
+return add(ce, scale(uniform, label_smoothing));
+q8-hsum-order
+src/toy/backend/cpu/gemv_blocks.cpp
+toy_op_tests
+^QuantGaps\.Q8_0DecodeProducts
+s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+s = _mm_add_ps(s, _mm_shuffle_ps(s, s, 0x1B));
+q8k-nan-block-scale-zero
+src/toy/backend/cpu/gemv_blocks.cpp
+toy_op_tests
+^QuantGaps\.NonFiniteActivations
+scale = NAN;
+scale = 0;
+q8k-inf-block-scale-zero
+src/toy/backend/cpu/gemv_blocks.cpp
+toy_op_tests
+^QuantGaps\.NonFiniteActivations
+} else if (am != 0.0f) {
+} else if (am != 0.0f && std::isfinite(am)) {
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------
