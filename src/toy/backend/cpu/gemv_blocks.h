@@ -11,7 +11,8 @@ inline constexpr int64_t kGemvMaxRows = 8;
 bool gemv_blocks_supports(DType t);
 // The activation rounding the block products use (llama.cpp's Q8 blocks, with f32 scales):
 // per block of 32, d = max|x| / 127 and q = round(x / d) (ties to even); sum16 holds the
-// sums of each 16 q. A block with a NaN or infinity gets a NaN scale. K a multiple of 32.
+// sums of each 16 q. A block with a NaN or infinity gets a non-finite scale (NaN or +-inf):
+// its products come out NaN. K a multiple of 32.
 // The activations of one row (K values) as llama.cpp rounds them for products with a weight
 // of that type: Q8_0 (per 32, f16 scale) for the 32-block types, Q8_K (per 256) for the K
 // types. d gets one scale per 32 values (a Q8_K block's repeated), q the values, sum16 the
