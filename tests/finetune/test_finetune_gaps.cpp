@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "finetune/finetune_helpers.h"
 #include "proc.h"
 #include "toy/autograd/backward.h"
 #include "toy/autograd/grad_mode.h"
@@ -43,22 +44,12 @@ using nlohmann::json;
 
 namespace {
 
-std::string temp(const std::string& name) {
-  return (fs::path(::testing::TempDir()) / ("toy_ftg_" + std::to_string(getpid()) + "_" + name)).string();
-}
+std::string temp(const std::string& name) { return toy::test::process_temp("toy_ftg_", name); }
 
 // A tiny qwen2 file from `toy init` (tied head, vocabulary of 1024 byte-level BPE tokens, no
 // BOS, EOS <|im_end|>): each digit is one token, so a record of P prompt digits and C
 // completion digits is P + C + 1 tokens.
-const std::string& tiny_model() {
-  static const std::string path = [] {
-    const std::string p = temp("tiny.gguf");
-    const auto r = toy::test::run_toy({"init", "--arch", "qwen2", "--shape", "tiny", "--out", p});
-    EXPECT_EQ(r.status, 0) << r.err;
-    return p;
-  }();
-  return path;
-}
+const std::string& tiny_model() { return toy::test::tiny_qwen2_model(); }
 
 // n digits from a 32-bit LCG.
 std::string digits(uint32_t& x, int n) {

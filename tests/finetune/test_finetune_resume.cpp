@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "finetune/finetune_helpers.h"
 #include "proc.h"
 #include "toy/core/error.h"
 #include "toy/io/gguf.h"
@@ -24,19 +25,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string temp(const std::string& name) {
-  return (fs::path(::testing::TempDir()) / ("toy_ftr_" + std::to_string(getpid()) + "_" + name)).string();
-}
+std::string temp(const std::string& name) { return toy::test::process_temp("toy_ftr_", name); }
 
-const std::string& tiny_model() {
-  static const std::string path = [] {
-    const std::string p = temp("tiny.gguf");
-    const auto r = toy::test::run_toy({"init", "--arch", "qwen2", "--shape", "tiny", "--out", p});
-    EXPECT_EQ(r.status, 0) << r.err;
-    return p;
-  }();
-  return path;
-}
+const std::string& tiny_model() { return toy::test::tiny_qwen2_model(); }
 
 std::string write_data(const std::string& name, int n) {
   const std::string path = temp(name);
