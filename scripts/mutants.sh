@@ -1047,6 +1047,12 @@ toy_op_tests
 ^QuantGaps\.NonFiniteActivations
 } else if (am != 0.0f) {
 } else if (am != 0.0f && std::isfinite(am)) {
+serve-half-closed-client-dropped
+src/toy/serve/connection.cpp
+toy toy_serve_tests
+^ServeRobustness\.AHalfClosed
+  if (r > 0) return false;  // bytes still to read (a pipelined request): not gone yet
+  (void)r;
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

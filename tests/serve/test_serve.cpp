@@ -5,7 +5,10 @@
 // toy serve program (prints its URL, a SIGTERM ends a stream with an error event, exit 0).
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -756,4 +759,25 @@ TEST(ServeOpenAI, SeedMinusOneIsRandom) {
   EXPECT_FALSE(serve::parse_completion_request(R"({"prompt": "hi", "seed": -1})", false).seed.has_value());
   EXPECT_EQ(serve::parse_completion_request(R"({"prompt": "hi", "seed": 5})", false).seed, uint64_t(5));
   EXPECT_EQ(serve::parse_completion_request(R"({"prompt": "hi", "seed": -2})", false).seed, uint64_t(-2));
+}
+
+// A client that sends its request and closes its sending side (shutdown(SHUT_WR), as
+// `nc -N` does) still gets its answer: unread bytes mean the client is not gone.
+TEST(ServeRobustness, AHalfClosedClientWithARequestPendingIsAnswered) {
+  TestServer ts("llama", {.parallel = 1, .ctx = 256, .queue = 4}, {});
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(ts.port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), ssize_t(req.size()));
+  ::shutdown(fd, SHUT_WR);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) got.append(buf, size_t(n));
+  ::close(fd);
+  EXPECT_EQ(serve::status_of(got), 200) << got;
 }

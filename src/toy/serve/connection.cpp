@@ -30,9 +30,11 @@ bool wait_socket(int fd, short events, Clock::duration d) {
 bool peer_gone(int fd) {
   pollfd p{fd, short(POLLIN | POLLRDHUP), 0};
   if (::poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) return true;
+  if (p.revents & (POLLERR | POLLHUP)) return true;  // reset, or closed both ways
   char c;
-  return ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  const ssize_t r = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r > 0) return false;  // bytes still to read (a pipelined request): not gone yet
+  return r == 0 || (p.revents & POLLRDHUP);
 }
 
 void linger_close(int fd) {
@@ -71,7 +73,9 @@ bool ConnectionStream::is_readable() const {
 }
 
 bool ConnectionStream::is_writable() const {
-  return wait_socket(c_.sock, POLLOUT, write_) && !peer_gone(c_.sock);
+  // (A client that is gone makes the write itself fail; one that only closed its sending side
+  // may still read the answer.)
+  return wait_socket(c_.sock, POLLOUT, write_);
 }
 
 ssize_t ConnectionStream::read(char* ptr, size_t size) {

@@ -37,8 +37,8 @@ inline constexpr size_t kMaxHead = 32 << 10;  // request line + headers, bytes
 
 // Waits up to d for the socket to be ready for `events` (POLLIN / POLLOUT).
 bool wait_socket(int fd, short events, Clock::duration d);
-// The client closed (or reset) its connection; bytes it sent and we have not read do not
-// count as gone.
+// The client closed (or reset) its connection, with nothing left to read from it (a client
+// that closed only its sending side after its request counts as gone too, as nginx takes it).
 bool peer_gone(int fd);
 // Closes after sending FIN and draining what the client still sends (briefly), so unread input
 // does not turn the close into a reset that destroys the answer.
