@@ -30,6 +30,7 @@
 #include "toy/infer/sampler.h"
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
+#include "toy/serve/connection.h"
 #include "toy/serve/engine.h"
 #include "toy/serve/openai.h"
 #include "toy/serve/raw_http.h"
@@ -780,4 +781,20 @@ TEST(ServeRobustness, AHalfClosedClientWithARequestPendingIsAnswered) {
   for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) got.append(buf, size_t(n));
   ::close(fd);
   EXPECT_EQ(serve::status_of(got), 200) << got;
+}
+
+// peer_gone itself, without a race against the network: bytes left to read mean the client
+// is not gone, even after it closed its sending side; once they are read, it is.
+TEST(ServeRobustness, APeerWithBytesLeftToReadIsNotGone) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  EXPECT_FALSE(serve::peer_gone(sv[0])) << "an open, quiet peer";
+  ASSERT_EQ(::send(sv[1], "GET", 3, MSG_NOSIGNAL), 3);
+  ::shutdown(sv[1], SHUT_WR);
+  EXPECT_FALSE(serve::peer_gone(sv[0])) << "its request is still to be read";
+  char buf[8];
+  ASSERT_EQ(::recv(sv[0], buf, sizeof buf, 0), 3);
+  EXPECT_TRUE(serve::peer_gone(sv[0])) << "closed, nothing left";
+  ::close(sv[1]);
+  ::close(sv[0]);
 }
