@@ -16,9 +16,7 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 // Only async-signal-safe calls: an atomic store and write(2) (errno is kept).
 void on_stop_signal(int sig) {
   if (g_stop_signal != 0) {  // the second: end at once, as the signal would, with no .tmp left
-    remove_pending_files_now();
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
+    remove_pending_files_and_die_by(sig);
     return;
   }
   g_stop_signal = sig;

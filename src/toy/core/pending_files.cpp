@@ -19,11 +19,7 @@ struct Slot {
 };
 Slot g_slots[kMaxPendingFiles];
 
-void on_signal(int sig) {
-  remove_pending_files_now();
-  std::signal(sig, SIG_DFL);
-  std::raise(sig);
-}
+void on_signal(int sig) { remove_pending_files_and_die_by(sig); }
 
 }  // namespace
 
@@ -45,9 +41,11 @@ PendingFile::~PendingFile() {
   g_slots[slot_].used.store(false, std::memory_order_release);
 }
 
-void remove_pending_files_now() {
+void remove_pending_files_and_die_by(int sig) {
   for (Slot& s : g_slots)
     if (s.ready.load(std::memory_order_acquire)) ::unlink(s.path);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
 }
 
 void remove_pending_files_on_signals() {

@@ -23,7 +23,8 @@ inline constexpr int kMaxPendingFiles = 16;
 // SIGINT, SIGTERM and SIGHUP (those the process does not ignore) remove the pending files,
 // then end the process as the signal would have.
 void remove_pending_files_on_signals();
-// Removes the pending files now; async-signal-safe (for another signal handler).
-void remove_pending_files_now();
+// Removes the pending files, then ends the process as `sig` would have (its default action);
+// async-signal-safe, for a signal handler.
+void remove_pending_files_and_die_by(int sig);
 
 }  // namespace toy

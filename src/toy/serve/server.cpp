@@ -58,6 +58,13 @@ ApiError job_error(const Job& job) {
                   job.error.empty() ? "generation failed" : job.error);
 }
 
+// The refusal of a request that never arrived whole: 431 (its head over kMaxHead) or 408.
+ApiError unfinished_request_error(bool head_too_large) {
+  return head_too_large ? ApiError(431, "invalid_request_error",
+                                   fmt::format("the request line and headers are larger than {} bytes", kMaxHead))
+                        : ApiError(408, "invalid_request_error", "the request did not arrive in time");
+}
+
 uint64_t random_seed() {
   static std::atomic<uint64_t> counter{std::random_device{}()};
   return counter.fetch_add(0x9E3779B97F4A7C15ull);
@@ -95,14 +102,11 @@ class HttpServer : public httplib::Server {
       current_connection() = nullptr;
       if (!ok && strm.written() == 0 && (conn.head_too_large || conn.timed_out)) {
         // It failed inside the request line or headers, before httplib could answer.
-        const int status = conn.head_too_large ? 431 : 408;
-        const std::string body = dump(error_body(
-            ApiError(status, "invalid_request_error",
-                     status == 431 ? fmt::format("the request line and headers are larger than {} bytes", kMaxHead)
-                                   : "the request did not arrive in time")));
+        const ApiError e = unfinished_request_error(conn.head_too_large);
+        const std::string body = dump(error_body(e));
         const std::string r = fmt::format("HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
                                           "Connection: close\r\n\r\n{}",
-                                          status, status == 431 ? "Request Header Fields Too Large" : "Request Timeout",
+                                          e.status, e.status == 431 ? "Request Header Fields Too Large" : "Request Timeout",
                                           body.size(), body);
         strm.write(r.data(), r.size());
       }
@@ -111,11 +115,20 @@ class HttpServer : public httplib::Server {
     linger_close(sock);
     // The last connection gone: hand the memory a burst of requests left in the allocator's
     // free lists back to the system (glibc keeps it otherwise: 160-340 MB after a crowd).
-    if (open_.fetch_sub(1) == 1) malloc_trim(0);
+    // (At most once a second: one client with a connection per request would otherwise trim
+    // after every request.)
+    if (open_.fetch_sub(1) == 1) {
+      const int64_t now = Clock::now().time_since_epoch().count();
+      int64_t last = last_trim_.load();
+      if (now - last >= std::chrono::nanoseconds(std::chrono::seconds(1)).count() &&
+          last_trim_.compare_exchange_strong(last, now))
+        malloc_trim(0);
+    }
     return true;
   }
 
   std::atomic<int64_t> open_{0};
+  std::atomic<int64_t> last_trim_{0};
 };
 
 // A stream over bytes in memory: reads the request, collects the response.
@@ -422,11 +435,8 @@ void Server::routes() {
       if (res.status == 400 && conn->head_too_large) res.status = 431;
       else if (res.status == 400 && conn->timed_out) res.status = 408;
     }
-    if (res.status == 431)
-      send_error(res, ApiError(431, "invalid_request_error",
-                               fmt::format("the request line and headers are larger than {} bytes", kMaxHead)));
-    else if (res.status == 408)
-      send_error(res, ApiError(408, "invalid_request_error", "the request did not arrive in time"));
+    if (res.status == 431 || res.status == 408)
+      send_error(res, unfinished_request_error(res.status == 431));
     else if (res.status == 413)
       send_error(res, ApiError(413, "invalid_request_error",
                                fmt::format("the body is larger than the server's limit of {} bytes (--max-body)",
