@@ -223,6 +223,16 @@ TEST(Images, EmptyDamagedAndHugeImagesAreErrorsNamingTheFault) {
   e = error_for("huge.png", huge);
   EXPECT_NE(e.find("100000x100000"), std::string::npos) << e;
   EXPECT_NE(e.find("larger than"), std::string::npos) << e;
+  // Sides whose product overflows 64 bits (the check once wrapped negative and let it pass).
+  const std::string widest("\xff\xff\xff\xff", 4);
+  huge.replace(16, 4, widest), huge.replace(20, 4, widest);
+  const uLong crc2 = crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(huge.data() + 12), 17);
+  for (int k = 0; k < 4; ++k) huge[size_t(29 + k)] = char(crc2 >> (24 - 8 * k) & 0xff);
+  e = error_for("widest.png", huge);
+  EXPECT_NE(e.find("4294967295x4294967295"), std::string::npos) << e;
+  EXPECT_NE(e.find("larger than"), std::string::npos) << e;
+  e = error_for("widest.pgm", "P5\n99999999999999 99999999999999\n255\n");
+  EXPECT_NE(e.find("larger than"), std::string::npos) << e;
   fs::remove_all(d);
 }
 

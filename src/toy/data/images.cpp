@@ -294,7 +294,7 @@ void check_image_header(const std::string& b, const std::string& path) {
         TOY_CHECK(type == "IHDR" && len >= 8, "[data] PNG '{}': the first chunk is not IHDR", shown(path));
         const uint32_t w = big_endian32(b, at + 8), h = big_endian32(b, at + 12);
         TOY_CHECK(w >= 1 && h >= 1, "[data] PNG '{}' is {}x{}: an image needs at least one pixel", shown(path), w, h);
-        TOY_CHECK(int64_t(w) * int64_t(h) <= kMaxImagePixels, "[data] PNG '{}' is {}x{}: larger than the {} pixels "
+        TOY_CHECK(uint64_t(w) * uint64_t(h) <= uint64_t(kMaxImagePixels), "[data] PNG '{}' is {}x{}: larger than the {} pixels "
                   "toy reads", shown(path), w, h, kMaxImagePixels);
         first = false;
       }
@@ -329,7 +329,7 @@ void check_image_header(const std::string& b, const std::string& path) {
     };
     const int64_t w = number("width"), h = number("height");
     TOY_CHECK(w >= 1 && h >= 1, "[data] PNM '{}' is {}x{}: an image needs at least one pixel", shown(path), w, h);
-    TOY_CHECK(w * h <= kMaxImagePixels, "[data] PNM '{}' is {}x{}: larger than the {} pixels toy reads", shown(path),
+    TOY_CHECK(w <= kMaxImagePixels / h, "[data] PNM '{}' is {}x{}: larger than the {} pixels toy reads", shown(path),
               w, h, kMaxImagePixels);
     if (b[1] != '1' && b[1] != '4') {
       const int64_t maxval = number("maxval");
