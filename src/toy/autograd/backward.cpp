@@ -1,5 +1,6 @@
 #include "toy/autograd/backward.h"
 
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -56,6 +57,85 @@ Tensor as_leaf_grad(DType leaf_dtype, const Tensor& g, const Storage* caller) {
   return g.detach();  // a handle of its own; a second leaf given g now sees a shared storage
 }
 
+// The gradients of one backward() pass on their way to the leaves' .grad: each leaf's
+// contributions are summed in its slot, and the sum is added to .grad once, when the last
+// contribution the pass can bring has arrived. Each node's edges to leaves are counted
+// before the pass; a node that is visited (whether a gradient reached it or not) settles its
+// edges. A node that may reach leaves it does not list (a recomputation region) holds every
+// leaf back until it has run.
+class LeafSlots {
+ public:
+  LeafSlots(const std::vector<std::shared_ptr<TensorImpl>>& order, std::function<void(const Tensor&)> ready)
+      : ready_(std::move(ready)) {
+    for (const auto& t : order) {
+      const Node* node = t->grad_fn.get();
+      if (!node) continue;
+      if (node->reaches_hidden_leaves) ++hidden_pending_;
+      for (const Tensor& in : node->inputs)
+        if (leaf_edge(in)) ++slot(in).pending;
+    }
+  }
+  // A contribution g (already in the leaf's dtype, and owned when it starts the sum).
+  void add(const Tensor& leaf, const Tensor& g) {
+    Slot& s = slot(leaf);
+    if (s.finished) {  // not expected: the counts say nothing more comes; keep it anyway
+      Tensor cur(leaf.impl()->grad);
+      cur = add_grads(cur, g);
+      leaf.impl()->grad = cur.impl_ptr();
+      return;
+    }
+    s.sum = s.sum.defined() ? toy::add(s.sum, g) : g;
+    maybe_finish(s);
+  }
+  // Node `node` has been visited: its edges to leaves bring nothing more.
+  void node_done(const Node& node) {
+    for (const Tensor& in : node.inputs)
+      if (leaf_edge(in)) {
+        Slot& s = slots_[index_.at(in.impl())];
+        --s.pending;
+        maybe_finish(s);
+      }
+    if (node.reaches_hidden_leaves && --hidden_pending_ == 0)
+      for (Slot& s : slots_) maybe_finish(s);
+  }
+  // The end of the pass: whatever is still held (nothing, when the counts are right).
+  void finish_all() {
+    hidden_pending_ = 0;
+    for (Slot& s : slots_) {
+      s.pending = 0;
+      maybe_finish(s);
+    }
+  }
+
+ private:
+  struct Slot {
+    Tensor leaf, sum;
+    int64_t pending = 0;
+    bool finished = false;
+  };
+  static bool leaf_edge(const Tensor& in) { return in.defined() && in.requires_grad() && !in.impl()->grad_fn; }
+  static Tensor add_grads(const Tensor& a, const Tensor& b) { return a.defined() ? toy::add(a, b) : b; }
+  Slot& slot(const Tensor& leaf) {
+    auto [it, fresh] = index_.try_emplace(leaf.impl(), slots_.size());
+    if (fresh) slots_.push_back({leaf, Tensor(), 0, false});
+    return slots_[it->second];
+  }
+  void maybe_finish(Slot& s) {
+    if (s.finished || s.pending > 0 || hidden_pending_ > 0 || !s.sum.defined()) return;
+    s.finished = true;
+    TensorImpl* t = s.leaf.impl();
+    Tensor cur(t->grad);
+    cur = add_grads(cur, s.sum);
+    t->grad = cur.impl_ptr();
+    s.sum = Tensor();
+    if (ready_) ready_(s.leaf);
+  }
+  std::vector<Slot> slots_;  // in the order leaves first appear: finish_all is deterministic
+  std::unordered_map<TensorImpl*, size_t> index_;
+  int64_t hidden_pending_ = 0;
+  std::function<void(const Tensor&)> ready_;
+};
+
 // One backward pass in progress. A checkpoint region runs a nested pass inside its
 // rule; gradients reaching leaves it does not capture itself are handed to the pass
 // around it, so backward() fills .grad and grad() stays free of side effects.
@@ -64,6 +144,7 @@ struct Pass {
   bool fill_leaf_grads;                               // true for backward(), false for grad()
   const Storage* caller_grad;                         // storage of the caller's grad_output
   const Pass* outer;
+  LeafSlots* slots;                                   // the outermost backward()'s
 };
 thread_local const Pass* active_pass = nullptr;
 
@@ -78,12 +159,12 @@ class ActivePass {
   const Pass* prev_;
 };
 
-// Delivers a finished gradient for t: to the innermost pass capturing t, else to t->grad
-// when the outermost pass is a backward().
-void deliver(const Pass* pass, TensorImpl* t, const Tensor& g) {
+// Delivers a finished gradient for t: to the innermost pass capturing t, else to the
+// outermost backward()'s slot for t (its .grad once the pass has brought all of it).
+void deliver(const Pass* pass, const Tensor& t, const Tensor& g) {
   for (const Pass* p = pass; p; p = p->outer) {
     if (p->capture) {
-      auto it = p->capture->find(t);
+      auto it = p->capture->find(t.impl());
       if (it != p->capture->end()) {
         accumulate(it->second, g);
         return;
@@ -91,12 +172,10 @@ void deliver(const Pass* pass, TensorImpl* t, const Tensor& g) {
     }
     if (!p->outer && !p->fill_leaf_grads) return;
   }
-  if (t->grad_fn && !t->retains_grad) return;
-  Tensor cur(t->grad);
+  if (t.impl()->grad_fn && !t.impl()->retains_grad) return;
   const Pass* outermost = pass;
   while (outermost->outer) outermost = outermost->outer;
-  accumulate(cur, as_leaf_grad(t->dtype, g, outermost->caller_grad));
-  t->grad = cur.impl_ptr();
+  outermost->slots->add(t, as_leaf_grad(t.dtype(), g, outermost->caller_grad));
 }
 
 bool captured(const Pass* pass, TensorImpl* t) {
@@ -119,26 +198,32 @@ void run(const Tensor& root, const Tensor& grad_output, BackwardOptions opts,
             g0.shape().str(), root.shape().str());
 
   NoGradGuard no_grad;
+  std::vector<std::shared_ptr<TensorImpl>> order = topo_order(root.impl_ptr());
+  // The outermost backward() sums each leaf's contributions of the pass in its own slots.
+  std::optional<LeafSlots> slots;
+  if (fill_leaf_grads && !active_pass) slots.emplace(order, opts.on_grad_ready);
   const Pass pass{capture, fill_leaf_grads, grad_output.defined() ? grad_output.storage().get() : nullptr,
-                  active_pass};
+                  active_pass, slots ? &*slots : nullptr};
   ActivePass scope(&pass);
   std::unordered_map<TensorImpl*, Tensor> grads;
   grads[root.impl()] = g0;
-  auto leaf_done = [&](TensorImpl* t, const Tensor& g) { deliver(&pass, t, g); };
+  auto leaf_done = [&](const Tensor& t, const Tensor& g) { deliver(&pass, t, g); };
 
-  std::vector<std::shared_ptr<TensorImpl>> order = topo_order(root.impl_ptr());
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     // Taking the reference out lets the tensor go as soon as its node has run.
-    std::shared_ptr<TensorImpl> keep = std::move(*it);
-    TensorImpl* t = keep.get();
+    const Tensor keep(std::move(*it));
+    TensorImpl* t = keep.impl();
+    Node* node = t->grad_fn.get();
     auto git = grads.find(t);
-    if (git == grads.end()) continue;
+    if (git == grads.end()) {
+      if (slots && node) slots->node_done(*node);  // no gradient reached it: its leaf edges bring nothing
+      continue;
+    }
     Tensor g = std::move(git->second);
     grads.erase(git);
-    Node* node = t->grad_fn.get();
-    if (node && (t->retains_grad || captured(&pass, t))) leaf_done(t, g);
+    if (node && (t->retains_grad || captured(&pass, t))) leaf_done(keep, g);
     if (!node) {  // the root itself is a leaf
-      leaf_done(t, g);
+      leaf_done(keep, g);
       continue;
     }
     TOY_CHECK(!node->released, "[backward] the graph through '{}' was already freed by an earlier backward(); "
@@ -160,14 +245,16 @@ void run(const Tensor& root, const Tensor& grad_output, BackwardOptions opts,
       if (in.impl()->grad_fn)
         accumulate(grads[in.impl()], gin[i]);
       else
-        leaf_done(in.impl(), gin[i]);
+        leaf_done(in, gin[i]);
     }
+    if (slots) slots->node_done(*node);
     if (!opts.retain_graph) {
       node->backward = nullptr;
       node->inputs.clear();
       node->released = true;
     }
   }
+  if (slots) slots->finish_all();
 }
 
 }  // namespace
@@ -247,6 +334,7 @@ Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn, c
       if (detached[i].requires_grad()) gin[i] = capture[detached[i].impl()];
     return gin;
   });
+  out.grad_fn()->reaches_hidden_leaves = true;  // the parameters fn captures
   return out;
 }
 

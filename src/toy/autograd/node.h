@@ -20,6 +20,9 @@ struct Node {
   std::vector<Tensor> inputs;
   BackwardFn backward;
   bool released = false;  // saved state freed after a backward pass
+  // The rule may deliver gradients to leaves that are not among `inputs` (a recomputation
+  // region's parameters): until it has run, no leaf of the pass can be known to be finished.
+  bool reaches_hidden_leaves = false;
 };
 
 // True when grad mode is on and any input requires grad.

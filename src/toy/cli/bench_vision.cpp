@@ -24,6 +24,7 @@
 #include "toy/core/thread_pool.h"
 #include "toy/models/vit.h"
 #include "toy/ops/ops.h"
+#include "toy/train/loop.h"
 #include "toy/train/optimizer.h"
 
 namespace toy::cli {
@@ -51,8 +52,9 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// The toy side of one case: the model, a fixed random batch and its optimizer.
-class ToyVit {
+// The toy side of one case: the model, a fixed random batch and its optimizer; a step is the
+// training loop's (train/loop.h take_step) on that batch.
+class ToyVit : public TrainTask {
  public:
   explicit ToyVit(const VisionCase& c) : cfg_(VitConfig::from_preset(c.preset)), batch_(c.batch) {
     cfg_.classes = c.classes;
@@ -67,12 +69,15 @@ class ToyVit {
     y_ = from_vector(y, Shape{batch_});
     opt_ = std::make_unique<AdamW>(model_->params(), AdamWConfig{0.9f, 0.999f, 1e-8f, 0.05f});
   }
+  Tensor micro_loss(int64_t, int64_t& units) override {
+    units += batch_;
+    return classification_loss(model_->logits(x_), y_, 0.1f);
+  }
   void train_step() {
-    Tensor loss = classification_loss(model_->logits(x_), y_, 0.1f);
-    backward(loss);
-    clip_grad_norm(model_->params(), 1.0);
-    opt_->step(1e-4f);
-    model_->params().zero_grad();
+    StepSettings s;
+    s.who = "[bench vision]";
+    s.clip = 1.0;
+    take_step(*this, model_->params(), *opt_, unscaled_, s, 1e-4f);
   }
   void infer_step() {
     NoGradGuard ng;
@@ -85,6 +90,7 @@ class ToyVit {
   int64_t batch_;
   std::unique_ptr<Vit> model_;
   std::unique_ptr<AdamW> opt_;
+  DynamicLossScale unscaled_{1.0f};
   Tensor x_, y_;
 };
 

@@ -102,21 +102,19 @@ void save_checkpoint(Run& r) {
     w.add_tensor("opt.m." + p.name, p.m);
     w.add_tensor("opt.v." + p.name, p.v);
   }
-  if (r.best)
-    for (const Tensor& p : r.best->params().values()) w.add_tensor("best." + p.name(), p.detach());
-  nlohmann::json state = {{"step", r.step},
+  r.loop.best.add_to(w, r.model->params());
+  nlohmann::json state = {{"step", r.loop.step},
                           {"optimizer_steps", r.opt->steps()},
                           {"data_rng", r.data_gen.offset()},
                           {"dropout_rng", r.dropout_gen.offset()},
-                          {"train_seconds", r.train_seconds},
-                          {"tokens_seen", r.tokens_seen},
-                          {"best_step", r.best ? r.best_step : int64_t(-1)},
-                          {"best_val_loss", r.best ? r.best_val : 0.0},
+                          {"train_seconds", r.loop.seconds},
+                          {"tokens_seen", r.loop.units},
+                          {"best_step", r.loop.best.step},
+                          {"best_val_loss", r.loop.best.has() ? r.loop.best.score : 0.0},
                           {"corpus", corpus_json(r)}};
   w.set("toy.train.options", gguf::Value::str(r.o.to_json().dump()));
   w.set("toy.train.state", gguf::Value::str(state.dump()));
   w.write(checkpoint_path(r.o.out));
-  r.saved_step = r.step;
 }
 
 void load_checkpoint(Run& r, const std::string& dir) {
@@ -162,29 +160,25 @@ void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir) {
 
   const std::string st_where = fmt::format("[train] checkpoint '{}' key toy.train.state", shown);
   const nlohmann::json st = parse_object(rd.get_str("toy.train.state"), st_where);
-  r.step = get_int(st, "step", st_where);
-  TOY_CHECK(r.step >= 0 && r.step <= r.o.steps, "{}: step {} is outside the run's 0..{} steps", st_where, r.step,
+  int64_t& step = r.loop.step;
+  step = get_int(st, "step", st_where);
+  TOY_CHECK(step >= 0 && step <= r.o.steps, "{}: step {} is outside the run's 0..{} steps", st_where, step,
             r.o.steps);
   const int64_t opt_steps = get_int(st, "optimizer_steps", st_where);
-  TOY_CHECK(opt_steps == r.step, "{}: {} optimizer steps for {} training steps", st_where, opt_steps, r.step);
+  TOY_CHECK(opt_steps == step, "{}: {} optimizer steps for {} training steps", st_where, opt_steps, step);
   r.opt->set_steps(opt_steps);
   r.data_gen = Generator(r.o.seed, kDataStream);
   r.data_gen.set_offset(get_uint(st, "data_rng", st_where));
   r.dropout_gen = Generator(r.o.seed, kDropoutStream);
   r.dropout_gen.set_offset(get_uint(st, "dropout_rng", st_where));
-  r.train_seconds = get_double(st, "train_seconds", st_where);
-  TOY_CHECK(r.train_seconds >= 0, "{}: train_seconds is negative ({})", st_where, r.train_seconds);
-  r.tokens_seen = get_int(st, "tokens_seen", st_where);
-  TOY_CHECK(r.tokens_seen >= 0, "{}: tokens_seen is negative ({})", st_where, r.tokens_seen);
+  r.loop.seconds = get_double(st, "train_seconds", st_where);
+  TOY_CHECK(r.loop.seconds >= 0, "{}: train_seconds is negative ({})", st_where, r.loop.seconds);
+  r.loop.units = get_int(st, "tokens_seen", st_where);
+  TOY_CHECK(r.loop.units >= 0, "{}: tokens_seen is negative ({})", st_where, r.loop.units);
 
-  r.best_step = get_int(st, "best_step", st_where);
-  TOY_CHECK(r.best_step >= -1 && r.best_step <= r.step, "{}: best_step {} is outside -1..{}", st_where, r.best_step,
-            r.step);
-  r.best_val = get_double(st, "best_val_loss", st_where);
-  if (r.best_step >= 0) {
-    r.best = std::make_unique<DecoderLM>(r.model->config());
-    for (Tensor& p : r.best->params().values()) load_checked(rd, "best." + p.name(), p, false, "[train]");
-  }
+  const int64_t best_step = get_int(st, "best_step", st_where);
+  TOY_CHECK(best_step >= -1 && best_step <= step, "{}: best_step {} is outside -1..{}", st_where, best_step, step);
+  r.loop.best.load(rd, r.model->params(), best_step, get_double(st, "best_val_loss", st_where), 0, "[train]");
 
   const nlohmann::json& corpus = get_object(st, "corpus", st_where);
   r.corpus_hash = parse_hex(corpus, "hash", st_where + " corpus");
@@ -193,7 +187,7 @@ void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir) {
     const std::string fw = st_where + " corpus file";
     r.corpus.push_back({get_string(f, "path", fw), get_uint(f, "bytes", fw), parse_hex(f, "hash", fw)});
   }
-  r.saved_step = r.step;
+  r.loop.saved_step = step;
 }
 
 }  // namespace toy

@@ -43,25 +43,14 @@ void FinetuneOptions::validate() const {
   TOY_CHECK(std::isfinite(lora_alpha) && lora_alpha > 0, "[finetune] --lora-alpha must be positive");
   TOY_CHECK(lora_dropout >= 0 && lora_dropout < 1, "[finetune] --lora-dropout must be in [0, 1)");
   TOY_CHECK(ctx >= 0, "[finetune] --ctx must not be negative");
-  TOY_CHECK(batch >= 1 && accum >= 1, "[finetune] --batch and --accum must be at least 1");
+  validate_loop("[finetune]");
   TOY_CHECK(steps >= 0, "[finetune] --steps must not be negative");
   TOY_CHECK(std::isfinite(epochs) && epochs > 0, "[finetune] --epochs must be positive");
-  TOY_CHECK(std::isfinite(lr) && lr > 0, "[finetune] --lr must be positive");
-  TOY_CHECK(std::isnan(min_lr) || (min_lr >= 0 && min_lr <= lr), "[finetune] --min-lr must be in [0, lr]");
-  TOY_CHECK(warmup >= 0, "[finetune] --warmup must not be negative");
-  TOY_CHECK(std::isfinite(weight_decay) && weight_decay >= 0, "[finetune] --wd must not be negative");
-  TOY_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "[finetune] beta1 and beta2 must be in [0, 1)");
-  TOY_CHECK(std::isfinite(clip) && clip >= 0, "[finetune] --clip must not be negative");
   TOY_CHECK(val_fraction >= 0 && val_fraction < 1, "[finetune] --val-fraction must be in [0, 1)");
   TOY_CHECK(precision == "f32" || precision == "bf16" || precision == "f16",
             "[finetune] --precision must be f32, bf16 or f16, got '{}'", printable(precision));
   TOY_CHECK(std::isfinite(loss_scale) && loss_scale >= 1, "[finetune] the loss scale must be at least 1");
   TOY_CHECK(eval_every >= 0, "[finetune] --eval-every must not be negative");
-  TOY_CHECK(log_every >= 1, "[finetune] --log-every must be at least 1");
-  TOY_CHECK(stop_after >= 0, "[finetune] --stop-after must not be negative");
-  TOY_CHECK(save_every >= 0, "[finetune] --save-every must not be negative (0 = off)");
-  TOY_CHECK(std::isfinite(save_minutes) && save_minutes >= 0 && save_minutes <= 1e6,
-            "[finetune] --save-minutes must be in [0, 1e6] (0 = off)");
   if (!merge_type.empty())
     TOY_CHECK(merge_type == "f32" || merge_type == "f16" || merge_type == "bf16" || merge_type == "q8_0",
               "[finetune] --merge-type must be f32, f16, bf16 or q8_0, got '{}'", printable(merge_type));
@@ -76,39 +65,26 @@ void FinetuneOptions::validate() const {
 
 nlohmann::json FinetuneOptions::to_json() const {
   nlohmann::json j = {{"model", model},
-          {"data", data},
-          {"out", out},
-          {"method", method},
-          {"train_embeddings", train_embeddings},
-          {"donor_embeddings", donor_embeddings},
-          {"lora_rank", lora_rank},
-          {"lora_alpha", json_float(lora_alpha)},
-          {"lora_dropout", json_float(lora_dropout)},
-          {"lora_targets", lora_targets},
-          {"ctx", ctx},
-          {"batch", batch},
-          {"accum", accum},
-          {"pack", pack},
-          {"recompute", recompute},
-          {"precision", precision},
-          {"loss_scale", json_float(loss_scale)},
-          {"steps", steps},
-          {"epochs", epochs},
-          {"lr", json_float(lr)},
-          {"min_lr", json_float(std::isnan(min_lr) ? lr / 10 : min_lr)},
-          {"warmup", warmup},
-          {"weight_decay", json_float(weight_decay)},
-          {"beta1", json_float(beta1)},
-          {"beta2", json_float(beta2)},
-          {"clip", json_float(clip)},
-          {"seed", seed},
-          {"val_fraction", val_fraction},
-          {"eval_every", eval_every},
-          {"log_every", log_every},
-          {"merge_type", merge_type},
-          {"stop_after", stop_after},
-          {"save_every", save_every},
-          {"save_minutes", save_minutes}};
+                      {"data", data},
+                      {"out", out},
+                      {"method", method},
+                      {"train_embeddings", train_embeddings},
+                      {"donor_embeddings", donor_embeddings},
+                      {"lora_rank", lora_rank},
+                      {"lora_alpha", json_float(lora_alpha)},
+                      {"lora_dropout", json_float(lora_dropout)},
+                      {"lora_targets", lora_targets},
+                      {"ctx", ctx},
+                      {"pack", pack},
+                      {"recompute", recompute},
+                      {"precision", precision},
+                      {"loss_scale", json_float(loss_scale)},
+                      {"steps", steps},
+                      {"epochs", epochs},
+                      {"val_fraction", val_fraction},
+                      {"eval_every", eval_every},
+                      {"merge_type", merge_type}};
+  loop_to_json(j);
   if (model.empty()) j["shape"] = shape.to_json();  // a fresh model's (its vocabulary the donor's)
   return j;
 }
@@ -128,29 +104,16 @@ FinetuneOptions FinetuneOptions::from_json(const nlohmann::json& j, const std::s
   o.lora_dropout = get_float(j, "lora_dropout", where);
   o.lora_targets = get_string(j, "lora_targets", where);
   o.ctx = get_int(j, "ctx", where);
-  o.batch = get_int(j, "batch", where);
-  o.accum = get_int(j, "accum", where);
+  o.loop_from_json(j, where);
   o.pack = get_bool(j, "pack", where);
   o.recompute = get_bool(j, "recompute", where);
   o.precision = get_string(j, "precision", where);
   o.loss_scale = get_float(j, "loss_scale", where);
   o.steps = get_int(j, "steps", where);
   o.epochs = get_double(j, "epochs", where);
-  o.lr = get_float(j, "lr", where);
-  o.min_lr = get_float(j, "min_lr", where);
-  o.warmup = get_int(j, "warmup", where);
-  o.weight_decay = get_float(j, "weight_decay", where);
-  o.beta1 = get_float(j, "beta1", where);
-  o.beta2 = get_float(j, "beta2", where);
-  o.clip = get_float(j, "clip", where);
-  o.seed = get_uint(j, "seed", where);
   o.val_fraction = get_double(j, "val_fraction", where);
   o.eval_every = get_int(j, "eval_every", where);
-  o.log_every = get_int(j, "log_every", where);
   o.merge_type = get_string(j, "merge_type", where);
-  o.stop_after = get_int(j, "stop_after", where);
-  o.save_every = get_int(j, "save_every", where);
-  o.save_minutes = get_double(j, "save_minutes", where);
   try {
     o.validate();
   } catch (const Error& e) {
@@ -170,8 +133,6 @@ void shuffle_epoch(FinetuneRun& r) {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Token-weighted mean loss over examples, in batches.
 double mean_loss(DecoderLM& m, const std::vector<SftExample>& examples, int64_t batch) {
@@ -243,17 +204,113 @@ std::string absolute(const std::string& p) {
   return ec ? p : abs.lexically_normal().string();
 }
 
+// Fine-tuning as a task of the one loop: SFT examples in seeded epochs (padded, or packed
+// rows), validation every eval_every steps and at the end, the loss of a logging window, and
+// the outputs (adapter.gguf, the merged model.gguf) holding the best validation weights.
+class FinetuneTask : public TrainTask {
+ public:
+  explicit FinetuneTask(FinetuneRun& r) : r_(r) {}
+  void set_loop(TrainLoop& loop) { loop_ = &loop; }
+  FinetuneResult& result() { return res_; }
+
+  Tensor micro_loss(int64_t, int64_t& units) override {
+    const FinetuneOptions& o = r_.o;
+    DecoderLM& m = *r_.model;
+    Tensor ids, targets;
+    Packing packing;
+    if (o.pack) {
+      std::vector<std::vector<const SftExample*>> rows;
+      for (int64_t i = 0; i < o.batch; ++i) rows.push_back(next_row(r_));
+      make_packed_sft_batch(rows, o.ctx, m.config().vocab, ids, targets, packing.positions, packing.segments);
+      for (const auto& row : rows)
+        for (const SftExample* e : row) units += int64_t(e->tokens.size()) - 1;
+    } else {
+      std::vector<const SftExample*> b;
+      for (int64_t i = 0; i < o.batch; ++i) b.push_back(next_example(r_));
+      make_sft_batch(b, m.config().vocab, ids, targets);
+      for (const SftExample* e : b) units += int64_t(e->tokens.size()) - 1;
+    }
+    return m.loss(ids, targets, true, &r_.dropout_gen, o.pack ? &packing : nullptr);
+  }
+  void after_step(const StepDone& d, nlohmann::json& ev) override {
+    ev["epoch"] = r_.epoch;
+    if (d.skipped) return;
+    r_.window_loss += d.loss, ++r_.window_steps;
+    if (d.step % r_.o.log_every == 0 || d.last) {
+      r_.train_loss = r_.window_loss / double(r_.window_steps);
+      ev["window_loss"] = r_.train_loss;
+      r_.window_loss = 0, r_.window_steps = 0;
+    }
+  }
+  void cadence(const StepDone& d) override {
+    if (!d.last && r_.o.eval_every && d.step % r_.o.eval_every == 0 && !r_.val.empty()) evaluate();
+  }
+  bool final_evaluation() override {
+    if (r_.val.empty()) return false;
+    const int64_t best_before = r_.loop.best.step;
+    res_.val_loss = evaluate();
+    return r_.loop.best.step != best_before;
+  }
+  void save_checkpoint() override { save_finetune_checkpoint(r_); }
+  void write_outputs(bool stopped) override {
+    const BestWeights& best = r_.loop.best;
+    res_.stopped = stopped;
+    // The best-model rule (as toy train's): the outputs hold the weights of the best
+    // validation loss, which may be an earlier evaluation's; the checkpoint keeps the last
+    // step's.
+    if (best.has() && best.step != r_.loop.step) {
+      r_.loop.best.swap_with(r_.model->params());
+      res_.model = "best";
+      loop_->progress().line(fmt::format("toy finetune: the outputs hold the best validation weights (step {}, val "
+                                         "loss {:.4f})", best.step, best.score));
+    }
+    write_finetune_outputs(r_);
+    res_.best_step = best.step;
+    res_.best_val_loss = best.has() ? best.score : NAN;
+    loop_->events().emit("models", {{"model_gguf", res_.model},
+                                    {"last_step", r_.loop.step},
+                                    {"best_step", res_.best_step},
+                                    {"best_val_loss", res_.best_val_loss},
+                                    {"adapter", fs::exists(fs::path(r_.o.out) / "adapter.gguf")}});
+    if (stopped)
+      loop_->progress().line(fmt::format("stopped at step {}: checkpoint written; continue with toy finetune --resume "
+                                         "{}", r_.loop.step, r_.o.out));
+  }
+
+ private:
+  double evaluate() {
+    const double v = mean_loss(*r_.model, r_.val, r_.o.batch);
+    const bool best = loop_->offer_best(v);
+    loop_->events().emit("eval", {{"step", r_.loop.step}, {"val_loss", v}, {"best", best}});
+    loop_->progress().line(fmt::format("step {:>6}  val loss {:.4f}{}", r_.loop.step, v, best ? "  (best so far)" : ""));
+    return v;
+  }
+
+  FinetuneRun& r_;
+  TrainLoop* loop_ = nullptr;
+  FinetuneResult res_;
+};
+
 FinetuneResult run_loop(FinetuneRun& r, bool resumed) {
   const FinetuneOptions& o = r.o;
   DecoderLM& m = *r.model;
-  const fs::path dir(o.out);
-  const bool full = o.method == "full";
-  ProgressLine progress(stderr, o.quiet, o.log_every);
-  EventLog events((dir / "events.jsonl").string(), resumed);
+  FinetuneTask task(r);
+  LoopSetup setup;
+  setup.who = "[finetune]";
+  setup.dir = o.out;
+  setup.resumed = resumed;
+  setup.progress = stderr;
+  setup.total_steps = o.steps;
+  // F16: dynamic loss scaling (a step whose gradient overflows is skipped and the scale
+  // halved; after 200 good steps in a row it doubles).
+  setup.dynamic_loss_scale = o.precision == "f16";
+  setup.resume_command = "toy finetune --resume " + printable(o.out);
+  TrainLoop loop(setup, o, r.loop, m.params(), *r.opt, task);
+  task.set_loop(loop);
   nlohmann::json start = provenance();
   start["command"] = "finetune";
   start["resumed"] = resumed;
-  start["step"] = r.step;
+  start["step"] = r.loop.step;
   start["config"] = o.to_json();
   start["steps"] = o.steps;
   start["train_examples"] = r.train.size();
@@ -263,201 +320,27 @@ FinetuneResult run_loop(FinetuneRun& r, bool resumed) {
   start["model"] = m.config().to_json();
   start["params"] = m.params().numel();
   start["trainable_params"] = m.params().trainable_numel();
-  events.emit("run_start", start);
-  const std::string what = (full ? std::string("full") : fmt::format("LoRA rank {}", o.lora_rank)) +
+  loop.events().emit("run_start", start);
+  const std::string what = (o.method == "full" ? std::string("full") : fmt::format("LoRA rank {}", o.lora_rank)) +
                            (o.donor_embeddings.empty() ? "" : ", projection lens");
-  progress.line(fmt::format("toy finetune: {}, {} of {} parameters train; {} examples ({} validation), {} steps{}",
-                            what, m.params().trainable_numel(), m.params().numel(), r.train.size() + r.val.size(),
-                            r.val.size(), o.steps, resumed ? fmt::format(", resuming at step {}", r.step) : ""));
-
-  FinetuneResult res;
+  loop.progress().line(fmt::format("toy finetune: {}, {} of {} parameters train; {} examples ({} validation), {} "
+                                   "steps{}", what, m.params().trainable_numel(), m.params().numel(),
+                                   r.train.size() + r.val.size(), r.val.size(), o.steps,
+                                   resumed ? fmt::format(", resuming at step {}", r.loop.step) : ""));
+  FinetuneResult& res = task.result();
   res.out = o.out;
   res.trainable_params = m.params().trainable_numel();
-  // Keeps a copy of the trainable weights when v is the best validation loss so far.
-  auto note_validation = [&](double v) {
-    if (!std::isfinite(v) || (r.best_step >= 0 && v >= r.best_val)) return false;
-    NoGradGuard ng;
-    size_t i = 0;
-    for (Param& p : m.params().all()) {
-      if (!p.trainable) continue;
-      if (r.best.size() <= i) r.best.push_back(empty(p.value.shape(), p.value.dtype()));
-      copy_(r.best[i++], p.value.detach());
-    }
-    r.best_step = r.step, r.best_val = v;
-    return true;
-  };
-  auto evaluate = [&] {
-    const double v = mean_loss(m, r.val, o.batch);
-    const bool best = note_validation(v);
-    events.emit("eval", {{"step", r.step}, {"val_loss", v}, {"best", best}});
-    progress.line(fmt::format("step {:>6}  val loss {:.4f}{}", r.step, v, best ? "  (best so far)" : ""));
-    return v;
-  };
-  auto checkpoint = [&](const char* reason) {
-    save_finetune_checkpoint(r);
-    events.emit("checkpoint", {{"step", r.step}, {"reason", reason}});
-  };
-  auto end_events = [&](const nlohmann::json& extra) {
-    nlohmann::json e = {{"steps", r.step},           {"train_loss", r.train_loss},
-                        {"val_loss", res.val_loss},  {"tokens_per_s", double(r.tokens) / std::max(r.seconds, 1e-9)},
-                        {"seconds", r.seconds},      {"stopped", res.stopped},
-                        {"skipped_steps", r.skipped_steps}};
-    e.update(extra);
-    events.emit("run_end", e);
-    write_report((dir / "events.jsonl").string(), (dir / "report.html").string());
-  };
-  // A step that cannot go on (a non-finite loss or gradient) applies nothing and writes
-  // nothing: the files of the run stay those of the last good save.
-  auto fail_step = [&](const std::string& why) {
-    const std::string kept = r.saved_step >= 0
-                                 ? fmt::format("the checkpoint of step {} is kept; no file was replaced", r.saved_step)
-                                 : std::string("nothing was written");
-    const std::string msg = fmt::format("[finetune] step {}: {}; {}", r.step + 1, why, kept);
-    events.emit("error", {{"step", r.step + 1}, {"message", msg}});
-    end_events({{"error", msg}});
-    fail("{}", msg);
-  };
-
-  // F16: dynamic loss scaling (a step whose gradient overflows is skipped and the scale
-  // halved; after 200 good steps in a row it doubles).
-  const bool scaled = o.precision == "f16";
-  const auto session_start = Clock::now();
-  auto last_save = Clock::now();
-  while (r.step < o.steps) {
-    const auto t0 = Clock::now();
-    const float lr = cosine_lr(r.step, o.warmup, o.steps, o.lr, o.min_lr);
-    double loss_sum = 0;
-    int64_t step_tokens = 0;
-    for (int64_t micro = 0; micro < o.accum; ++micro) {
-      Tensor ids, targets;
-      Packing packing;
-      if (o.pack) {
-        std::vector<std::vector<const SftExample*>> rows;
-        for (int64_t i = 0; i < o.batch; ++i) rows.push_back(next_row(r));
-        make_packed_sft_batch(rows, o.ctx, m.config().vocab, ids, targets, packing.positions, packing.segments);
-        for (const auto& row : rows)
-          for (const SftExample* e : row) step_tokens += int64_t(e->tokens.size()) - 1;
-      } else {
-        std::vector<const SftExample*> b;
-        for (int64_t i = 0; i < o.batch; ++i) b.push_back(next_example(r));
-        make_sft_batch(b, m.config().vocab, ids, targets);
-        for (const SftExample* e : b) step_tokens += int64_t(e->tokens.size()) - 1;
-      }
-      Tensor loss = m.loss(ids, targets, true, &r.dropout_gen, o.pack ? &packing : nullptr);
-      const double l = loss.item();
-      if (!std::isfinite(l)) fail_step(fmt::format("the loss became {} (try a lower --lr)", l));
-      loss_sum += l;
-      const float s = r.loss_scale.scale() / float(o.accum);
-      backward(s == 1.0f ? loss : scale(loss, s));
-    }
-    if (scaled) {
-      NoGradGuard ng;
-      for (Param& p : m.params().all())
-        if (p.value.grad().defined()) p.value.set_grad(scale(p.value.grad(), 1.0f / r.loss_scale.scale()));
-    }
-    const double norm = clip_grad_norm(m.params(), o.clip);
-    bool skipped = false;
-    if (scaled) {
-      const float used = r.loss_scale.scale();
-      if (!r.loss_scale.update(std::isfinite(norm))) {
-        skipped = true;
-        ++r.skipped_steps;
-        events.emit("skipped_step", {{"step", r.step + 1}, {"loss_scale", used}, {"grad_norm", norm}});
-      }
-    }
-    if (!skipped && !std::isfinite(norm)) {
-      m.params().zero_grad();
-      fail_step(fmt::format("the gradient norm became {} (try a lower --lr or --clip)", norm));
-    }
-    if (!skipped) r.opt->step(lr);
-    m.params().zero_grad();
-    ++r.step;
-    const double dt = since(t0);
-    r.seconds += dt;
-    r.tokens += step_tokens;
-    const double loss = loss_sum / double(o.accum);
-    const bool last = r.step == o.steps;
-    nlohmann::json ev = {{"step", r.step}, {"loss", loss}, {"lr", json_float(lr)}, {"grad_norm", norm},
-                         {"tokens_per_s", double(step_tokens) / std::max(dt, 1e-9)}, {"epoch", r.epoch}};
-    if (!skipped) {
-      r.window_loss += loss, ++r.window_steps;
-      if (r.step % o.log_every == 0 || last) {
-        r.train_loss = r.window_loss / double(r.window_steps);
-        ev["window_loss"] = r.train_loss;
-        r.window_loss = 0, r.window_steps = 0;
-      }
-    }
-    events.emit("step", ev);
-    const double tps = double(r.tokens) / std::max(r.seconds, 1e-9);
-    const double eta = double(o.steps - r.step) * r.seconds / double(std::max<int64_t>(1, r.step));
-    progress.step(r.step, o.steps, loss, lr, tps, eta);
-    if (!last && o.eval_every && r.step % o.eval_every == 0 && !r.val.empty()) evaluate();
-    if (!last && (stop_requested() || (o.stop_after > 0 && r.step >= o.stop_after))) {
-      res.stopped = true;
-      clear_stop_request();
-      break;
-    }
-    const bool periodic = (o.save_every > 0 && r.step % o.save_every == 0) ||
-                          (o.save_minutes > 0 && since(last_save) >= o.save_minutes * 60);
-    if (!last && periodic) {
-      checkpoint("periodic");
-      last_save = Clock::now();
-    }
-  }
-  if (r.window_steps) r.train_loss = r.window_loss / double(r.window_steps);
-  // A write that fails now (a full disk) names the checkpoint the run can resume from: an
-  // earlier one is whole whatever happened to this write (writes replace files atomically).
-  const auto say_where_to_resume = [&](const Error& e) {
-    const fs::path ck = dir / "checkpoint.gguf";
-    std::error_code ec;
-    if (!fs::exists(ck, ec)) throw e;
-    throw Error(fmt::format("{}; the run's last checkpoint, '{}', is whole: once the cause is fixed (a full "
-                            "disk: free space), continue with toy finetune --resume {}", e.what(), printable(ck.string()), printable(o.out)));
-  };
-  // The trained weights first: nothing after the last step may lose them.
-  try {
-    checkpoint(res.stopped ? "stop" : "end");
-  } catch (const Error& e) {
-    say_where_to_resume(e);
-  }
-  if (!res.stopped && !r.val.empty()) {
-    const int64_t best_before = r.best_step;
-    res.val_loss = evaluate();
-    if (r.best_step != best_before) checkpoint("best");  // the final evaluation found better weights
-  }
-  // The best-model rule (as toy train's): the outputs hold the weights of the best validation
-  // loss, which may be an earlier evaluation's; the checkpoint keeps the last step's.
-  if (r.best_step >= 0 && r.best_step != r.step) {
-    NoGradGuard ng;
-    size_t i = 0;
-    for (Param& p : m.params().all())
-      if (p.trainable) copy_(p.value, r.best[i++]);
-    res.model = "best";
-    progress.line(fmt::format("toy finetune: the outputs hold the best validation weights (step {}, val loss {:.4f})",
-                              r.best_step, r.best_val));
-  }
-  try {
-    write_finetune_outputs(r);
-  } catch (const Error& e) {
-    say_where_to_resume(e);
-  }
-  res.steps = r.step;
+  loop.run([&] {
+    if (r.window_steps) r.train_loss = r.window_loss / double(r.window_steps);
+    return nlohmann::json{{"train_loss", r.train_loss},      {"val_loss", res.val_loss},
+                          {"skipped_steps", r.loop.skipped_steps}, {"model", res.model},
+                          {"best_step", res.best_step},      {"best_val_loss", res.best_val_loss}};
+  });
+  res.steps = r.loop.step;
   res.train_loss = r.train_loss;
-  res.seconds = r.seconds;
-  res.tokens_per_s = double(r.tokens) / std::max(r.seconds, 1e-9);
-  res.skipped_steps = r.skipped_steps;
-  res.best_step = r.best_step;
-  res.best_val_loss = r.best_step >= 0 ? r.best_val : NAN;
-  events.emit("models", {{"model_gguf", res.model},
-                         {"last_step", r.step},
-                         {"best_step", res.best_step},
-                         {"best_val_loss", res.best_val_loss},
-                         {"adapter", fs::exists(dir / "adapter.gguf")}});
-  if (res.stopped)
-    progress.line(fmt::format("stopped at step {}: checkpoint written; continue with toy finetune --resume {}", r.step,
-                              o.out));
-  end_events({{"session_seconds", since(session_start)}, {"model", res.model}, {"best_step", res.best_step},
-              {"best_val_loss", res.best_val_loss}});
+  res.seconds = r.loop.seconds;
+  res.tokens_per_s = double(r.loop.units) / std::max(r.loop.seconds, 1e-9);
+  res.skipped_steps = r.loop.skipped_steps;
   return res;
 }
 
@@ -493,9 +376,9 @@ FinetuneResult finetune(const FinetuneOptions& opts) {
   if (std::isnan(opts.min_lr)) r.o.min_lr = opts.lr / 10;
   identify_files(r);
   prepare_new_run_folder(opts.out, opts.force);
-  r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{opts.beta1, opts.beta2, 1e-8f, opts.weight_decay});
+  r.opt = std::make_unique<AdamW>(r.model->params(), opts.adamw());
   r.dropout_gen = Generator(opts.seed, kFinetuneDropoutStream);
-  r.loss_scale = DynamicLossScale(opts.precision == "f16" ? opts.loss_scale : 1.0f);
+  r.loop.loss_scale = DynamicLossScale(opts.precision == "f16" ? opts.loss_scale : 1.0f);
   return run_loop(r, false);
 }
 
@@ -526,7 +409,7 @@ FinetuneResult resume_finetune(const std::string& dir, const std::function<void(
   check_same_file(data, r.data_id, "training data");
   build_finetune_model(r);
   read_finetune_data(r);
-  r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{r.o.beta1, r.o.beta2, 1e-8f, r.o.weight_decay});
+  r.opt = std::make_unique<AdamW>(r.model->params(), r.o.adamw());
   load_finetune_checkpoint(r, rd);
   // A finished run whose outputs were not written after its last checkpoint (the write
   // failed: a full disk) only writes them now.
@@ -535,7 +418,7 @@ FinetuneResult resume_finetune(const std::string& dir, const std::function<void(
     const auto t = fs::last_write_time(fs::path(dir) / f, e);
     return e ? fs::file_time_type::min() : t;
   };
-  TOY_CHECK(r.step < r.o.steps || written("model.gguf") < written("checkpoint.gguf"),
+  TOY_CHECK(r.loop.step < r.o.steps || written("model.gguf") < written("checkpoint.gguf"),
             "[finetune] the run in '{}' already finished its {} steps (pass a larger --steps to go on)", printable(dir),
             r.o.steps);
   return run_loop(r, true);

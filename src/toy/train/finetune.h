@@ -22,10 +22,11 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "toy/models/config.h"
+#include "toy/train/loop.h"
 
 namespace toy {
 
-struct FinetuneOptions {
+struct FinetuneOptions : LoopOptions {
   std::string model;              // base GGUF (empty with a donor: a fresh model of `shape`)
   std::string data;               // .jsonl records or plain text
   std::string out;                // run folder
@@ -37,27 +38,21 @@ struct FinetuneOptions {
   float lora_alpha = 16, lora_dropout = 0;
   std::string lora_targets;       // empty: every projection
   int64_t ctx = 0;                // 0: min(the model's context, 512)
-  int64_t batch = 4, accum = 1;
   bool pack = false;              // rows of ctx tokens holding several examples (block-causal)
   bool recompute = false;         // recompute each block's activations during backward
   std::string precision = "f32";  // f32 | bf16 | f16: the type the projections' products run in
   float loss_scale = 65536;       // f16: the initial dynamic loss scale
   int64_t steps = 0;              // 0: from epochs
   double epochs = 1;
-  float lr = 1e-4f, min_lr = NAN;  // min_lr NaN: lr / 10
-  int64_t warmup = 0;
-  float weight_decay = 0, beta1 = 0.9f, beta2 = 0.999f, clip = 1.0f;
-  uint64_t seed = 1337;
   double val_fraction = 0.05;
   int64_t eval_every = 0;         // 0: only at the end
-  int64_t log_every = 10;
   std::string merge_type;         // f32|f16|bf16|q8_0; empty: the base's float type, F16 for a quantized base
-  int64_t stop_after = 0;         // stop (with a checkpoint) after this step; 0: run to the end
-  int64_t save_every = 0;         // a checkpoint every N steps (0: off)
-  double save_minutes = 10;       // and at least every M minutes of training (0: off)
-  // Not saved with the run: they apply to one invocation.
-  bool quiet = false;
-  bool force = false;
+
+  // The core's defaults for fine-tuning (min_lr NaN: lr / 10).
+  FinetuneOptions() {
+    batch = 4, accum = 1, lr = 1e-4f, min_lr = NAN, warmup = 0;
+    weight_decay = 0, beta1 = 0.9f, beta2 = 0.999f, clip = 1.0f, seed = 1337, log_every = 10;
+  }
 
   void validate() const;
   nlohmann::json to_json() const;

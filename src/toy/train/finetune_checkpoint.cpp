@@ -55,7 +55,6 @@ void save_finetune_checkpoint(FinetuneRun& r) {
   gguf::Writer w;
   w.set("toy.finetune.version", gguf::Value::u32(kFinetuneCheckpointVersion));
   w.set("general.name", gguf::Value::str("toy finetune checkpoint"));
-  size_t i = 0;
   for (const Param& p : r.model->params().all()) {
     if (!p.trainable) continue;
     const int64_t bad = first_non_finite(p.value);
@@ -64,24 +63,24 @@ void save_finetune_checkpoint(FinetuneRun& r) {
     w.add_tensor("param." + p.name, p.value.detach());
     w.add_tensor("opt.m." + p.name, p.m);
     w.add_tensor("opt.v." + p.name, p.v);
-    if (r.best_step >= 0) w.add_tensor("best." + p.name, r.best[i]);
-    ++i;
   }
-  nlohmann::json state = {{"step", r.step},
+  r.loop.best.add_to(w, r.model->params());
+  const LoopState& loop = r.loop;
+  nlohmann::json state = {{"step", loop.step},
                           {"optimizer_steps", r.opt->steps()},
                           {"epoch", r.epoch},
                           {"cursor", r.cursor},
                           {"pending", r.pending},
                           {"dropout_rng", r.dropout_gen.offset()},
-                          {"loss_scale", r.loss_scale.scale()},
-                          {"loss_scale_good_steps", r.loss_scale.good_steps()},
-                          {"tokens", r.tokens},
-                          {"seconds", r.seconds},
+                          {"loss_scale", loop.loss_scale.scale()},
+                          {"loss_scale_good_steps", loop.loss_scale.good_steps()},
+                          {"tokens", loop.units},
+                          {"seconds", loop.seconds},
                           {"window_loss", r.window_loss},
                           {"window_steps", r.window_steps},
-                          {"skipped_steps", r.skipped_steps},
-                          {"best_step", r.best_step},
-                          {"best_val_loss", r.best_step >= 0 ? r.best_val : 0.0},
+                          {"skipped_steps", loop.skipped_steps},
+                          {"best_step", loop.best.step},
+                          {"best_val_loss", loop.best.has() ? loop.best.score : 0.0},
                           {"base", identity_json(r.base_id)},
                           {"donor", identity_json(r.donor_id)},
                           {"data", identity_json(r.data_id)}};
@@ -89,7 +88,6 @@ void save_finetune_checkpoint(FinetuneRun& r) {
   w.set("toy.finetune.options", gguf::Value::str(r.o.to_json().dump()));
   w.set("toy.finetune.state", gguf::Value::str(state.dump()));
   w.write(finetune_checkpoint_path(r.o.out));
-  r.saved_step = r.step;
 }
 
 FinetuneOptions read_finetune_checkpoint_options(const gguf::Reader& rd, const std::string& dir) {
@@ -138,11 +136,12 @@ void load_finetune_checkpoint(FinetuneRun& r, const gguf::Reader& rd) {
 
   const std::string w = fmt::format("[finetune] checkpoint '{}' key toy.finetune.state", shown);
   const nlohmann::json st = parse_object(rd.get_str("toy.finetune.state"), w);
-  r.step = get_int(st, "step", w);
-  TOY_CHECK(r.step >= 0 && r.step <= r.o.steps, "{}: step {} is outside the run's 0..{} steps", w, r.step, r.o.steps);
+  LoopState& loop = r.loop;
+  const int64_t step = loop.step = get_int(st, "step", w);
+  TOY_CHECK(step >= 0 && step <= r.o.steps, "{}: step {} is outside the run's 0..{} steps", w, step, r.o.steps);
   const int64_t opt_steps = get_int(st, "optimizer_steps", w);
-  TOY_CHECK(opt_steps >= 0 && opt_steps <= r.step, "{}: {} optimizer steps for {} training steps", w, opt_steps,
-            r.step);
+  TOY_CHECK(opt_steps >= 0 && opt_steps <= step, "{}: {} optimizer steps for {} training steps", w, opt_steps,
+            step);
   r.opt->set_steps(opt_steps);
   r.epoch = get_int(st, "epoch", w);
   TOY_CHECK(r.epoch >= -1 && r.epoch <= (int64_t(1) << 40), "{}: epoch {} is out of range", w, r.epoch);
@@ -157,27 +156,20 @@ void load_finetune_checkpoint(FinetuneRun& r, const gguf::Reader& rd) {
   const float scale = get_float(st, "loss_scale", w);
   const int64_t good = get_int(st, "loss_scale_good_steps", w);
   TOY_CHECK(scale >= 1 && good >= 0, "{}: loss scale {} / {} good steps is out of range", w, scale, good);
-  r.loss_scale.restore(scale, good);
-  r.tokens = get_int(st, "tokens", w);
-  r.seconds = get_double(st, "seconds", w);
+  loop.loss_scale.restore(scale, good);
+  loop.units = get_int(st, "tokens", w);
+  loop.seconds = get_double(st, "seconds", w);
   r.window_loss = get_double(st, "window_loss", w);
   r.window_steps = get_int(st, "window_steps", w);
-  r.skipped_steps = get_int(st, "skipped_steps", w);
-  TOY_CHECK(r.tokens >= 0 && r.seconds >= 0 && r.window_steps >= 0 && r.skipped_steps >= 0,
+  loop.skipped_steps = get_int(st, "skipped_steps", w);
+  TOY_CHECK(loop.units >= 0 && loop.seconds >= 0 && r.window_steps >= 0 && loop.skipped_steps >= 0,
             "{}: a negative count (tokens, seconds, window or skipped steps)", w);
   r.train_loss = st.contains("train_loss") ? get_double(st, "train_loss", w) : NAN;
-  r.best_step = get_int(st, "best_step", w);
-  TOY_CHECK(r.best_step >= -1 && r.best_step <= r.step, "{}: best_step {} is outside -1..{}", w, r.best_step, r.step);
-  r.best_val = get_double(st, "best_val_loss", w);
-  r.best.clear();
-  if (r.best_step >= 0)
-    for (Param& p : r.model->params().all()) {
-      if (!p.trainable) continue;
-      r.best.push_back(empty(p.value.shape()));
-      load_checked(rd, "best." + p.name, r.best.back(), false, "[finetune]");
-    }
+  const int64_t best_step = get_int(st, "best_step", w);
+  TOY_CHECK(best_step >= -1 && best_step <= step, "{}: best_step {} is outside -1..{}", w, best_step, step);
+  loop.best.load(rd, r.model->params(), best_step, get_double(st, "best_val_loss", w), 0, "[finetune]");
+  loop.saved_step = step;
   if (r.epoch >= 0) shuffle_epoch(r);  // the epoch's order is the seed's: rebuilt, not stored
-  r.saved_step = r.step;
 }
 
 }  // namespace toy

@@ -44,24 +44,16 @@ struct FinetuneRun {
 
   std::unique_ptr<AdamW> opt;
   Generator dropout_gen{0, kFinetuneDropoutStream};
-  DynamicLossScale loss_scale;
-  // Where the run is: steps done, the epoch and the position in its order; `pending` — the
+  LoopState loop;  // steps, time, tokens, the F16 loss scale, the best (trainable) weights
+  // Where the run is in its data: the epoch and the position in its order; `pending` — the
   // example at cursor - 1 did not fit the last packed row and opens the next one.
-  int64_t step = 0, epoch = -1;
+  int64_t epoch = -1;
   size_t cursor = 0;
   bool pending = false;
   std::vector<size_t> order;  // this epoch's order (rebuilt from the seed and epoch)
-  int64_t tokens = 0;         // input tokens trained on (all sessions)
-  double seconds = 0;         // time in training steps (all sessions)
   double window_loss = 0;     // the logging window so far
   int64_t window_steps = 0;
   double train_loss = NAN;    // the last full window's mean
-  int64_t skipped_steps = 0;
-  // The trainable weights at the best validation loss so far (parameter order).
-  std::vector<Tensor> best;
-  int64_t best_step = -1;
-  double best_val = NAN;
-  int64_t saved_step = -1;  // step of the last checkpoint written or loaded (-1: none)
 };
 
 // Opens the base / donor and builds r.model, r.tok and what trains, from r.o alone (a resumed

@@ -13,6 +13,7 @@
 #include "toy/io/gguf.h"
 #include "toy/models/decoder_lm.h"
 #include "toy/tokenizer/tokenizer.h"
+#include "toy/train/loop.h"
 #include "toy/train/optimizer.h"
 #include "toy/train/trainer.h"
 
@@ -29,18 +30,11 @@ struct Run {
   std::unique_ptr<DecoderLM> model;
   std::unique_ptr<AdamW> opt;
   Generator data_gen{0, kDataStream}, dropout_gen{0, kDropoutStream};
-  int64_t step = 0;          // steps completed
-  double train_seconds = 0;  // time spent in training steps (all sessions)
-  int64_t tokens_seen = 0;
+  LoopState loop;            // steps, time, tokens, the best weights
   std::vector<std::string> files;
   std::vector<CorpusFile> corpus;  // identity of the corpus the run trains on
   uint64_t corpus_hash = 0;
   uint64_t token_cache_key = 0;    // the corpus text and the tokenizer's identity
-  // The weights of the best validation loss so far (allocated at the first evaluation).
-  std::unique_ptr<DecoderLM> best;
-  int64_t best_step = -1;
-  double best_val = 0;
-  int64_t saved_step = -1;  // step of the last checkpoint written or loaded (-1: none)
 };
 
 std::string checkpoint_path(const std::string& dir);

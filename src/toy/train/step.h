@@ -1,32 +1,36 @@
-// One optimizer step of a DecoderLM, shared by `toy train` and `toy bench train` so that the
-// benchmark times exactly what training runs.
+// The micro-batches of `toy train`, shared by the trainer and `toy bench train` so that the
+// benchmark times exactly what training runs: `batch` random windows of the training tokens
+// (drawn from data_gen), the DecoderLM's loss with dropout (from dropout_gen).
 #pragma once
 #include <cstdint>
 
-#include "toy/core/error.h"
 #include "toy/core/rng.h"
+#include "toy/train/loop.h"
 
 namespace toy {
 
-class AdamW;
 class BatchSampler;
 class DecoderLM;
 
-// A step whose loss or gradient norm is NaN or infinite (nothing was applied).
-class NonFiniteStep : public Error {
+class WindowTask : public TrainTask {
  public:
-  using Error::Error;
+  WindowTask(DecoderLM& model, const BatchSampler& batches, Generator& data_gen, Generator& dropout_gen)
+      : model_(model), batches_(batches), data_gen_(data_gen), dropout_gen_(dropout_gen) {}
+  Tensor micro_loss(int64_t micro, int64_t& units) override;
+
+ protected:
+  DecoderLM& model_;
+  const BatchSampler& batches_;
+  Generator& data_gen_;
+  Generator& dropout_gen_;
 };
 
-struct StepResult {
-  double loss = 0;       // mean over the micro-batches
-  double grad_norm = 0;  // global gradient norm before clipping
-};
+using StepResult = StepDone;
 
-// `accum` micro-batches (windows drawn from data_gen; forward, loss, backward, each loss
-// scaled by 1/accum), clipping to global norm `clip` (0 = off), AdamW at `lr`, gradients
-// zeroed. Throws NonFiniteStep, before anything is updated, when a micro-batch's loss or the
-// gradient norm is not finite.
+// One step of a WindowTask through take_step (loop.h): `accum` micro-batches, each loss scaled
+// by 1/accum, clipping to global norm `clip` (0 = off), AdamW at `lr`, gradients zeroed.
+// Throws NonFiniteStep, before anything is updated, when a loss or the gradient norm is not
+// finite.
 StepResult train_step(DecoderLM& model, AdamW& opt, const BatchSampler& batches, Generator& data_gen,
                       Generator& dropout_gen, int64_t accum, double clip, float lr);
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -36,10 +37,8 @@ namespace fs = std::filesystem;
 namespace toy {
 
 namespace {
-std::atomic<bool> g_stop{false};
+std::atomic<bool> g_stop{false};  // set by request_stop(); the loop honours and clears it
 static_assert(std::atomic<bool>::is_always_lock_free, "set from signal handlers");
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 }  // namespace
 
 void request_stop() { g_stop = true; }
@@ -50,24 +49,14 @@ void clear_stop_request() { g_stop = false; }
 
 void TrainOptions::validate() const {
   TOY_CHECK(!out.empty(), "[train] --out (the run folder) is required");
-  TOY_CHECK(batch > 0 && batch <= 1 << 20, "[train] --batch must be in 1..1048576, got {}", batch);
-  TOY_CHECK(accum > 0 && accum <= 1 << 16, "[train] --accum must be in 1..65536, got {}", accum);
+  validate_loop("[train]");
+  // From scratch, a step larger than 1 or a decay of the whole weight each step is a typo.
+  TOY_CHECK(lr <= 1, "[train] --lr must be in (0, 1], got {}", lr);
+  TOY_CHECK(weight_decay < 1, "[train] --wd must be in [0, 1), got {}", weight_decay);
+  TOY_CHECK(std::isfinite(min_lr), "[train] --min-lr must be in [0, lr], got {}", min_lr);
   TOY_CHECK(steps > 0, "[train] --steps must be >= 1, got {}", steps);
-  TOY_CHECK(std::isfinite(lr) && lr > 0 && lr <= 1, "[train] --lr must be in (0, 1], got {}", lr);
-  TOY_CHECK(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, "[train] --min-lr must be in [0, lr], got {}",
-            min_lr);
-  TOY_CHECK(warmup >= 0, "[train] --warmup must be >= 0, got {}", warmup);
-  TOY_CHECK(weight_decay >= 0 && weight_decay < 1, "[train] --wd must be in [0, 1), got {}", weight_decay);
-  TOY_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "[train] --beta1/--beta2 must be in [0, 1), got {} "
-            "and {}", beta1, beta2);
-  TOY_CHECK(std::isfinite(clip) && clip >= 0, "[train] --clip must be >= 0 (0 = off), got {}", clip);
   TOY_CHECK(eval_every >= 0, "[train] --eval-every must be >= 0, got {}", eval_every);
   TOY_CHECK(sample_every >= 0, "[train] --sample-every must be >= 0, got {}", sample_every);
-  TOY_CHECK(stop_after >= 0, "[train] --stop-after must be >= 0, got {}", stop_after);
-  TOY_CHECK(log_every > 0, "[train] --log-every must be >= 1, got {}", log_every);
-  TOY_CHECK(save_every >= 0, "[train] --save-every must be >= 0 (0 = off), got {}", save_every);
-  TOY_CHECK(std::isfinite(save_minutes) && save_minutes >= 0 && save_minutes <= 1e6,
-            "[train] --save-minutes must be in [0, 1e6] (0 = off), got {}", save_minutes);
   TOY_CHECK(keep == "best" || keep == "last", "[train] --keep must be best or last, got '{}'", printable(keep));
   TOY_CHECK(eval_batches > 0 && eval_batches <= 1 << 20, "[train] --eval-batches must be in 1..1048576, got {}",
             eval_batches);
@@ -84,13 +73,20 @@ void TrainOptions::validate() const {
 }
 
 nlohmann::json TrainOptions::to_json() const {
-  return {{"data", data},           {"out", out},           {"tokenizer", tokenizer},   {"model", model.to_json()},
-          {"batch", batch},         {"accum", accum},       {"steps", steps},           {"lr", json_float(lr)},
-          {"min_lr", json_float(min_lr)},       {"warmup", warmup},     {"weight_decay", json_float(weight_decay)}, {"beta1", json_float(beta1)},
-          {"beta2", json_float(beta2)},         {"clip", json_float(clip)},         {"seed", seed},             {"eval_every", eval_every},
-          {"eval_batches", eval_batches}, {"sample_every", sample_every}, {"sample_tokens", sample_tokens},
-          {"log_every", log_every}, {"val_fraction", val_fraction}, {"threads", threads}, {"stop_after", stop_after},
-          {"save_every", save_every}, {"save_minutes", save_minutes}, {"keep", keep}};
+  nlohmann::json j = {{"data", data},
+                      {"out", out},
+                      {"tokenizer", tokenizer},
+                      {"model", model.to_json()},
+                      {"steps", steps},
+                      {"eval_every", eval_every},
+                      {"eval_batches", eval_batches},
+                      {"sample_every", sample_every},
+                      {"sample_tokens", sample_tokens},
+                      {"val_fraction", val_fraction},
+                      {"threads", threads},
+                      {"keep", keep}};
+  loop_to_json(j);
+  return j;
 }
 
 TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string& where) {
@@ -104,29 +100,16 @@ TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string&
   o.out = get_string(j, "out", where);
   o.tokenizer = get_string(j, "tokenizer", where);
   o.model = ModelConfig::from_json(get_object(j, "model", where), where + " model");
-  o.batch = get_int(j, "batch", where);
-  o.accum = get_int(j, "accum", where);
+  o.loop_from_json(j, where);
   o.steps = get_int(j, "steps", where);
-  o.lr = get_float(j, "lr", where);
-  o.min_lr = get_float(j, "min_lr", where);
-  o.warmup = get_int(j, "warmup", where);
-  o.weight_decay = get_float(j, "weight_decay", where);
-  o.beta1 = get_float(j, "beta1", where);
-  o.beta2 = get_float(j, "beta2", where);
-  o.clip = get_float(j, "clip", where);
-  o.seed = get_uint(j, "seed", where);
   o.eval_every = get_int(j, "eval_every", where);
   o.eval_batches = get_int(j, "eval_batches", where);
   o.sample_every = get_int(j, "sample_every", where);
   o.sample_tokens = get_int(j, "sample_tokens", where);
-  o.log_every = get_int(j, "log_every", where);
   o.val_fraction = get_double(j, "val_fraction", where);
   const int64_t threads = get_int(j, "threads", where);
   TOY_CHECK(threads >= 0 && threads <= kMaxThreads, "{}: threads {} is outside 0..{}", where, threads, kMaxThreads);
   o.threads = int(threads);
-  o.stop_after = get_int(j, "stop_after", where);
-  o.save_every = get_int(j, "save_every", where);
-  o.save_minutes = get_double(j, "save_minutes", where);
   o.keep = get_string(j, "keep", where);
   try {
     o.validate();
@@ -232,7 +215,7 @@ void load_data(Run& r, const CorpusListing& listing, bool train_tokenizer, bool 
 double estimate_loss(Run& r, const std::vector<int32_t>& tokens, uint64_t which) {
   NoGradGuard ng;
   BatchSampler s(&tokens, r.o.model.ctx, r.o.batch, which == 0 ? "training" : "validation");
-  Generator g(r.o.seed, (kEvalStream << 32) + which * 1000003u + uint64_t(r.step));
+  Generator g(r.o.seed, (kEvalStream << 32) + which * 1000003u + uint64_t(r.loop.step));
   double total = 0;
   for (int64_t i = 0; i < r.o.eval_batches; ++i) {
     Tensor x, y;
@@ -244,7 +227,7 @@ double estimate_loss(Run& r, const std::vector<int32_t>& tokens, uint64_t which)
 
 std::string generate_sample(Run& r, int64_t n_tokens) {
   NoGradGuard ng;
-  Sampler sampler({0.8f, 200, 1.0f}, r.o.seed ^ (kSampleStream << 40) ^ uint64_t(r.step));
+  Sampler sampler({0.8f, 200, 1.0f}, r.o.seed ^ (kSampleStream << 40) ^ uint64_t(r.loop.step));
   // Prompt: the first token of the validation split (a newline for most text).
   const int32_t first = r.split.val.empty() ? 0 : r.split.val[0];
   std::string text = r.tok->decode(std::span<const int32_t>(&first, 1));
@@ -252,175 +235,154 @@ std::string generate_sample(Run& r, int64_t n_tokens) {
   return text;
 }
 
-// Keeps a copy of the current weights when `val` is the best validation loss so far.
-bool update_best(Run& r, double val) {
-  if (!std::isfinite(val) || (r.best && val >= r.best_val)) return false;
-  if (!r.best) r.best = std::make_unique<DecoderLM>(r.model->config());
-  NoGradGuard ng;
-  auto& dst = r.best->params().all();
-  const auto& src = r.model->params().all();
-  for (size_t i = 0; i < src.size(); ++i) copy_(dst[i].value, src[i].value.detach());
-  r.best_step = r.step;
-  r.best_val = val;
-  return true;
-}
+// Training from scratch as a task of the one loop: windows of the corpus, evaluations every
+// eval_every steps (and at the end), samples every sample_every steps (and at the end), the
+// checkpoint of checkpoint.cpp, model.gguf and its companion.
+class ScratchTask : public WindowTask {
+ public:
+  ScratchTask(Run& r, const BatchSampler& train_s)
+      : WindowTask(*r.model, train_s, r.data_gen, r.dropout_gen), r_(r) {}
+  void set_loop(TrainLoop& loop) { loop_ = &loop; }
+  TrainResult& result() { return res_; }
+  double last_loss() const { return last_loss_; }
 
-// model.gguf and its companion: with keep=best, model.gguf holds the best-validation weights
-// and last.gguf the last step's; with keep=last, the reverse with best.gguf. Returns which
-// weights model.gguf holds.
-std::string write_model_files(Run& r) {
-  const fs::path dir(r.o.out);
-  const bool best_first = r.o.keep == "best" && r.best;
-  const DecoderLM& main = best_first ? *r.best : *r.model;
-  require_finite_weights(main, "[train]", ": not writing model.gguf");
-  std::error_code ec;
-  if (r.o.keep == "best") {
-    save_model((dir / "last.gguf").string(), *r.model, *r.tok, "toy (last step)");
-    fs::remove(dir / "best.gguf", ec);
-  } else {
-    if (r.best) save_model((dir / "best.gguf").string(), *r.best, *r.tok, "toy (best validation)");
-    fs::remove(dir / "last.gguf", ec);
+  void after_step(const StepDone& d, nlohmann::json&) override { last_loss_ = d.loss; }
+  void cadence(const StepDone& d) override {
+    if (!d.last && r_.o.eval_every > 0 && d.step % r_.o.eval_every == 0) evaluate();
+    if (!d.last && r_.o.sample_every > 0 && d.step % r_.o.sample_every == 0) sample();
   }
-  save_model((dir / "model.gguf").string(), main, *r.tok, "toy");
-  return best_first ? "best" : "last";
-}
+  bool final_evaluation() override {
+    const bool best = evaluate();
+    sample();
+    return best;
+  }
+  void save_checkpoint() override { toy::save_checkpoint(r_); }
+  void write_outputs(bool stopped) override {
+    const TrainOptions& o = r_.o;
+    const BestWeights& best = r_.loop.best;
+    res_.stopped = stopped;
+    res_.model = write_model_files();
+    res_.best_step = best.step;
+    res_.best_val_loss = best.has() ? best.score : NAN;
+    loop_->events().emit("models", {{"model_gguf", res_.model},
+                                    {"companion", o.keep == "best" ? "last.gguf" : "best.gguf"},
+                                    {"last_step", r_.loop.step},
+                                    {"best_step", res_.best_step},
+                                    {"best_val_loss", res_.best_val_loss}});
+    if (stopped)
+      log_line(r_, fmt::format("stopped at step {}: checkpoint written; continue with toy train --resume {}",
+                               r_.loop.step, o.out));
+    if (res_.model == "best" && res_.best_step != r_.loop.step)
+      log_line(r_, fmt::format("model.gguf holds the best validation weights (step {}, val loss {:.4f}); last.gguf "
+                               "the last step's", res_.best_step, res_.best_val_loss));
+  }
+
+ private:
+  bool evaluate() {
+    const double tl = estimate_loss(r_, r_.split.train, 0), vl = estimate_loss(r_, r_.split.val, 1);
+    res_.train_loss = tl;
+    res_.val_loss = vl;
+    const bool best = loop_->offer_best(vl);
+    loop_->events().emit("eval", {{"step", r_.loop.step}, {"train_loss", tl}, {"val_loss", vl},
+                                  {"batches", r_.o.eval_batches}, {"best", best}});
+    log_line(r_, fmt::format("step {:>6}  eval: train loss {:.4f}  val loss {:.4f}{}", r_.loop.step, tl, vl,
+                             best ? "  (best so far)" : ""));
+    return best;
+  }
+  // A failed sample (it is only a preview) is logged, and training goes on.
+  void sample() {
+    if (r_.o.sample_tokens == 0) return;
+    std::string text;
+    try {
+      text = generate_sample(r_, r_.o.sample_tokens);
+    } catch (const std::exception& e) {
+      log_line(r_, fmt::format("sample at step {} failed: {}", r_.loop.step, e.what()));
+      return;
+    }
+    loop_->events().emit("sample", {{"step", r_.loop.step}, {"text", text}});
+    if (!r_.o.quiet) log_line(r_, fmt::format("--- sample at step {} ---\n{}\n---", r_.loop.step, text));
+  }
+  // model.gguf and its companion: with keep=best, model.gguf holds the best-validation
+  // weights and last.gguf the last step's; with keep=last, the reverse with best.gguf.
+  // Returns which weights model.gguf holds.
+  std::string write_model_files() {
+    const fs::path dir(r_.o.out);
+    BestWeights& best = r_.loop.best;
+    DecoderLM& m = *r_.model;
+    auto save = [&](const char* file, const char* name) {
+      if (std::string(file) == "model.gguf") require_finite_weights(m, "[train]", ": not writing model.gguf");
+      save_model((dir / file).string(), m, *r_.tok, name);
+    };
+    // The best weights in the model for one write (and the last step's back after it).
+    auto with_best = [&](const std::function<void()>& write) {
+      best.swap_with(m.params());
+      try {
+        write();
+      } catch (...) {
+        best.swap_with(m.params());
+        throw;
+      }
+      best.swap_with(m.params());
+    };
+    std::error_code ec;
+    if (r_.o.keep == "best") {
+      save("last.gguf", "toy (last step)");
+      fs::remove(dir / "best.gguf", ec);
+      if (best.has())
+        with_best([&] { save("model.gguf", "toy"); });
+      else
+        save("model.gguf", "toy");
+      return best.has() ? "best" : "last";
+    }
+    if (best.has()) with_best([&] { save("best.gguf", "toy (best validation)"); });
+    fs::remove(dir / "last.gguf", ec);
+    save("model.gguf", "toy");
+    return "last";
+  }
+
+  Run& r_;
+  TrainLoop* loop_ = nullptr;
+  TrainResult res_;
+  double last_loss_ = NAN;
+};
 
 TrainResult run_loop(Run& r, bool resumed) {
   const TrainOptions& o = r.o;
-  ProgressLine progress(stdout, o.quiet, o.log_every);
-  EventLog events((fs::path(o.out) / "events.jsonl").string(), resumed);
+  BatchSampler train_s(&r.split.train, o.model.ctx, o.batch, "training");
+  ScratchTask task(r, train_s);
+  LoopSetup setup;
+  setup.who = "[train]";
+  setup.dir = o.out;
+  setup.resumed = resumed;
+  setup.total_steps = o.steps;
+  TrainLoop loop(setup, o, r.loop, r.model->params(), *r.opt, task);
+  task.set_loop(loop);
   nlohmann::json start = provenance();
   start["resumed"] = resumed;
-  start["step"] = r.step;
+  start["step"] = r.loop.step;
   start["config"] = o.to_json();
   start["model"] = r.model->config().to_json();
   start["params"] = r.model->params().numel();
   start["data"] = {{"files", r.files}, {"tokens", r.tokens.size()}, {"train_tokens", r.split.train.size()},
                    {"val_tokens", r.split.val.size()}, {"tokenizer", o.tokenizer},
                    {"vocab", r.tok->vocab_size()}};
-  events.emit("run_start", start);
+  loop.events().emit("run_start", start);
   log_line(r, fmt::format("toy train: {} parameters, vocab {}, {} training / {} validation tokens, {} threads",
                           r.model->params().numel(), r.tok->vocab_size(), r.split.train.size(), r.split.val.size(),
                           num_threads()));
-
-  BatchSampler train_s(&r.split.train, o.model.ctx, o.batch, "training");
-  const int64_t tokens_per_step = o.batch * o.model.ctx * o.accum;
-  const int64_t end_step = o.steps;
-  TrainResult res;
+  TrainResult& res = task.result();
   res.out = o.out;
-  double last_loss = NAN;
-  auto evaluate = [&] {
-    const double tl = estimate_loss(r, r.split.train, 0), vl = estimate_loss(r, r.split.val, 1);
-    res.train_loss = tl;
-    res.val_loss = vl;
-    const bool best = update_best(r, vl);
-    events.emit("eval", {{"step", r.step}, {"train_loss", tl}, {"val_loss", vl}, {"batches", o.eval_batches},
-                         {"best", best}});
-    log_line(r, fmt::format("step {:>6}  eval: train loss {:.4f}  val loss {:.4f}{}", r.step, tl, vl,
-                            best ? "  (best so far)" : ""));
-    return best;
-  };
-  auto checkpoint = [&](const char* reason) {
-    save_checkpoint(r);
-    events.emit("checkpoint", {{"step", r.step}, {"reason", reason}});
-  };
-  // A failed sample (it is only a preview) is logged, and training goes on.
-  auto sample = [&] {
-    if (o.sample_tokens == 0) return;
-    std::string text;
-    try {
-      text = generate_sample(r, o.sample_tokens);
-    } catch (const std::exception& e) {
-      log_line(r, fmt::format("sample at step {} failed: {}", r.step, e.what()));
-      return;
-    }
-    events.emit("sample", {{"step", r.step}, {"text", text}});
-    if (!o.quiet) log_line(r, fmt::format("--- sample at step {} ---\n{}\n---", r.step, text));
-  };
-  auto end_events = [&](const nlohmann::json& extra) {
-    nlohmann::json e = {{"steps", r.step},           {"train_loss", res.train_loss}, {"val_loss", res.val_loss},
-                        {"last_step_loss", last_loss}, {"seconds", r.train_seconds},
-                        {"tokens_per_s", double(r.tokens_seen) / std::max(r.train_seconds, 1e-9)},
-                        {"stopped", res.stopped}};
-    e.update(extra);
-    events.emit("run_end", e);
-    write_report((fs::path(o.out) / "events.jsonl").string(), (fs::path(o.out) / "report.html").string());
-  };
-
-  const auto session_start = Clock::now();
-  auto last_save = Clock::now();
-  // g_stop is not cleared here: a stop requested during set-up must still stop the run (after
-  // its first step); it is cleared once a stop has been honoured.
-  while (r.step < end_step) {
-    const auto t0 = Clock::now();
-    const float lr = cosine_lr(r.step, o.warmup, o.steps, o.lr, o.min_lr);
-    StepResult st;
-    try {
-      st = train_step(*r.model, *r.opt, train_s, r.data_gen, r.dropout_gen, o.accum, o.clip, lr);
-    } catch (const Error& e) {
-      // Nothing of this step was applied, and nothing is written from here on: the files of
-      // the run stay those of the last good save.
-      const std::string kept =
-          r.saved_step >= 0
-              ? fmt::format("the checkpoint of step {} and the model files are kept; no file was replaced",
-                            r.saved_step)
-              : std::string("no checkpoint had been written yet");
-      const std::string msg = fmt::format("{} (at step {}); {}", e.what(), r.step + 1, kept);
-      events.emit("error", {{"step", r.step + 1}, {"message", msg}});
-      end_events({{"error", msg}});
-      fail("{}", msg);
-    }
-    ++r.step;
-    last_loss = st.loss;
-    const double gnorm = st.grad_norm;
-    const double dt = since(t0);
-    r.train_seconds += dt;
-    r.tokens_seen += tokens_per_step;
-    const double tps = double(r.tokens_seen) / std::max(r.train_seconds, 1e-9);
-    events.emit("step", {{"step", r.step}, {"loss", last_loss}, {"lr", json_float(lr)}, {"grad_norm", gnorm},
-                         {"tokens_per_s", double(tokens_per_step) / std::max(dt, 1e-9)}});
-    const double eta = double(end_step - r.step) * r.train_seconds / double(std::max<int64_t>(1, r.step));
-    progress.step(r.step, end_step, last_loss, lr, tps, eta);
-    const bool last = r.step == end_step;
-    if (!last && o.eval_every > 0 && r.step % o.eval_every == 0) evaluate();
-    if (!last && o.sample_every > 0 && r.step % o.sample_every == 0) sample();
-    if (!last && (g_stop || (o.stop_after > 0 && r.step >= o.stop_after))) {
-      res.stopped = true;
-      g_stop = false;
-      break;
-    }
-    const bool periodic = (o.save_every > 0 && r.step % o.save_every == 0) ||
-                          (o.save_minutes > 0 && since(last_save) >= o.save_minutes * 60);
-    if (!last && periodic) {
-      checkpoint("periodic");
-      last_save = Clock::now();
-    }
-  }
-  // Weights first: nothing after the last step may lose them.
-  checkpoint(res.stopped ? "stop" : "end");
-  if (!res.stopped) {
-    if (evaluate()) checkpoint("best");  // the final evaluation found better weights: keep them too
-    sample();
-  }
-  res.model = write_model_files(r);
-  res.best_step = r.best ? r.best_step : -1;
-  res.best_val_loss = r.best ? r.best_val : NAN;
-  events.emit("models", {{"model_gguf", res.model},
-                         {"companion", o.keep == "best" ? "last.gguf" : "best.gguf"},
-                         {"last_step", r.step},
-                         {"best_step", res.best_step},
-                         {"best_val_loss", res.best_val_loss}});
-  res.steps = r.step;
-  res.last_step_loss = last_loss;
-  res.seconds = r.train_seconds;
-  res.tokens_per_s = double(r.tokens_seen) / std::max(r.train_seconds, 1e-9);
-  if (res.stopped)
-    log_line(r, fmt::format("stopped at step {}: checkpoint written; continue with toy train --resume {}", r.step, o.out));
-  if (res.model == "best" && res.best_step != r.step)
-    log_line(r, fmt::format("model.gguf holds the best validation weights (step {}, val loss {:.4f}); last.gguf the "
-                            "last step's", res.best_step, res.best_val_loss));
-  end_events({{"session_seconds", since(session_start)}, {"model", res.model}, {"best_step", res.best_step},
-              {"best_val_loss", res.best_val_loss}});
+  loop.run([&] {
+    nlohmann::json e = {{"train_loss", res.train_loss}, {"val_loss", res.val_loss},
+                        {"last_step_loss", task.last_loss()}};
+    if (res.model.size()) e.update({{"model", res.model}, {"best_step", res.best_step},
+                                    {"best_val_loss", res.best_val_loss}});
+    return e;
+  });
+  res.steps = r.loop.step;
+  res.last_step_loss = task.last_loss();
+  res.seconds = r.loop.seconds;
+  res.tokens_per_s = double(r.loop.units) / std::max(r.loop.seconds, 1e-9);
   return res;
 }
 
@@ -451,7 +413,7 @@ TrainResult train(const TrainOptions& opts) {
   save_token_cache((fs::path(opts.out) / "tokens.bin").string(), r.token_cache_key, r.tokens);
   r.model = std::make_unique<DecoderLM>(mc);
   r.model->init(opts.seed);
-  r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{opts.beta1, opts.beta2, 1e-8f, opts.weight_decay});
+  r.opt = std::make_unique<AdamW>(r.model->params(), opts.adamw());
   r.data_gen = Generator(opts.seed, kDataStream);
   r.dropout_gen = Generator(opts.seed, kDropoutStream);
   return run_loop(r, false);
@@ -473,7 +435,7 @@ TrainResult resume(const std::string& dir, const std::function<void(TrainOptions
   if (override_fn) override_fn(r.o);
   r.o.validate();
   if (r.o.threads) set_num_threads(r.o.threads);
-  TOY_CHECK(r.step < r.o.steps, "[train] the run in '{}' already finished its {} steps (pass a larger --steps to go on)",
+  TOY_CHECK(r.loop.step < r.o.steps, "[train] the run in '{}' already finished its {} steps (pass a larger --steps to go on)",
             printable(dir), r.o.steps);
   load_data(r, list_data(r.o), false, true);
   check_training_memory(estimate_training_memory(r.o.model, r.o.batch), available_memory_bytes(),

@@ -20,37 +20,31 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "toy/models/config.h"
+#include "toy/train/loop.h"
 
 namespace toy {
 
-struct TrainOptions {
+struct TrainOptions : LoopOptions {
   std::vector<std::string> data;  // files or folders; empty = default corpus
   std::string out;                // run folder
   std::string tokenizer = "char"; // char | byte | bpe:N
   ModelConfig model = ModelConfig::from_preset("gpt");
-  int64_t batch = 12;
-  int64_t accum = 1;
   int64_t steps = 2000;
-  float lr = 1e-3f, min_lr = 1e-4f;
-  int64_t warmup = 100;
-  float weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.99f, clip = 1.0f;
-  uint64_t seed = 1337;
   int64_t eval_every = 250;   // 0 = only at the end
   int64_t eval_batches = 20;  // batches per loss estimate (train and val)
   int64_t sample_every = 0;   // 0 = only at the end
   int64_t sample_tokens = 200;
-  int64_t log_every = 10;     // plain progress lines (non-terminal output)
   double val_fraction = 0.1;
   int threads = 0;
-  int64_t stop_after = 0;     // stop (with a checkpoint) after this step; 0 = run to the end
-  int64_t save_every = 0;     // a checkpoint every N steps (0 = off)
-  double save_minutes = 10;   // and at least every M minutes of training (0 = off)
   std::string keep = "best";  // model.gguf holds the best-validation weights (best) or the last step's (last)
-  bool quiet = false;
-  // Not saved with the run: they apply to one invocation.
-  bool force = false;              // a new run may replace a run already in `out`
+  // Not saved with the run: it applies to one invocation.
   bool allow_data_change = false;  // a resume may continue on a corpus that changed
 
+  // The core's defaults for training from scratch (nanoGPT's shakespeare-char recipe).
+  TrainOptions() {
+    batch = 12, accum = 1, lr = 1e-3f, min_lr = 1e-4f, warmup = 100;
+    weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.99f, clip = 1.0f, seed = 1337, log_every = 10;
+  }
   // Throws toy::Error naming the first nonsense value.
   void validate() const;
   nlohmann::json to_json() const;

@@ -38,8 +38,6 @@ namespace fs = std::filesystem;
 namespace toy {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 constexpr uint64_t kOrderStream = 1u << 24;  // + epoch: that epoch's order
 constexpr uint64_t kAugStream = 7;
 constexpr uint32_t kVisionCheckpointVersion = 1;
@@ -51,15 +49,11 @@ void VisionTrainOptions::validate() const {
   TOY_CHECK(!out.empty(), "[vision] --out (the run folder) is required");
   TOY_CHECK(!data.empty(), "[vision] --data is required");
   TOY_CHECK(epochs >= 1 && epochs <= 100000, "[vision] --epochs must be in 1..100000, got {}", epochs);
-  TOY_CHECK(batch >= 1 && batch <= 65536, "[vision] --batch must be in 1..65536, got {}", batch);
-  TOY_CHECK(accum >= 1 && accum <= 4096, "[vision] --accum must be in 1..4096, got {}", accum);
-  TOY_CHECK(std::isfinite(lr) && lr > 0 && lr <= 1, "[vision] --lr must be in (0, 1], got {}", lr);
-  TOY_CHECK(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, "[vision] --min-lr must be in [0, lr], got {}",
-            min_lr);
-  TOY_CHECK(warmup >= 0, "[vision] --warmup must be >= 0, got {}", warmup);
-  TOY_CHECK(weight_decay >= 0 && weight_decay < 1, "[vision] --wd must be in [0, 1), got {}", weight_decay);
-  TOY_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "[vision] --beta1/--beta2 must be in [0, 1)");
-  TOY_CHECK(std::isfinite(clip) && clip >= 0, "[vision] --clip must be >= 0 (0 = off), got {}", clip);
+  validate_loop("[vision]");
+  // From scratch, a step larger than 1 or a decay of the whole weight each step is a typo.
+  TOY_CHECK(lr <= 1, "[vision] --lr must be in (0, 1], got {}", lr);
+  TOY_CHECK(weight_decay < 1, "[vision] --wd must be in [0, 1), got {}", weight_decay);
+  TOY_CHECK(std::isfinite(min_lr), "[vision] --min-lr must be in [0, lr], got {}", min_lr);
   TOY_CHECK(label_smoothing >= 0 && label_smoothing < 1, "[vision] --label-smoothing must be in [0, 1), got {}",
             label_smoothing);
   TOY_CHECK(!crop_pad || (*crop_pad >= 0 && *crop_pad <= 64), "[vision] --crop-pad must be in 0..64, got {}",
@@ -67,10 +61,6 @@ void VisionTrainOptions::validate() const {
   TOY_CHECK(val_count >= 1, "[vision] --val-count must be >= 1, got {}", val_count);
   TOY_CHECK(threads >= 0 && threads <= kMaxThreads, "[vision] --threads must be in 0..{}, got {}", kMaxThreads,
             threads);
-  TOY_CHECK(log_every >= 1, "[vision] --log-every must be >= 1, got {}", log_every);
-  TOY_CHECK(stop_after >= 0 && save_every >= 0, "[vision] --stop-after and --save-every must be >= 0");
-  TOY_CHECK(std::isfinite(save_minutes) && save_minutes >= 0 && save_minutes <= 1e6,
-            "[vision] --save-minutes must be in [0, 1e6], got {}", save_minutes);
   TOY_CHECK(keep == "best" || keep == "last", "[vision] --keep must be best or last, got '{}'", printable(keep));
   TOY_CHECK(misclassified >= 0 && misclassified <= 1000, "[vision] misclassified images shown must be in 0..1000");
   VitConfig m = model;
@@ -78,21 +68,20 @@ void VisionTrainOptions::validate() const {
 }
 
 nlohmann::json VisionTrainOptions::to_json() const {
-  return {{"data", data},         {"out", out},
-          {"preset", preset},     {"model", model.to_json()},
-          {"epochs", epochs},     {"batch", batch},
-          {"accum", accum},       {"lr", json_float(lr)},
-          {"min_lr", json_float(min_lr)}, {"warmup", warmup},
-          {"weight_decay", json_float(weight_decay)}, {"beta1", json_float(beta1)},
-          {"beta2", json_float(beta2)}, {"clip", json_float(clip)},
-          {"label_smoothing", json_float(label_smoothing)},
-          {"crop_pad", crop_pad ? nlohmann::json(*crop_pad) : nlohmann::json()},  // null: the data's default
-          {"flip", flip ? nlohmann::json(*flip) : nlohmann::json()},
-          {"seed", seed},
-          {"val_count", val_count}, {"threads", threads},
-          {"log_every", log_every}, {"stop_after", stop_after},
-          {"save_every", save_every}, {"save_minutes", save_minutes},
-          {"keep", keep},         {"misclassified", misclassified}};
+  nlohmann::json j = {{"data", data},
+                      {"out", out},
+                      {"preset", preset},
+                      {"model", model.to_json()},
+                      {"epochs", epochs},
+                      {"label_smoothing", json_float(label_smoothing)},
+                      {"crop_pad", crop_pad ? nlohmann::json(*crop_pad) : nlohmann::json()},  // null: the data's default
+                      {"flip", flip ? nlohmann::json(*flip) : nlohmann::json()},
+                      {"val_count", val_count},
+                      {"threads", threads},
+                      {"keep", keep},
+                      {"misclassified", misclassified}};
+  loop_to_json(j);
+  return j;
 }
 
 VisionTrainOptions VisionTrainOptions::from_json(const nlohmann::json& j, const std::string& where) {
@@ -103,27 +92,14 @@ VisionTrainOptions VisionTrainOptions::from_json(const nlohmann::json& j, const 
   o.preset = get_string(j, "preset", where);
   o.model = VitConfig::from_json(get_object(j, "model", where), where + " model");
   o.epochs = get_int(j, "epochs", where);
-  o.batch = get_int(j, "batch", where);
-  o.accum = get_int(j, "accum", where);
-  o.lr = get_float(j, "lr", where);
-  o.min_lr = get_float(j, "min_lr", where);
-  o.warmup = get_int(j, "warmup", where);
-  o.weight_decay = get_float(j, "weight_decay", where);
-  o.beta1 = get_float(j, "beta1", where);
-  o.beta2 = get_float(j, "beta2", where);
-  o.clip = get_float(j, "clip", where);
+  o.loop_from_json(j, where);
   o.label_smoothing = get_float(j, "label_smoothing", where);
   o.crop_pad = get_int(j, "crop_pad", where);
   o.flip = get_bool(j, "flip", where);
-  o.seed = get_uint(j, "seed", where);
   o.val_count = get_int(j, "val_count", where);
   const int64_t threads = get_int(j, "threads", where);
   TOY_CHECK(threads >= 0 && threads <= kMaxThreads, "{}: threads {} is outside 0..{}", where, threads, kMaxThreads);
   o.threads = int(threads);
-  o.log_every = get_int(j, "log_every", where);
-  o.stop_after = get_int(j, "stop_after", where);
-  o.save_every = get_int(j, "save_every", where);
-  o.save_minutes = get_double(j, "save_minutes", where);
   o.keep = get_string(j, "keep", where);
   o.misclassified = get_int(j, "misclassified", where);
   try {
@@ -228,12 +204,11 @@ namespace {
 struct VisionRun {
   VisionTrainOptions o;
   VisionData data;
-  std::unique_ptr<Vit> model, best;
+  std::unique_ptr<Vit> model;
   std::unique_ptr<AdamW> opt;
   uint64_t data_hash = 0;
-  int64_t step = 0, steps_per_epoch = 1, total_steps = 1;
-  double seconds = 0;
-  int64_t images = 0;
+  LoopState loop;  // steps, time, images, the best weights (score: -accuracy, then loss)
+  int64_t steps_per_epoch = 1, total_steps = 1;
   // The epoch in progress: its steps' loss and training accuracy so far.
   double epoch_loss = 0;
   int64_t epoch_steps = 0, epoch_correct = 0, epoch_seen = 0;
@@ -241,8 +216,6 @@ struct VisionRun {
   double train_loss = NAN, train_accuracy = NAN, val_accuracy = NAN, val_loss = NAN, test_accuracy = NAN,
          test_loss = NAN;
   int64_t best_epoch = -1;
-  double best_val_accuracy = -1, best_val_loss = 0;
-  int64_t saved_step = -1;
   std::vector<int64_t> order;  // this epoch's order
   int64_t order_epoch = -1;
 };
@@ -319,42 +292,6 @@ std::vector<uint8_t> gather(const VisionRun& r, std::span<const int64_t> idx, in
   return out;
 }
 
-StepResult vision_step(VisionRun& r, float lr) {
-  auto refuse = [&](const std::string& what) {
-    r.model->params().zero_grad();
-    throw NonFiniteStep(fmt::format("[vision] {}: the step was not applied (try a lower --lr or --clip)", what));
-  };
-  const int64_t epoch = r.step / r.steps_per_epoch, in_epoch = r.step % r.steps_per_epoch;
-  const std::vector<int64_t>& order = epoch_order(r, epoch);
-  double loss_sum = 0;
-  int64_t correct = 0;
-  for (int64_t micro = 0; micro < r.o.accum; ++micro) {
-    const int64_t pos = (in_epoch * r.o.accum + micro) * r.o.batch;
-    std::span<const int64_t> idx(order.data() + pos, size_t(r.o.batch));
-    const std::vector<uint8_t> px = gather(r, idx, epoch, pos);
-    std::vector<int32_t> labels;
-    for (int64_t i : idx) labels.push_back(r.data.train.labels[size_t(i)]);
-    Tensor logits = r.model->logits(r.model->input(px.data(), r.o.batch));
-    Tensor loss = classification_loss(logits, labels::class_ids(labels, r.model->config().classes),
-                                      r.o.label_smoothing);
-    const double l = loss.item();
-    if (!std::isfinite(l)) refuse(fmt::format("the loss became {}", l));
-    loss_sum += l;
-    const std::vector<float> pred = argmax(logits.detach(), -1).to_f32_vector();
-    for (size_t i = 0; i < labels.size(); ++i) correct += int32_t(pred[i]) == labels[i];
-    backward(r.o.accum == 1 ? loss : scale(loss, 1.0f / float(r.o.accum)));
-  }
-  StepResult st;
-  st.grad_norm = clip_grad_norm(r.model->params(), r.o.clip);
-  if (!std::isfinite(st.grad_norm)) refuse(fmt::format("the gradient norm became {}", st.grad_norm));
-  r.opt->step(lr);
-  r.model->params().zero_grad();
-  st.loss = loss_sum / double(r.o.accum);
-  r.epoch_correct += correct;
-  r.epoch_seen += r.o.batch * r.o.accum;
-  return st;
-}
-
 void require_finite(const Vit& m, const std::string& consequence) {
   for (const Tensor& p : m.params().values()) {
     const int64_t i = first_non_finite(p);
@@ -377,13 +314,13 @@ void save_vision_checkpoint(VisionRun& r) {
     w.add_tensor("opt.m." + p.name, p.m);
     w.add_tensor("opt.v." + p.name, p.v);
   }
-  if (r.best)
-    for (const Tensor& p : r.best->params().values()) w.add_tensor("best." + p.name(), p.detach());
+  r.loop.best.add_to(w, r.model->params());
   auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
-  const nlohmann::json state = {{"step", r.step},
+  const BestWeights& best = r.loop.best;
+  const nlohmann::json state = {{"step", r.loop.step},
                                 {"optimizer_steps", r.opt->steps()},
-                                {"seconds", r.seconds},
-                                {"images", r.images},
+                                {"seconds", r.loop.seconds},
+                                {"images", r.loop.units},
                                 {"epoch_loss", r.epoch_loss},
                                 {"epoch_steps", r.epoch_steps},
                                 {"epoch_correct", r.epoch_correct},
@@ -394,14 +331,13 @@ void save_vision_checkpoint(VisionRun& r) {
                                 {"val_loss", num(r.val_loss)},
                                 {"test_accuracy", num(r.test_accuracy)},
                                 {"test_loss", num(r.test_loss)},
-                                {"best_epoch", r.best ? r.best_epoch : int64_t(-1)},
-                                {"best_val_accuracy", r.best ? r.best_val_accuracy : 0.0},
-                                {"best_val_loss", r.best ? r.best_val_loss : 0.0},
+                                {"best_epoch", best.has() ? r.best_epoch : int64_t(-1)},
+                                {"best_val_accuracy", best.has() ? -best.score : 0.0},
+                                {"best_val_loss", best.has() ? best.tiebreak : 0.0},
                                 {"data_hash", hex(r.data_hash)}};
   w.set("toy.vision.options", gguf::Value::str(r.o.to_json().dump()));
   w.set("toy.vision.state", gguf::Value::str(state.dump()));
   w.write(checkpoint_path(r.o.out));
-  r.saved_step = r.step;
 }
 
 double opt_num(const nlohmann::json& j, const char* key, const std::string& where) {
@@ -429,20 +365,19 @@ void load_vision_checkpoint(VisionRun& r, const std::string& dir) {
   const nlohmann::json st = parse_object(rd.get_str("toy.vision.state"), where + " state");
   r.model = std::make_unique<Vit>(vit_config_from_gguf(rd));
   for (Param& p : r.model->params().all()) load_checked(rd, p.name, p.value, false, "[vision]");
-  r.opt = std::make_unique<AdamW>(r.model->params(),
-                                  AdamWConfig{r.o.beta1, r.o.beta2, 1e-8f, r.o.weight_decay});
+  r.opt = std::make_unique<AdamW>(r.model->params(), r.o.adamw());
   for (Param& p : r.model->params().all()) {
     p.m = zeros(p.value.shape());
     p.v = zeros(p.value.shape());
     load_checked(rd, "opt.m." + p.name, p.m, false, "[vision]");
     load_checked(rd, "opt.v." + p.name, p.v, true, "[vision]");
   }
-  r.step = get_int(st, "step", where);
+  const int64_t step = r.loop.step = get_int(st, "step", where);
   r.opt->set_steps(get_int(st, "optimizer_steps", where));
-  TOY_CHECK(r.step >= 0 && r.opt->steps() == r.step, "{}: step {} and optimizer steps {} disagree", where, r.step,
+  TOY_CHECK(step >= 0 && r.opt->steps() == step, "{}: step {} and optimizer steps {} disagree", where, step,
             r.opt->steps());
-  r.seconds = get_double(st, "seconds", where);
-  r.images = get_int(st, "images", where);
+  r.loop.seconds = get_double(st, "seconds", where);
+  r.loop.units = get_int(st, "images", where);
   r.epoch_loss = get_double(st, "epoch_loss", where);
   r.epoch_steps = get_int(st, "epoch_steps", where);
   r.epoch_correct = get_int(st, "epoch_correct", where);
@@ -454,14 +389,14 @@ void load_vision_checkpoint(VisionRun& r, const std::string& dir) {
   r.test_accuracy = opt_num(st, "test_accuracy", where);
   r.test_loss = opt_num(st, "test_loss", where);
   r.best_epoch = get_int(st, "best_epoch", where);
-  r.best_val_accuracy = get_double(st, "best_val_accuracy", where);
-  r.best_val_loss = get_double(st, "best_val_loss", where);
+  const double best_accuracy = get_double(st, "best_val_accuracy", where);
+  const double best_loss = get_double(st, "best_val_loss", where);
   r.data_hash = parse_hex(st, "data_hash", where);
-  if (r.best_epoch >= 0) {
-    r.best = std::make_unique<Vit>(r.model->config());
-    for (Param& p : r.best->params().all()) load_checked(rd, "best." + p.name, p.value, false, "[vision]");
-  }
-  r.saved_step = r.step;
+  // The best weights' step is the end of their epoch (the steps per epoch are known once the
+  // data is loaded; only whether there are any matters before).
+  r.loop.best.load(rd, r.model->params(), r.best_epoch >= 0 ? r.best_epoch : -1, -best_accuracy, best_loss,
+                   "[vision]");
+  r.loop.saved_step = step;
 }
 
 // ---- the loop -----------------------------------------------------------------------------------
@@ -516,176 +451,185 @@ nlohmann::json misclassified_json(const VisionRun& r, const Evaluation& e, int64
   return items;
 }
 
+// One micro-batch: `batch` images of this epoch's order (augmented), label-smoothed
+// cross-entropy; the training accuracy of the step is counted once the step is done.
+class VisionTask : public TrainTask {
+ public:
+  explicit VisionTask(VisionRun& r) : r_(r) {}
+  Tensor micro_loss(int64_t micro, int64_t& units) override {
+    const int64_t step = r_.loop.step;
+    const int64_t epoch = step / r_.steps_per_epoch, in_epoch = step % r_.steps_per_epoch;
+    const std::vector<int64_t>& order = epoch_order(r_, epoch);
+    if (micro == 0) correct_ = 0;
+    const int64_t pos = (in_epoch * r_.o.accum + micro) * r_.o.batch;
+    std::span<const int64_t> idx(order.data() + pos, size_t(r_.o.batch));
+    const std::vector<uint8_t> px = gather(r_, idx, epoch, pos);
+    std::vector<int32_t> labels;
+    for (int64_t i : idx) labels.push_back(r_.data.train.labels[size_t(i)]);
+    Tensor logits = r_.model->logits(r_.model->input(px.data(), r_.o.batch));
+    Tensor loss = classification_loss(logits, labels::class_ids(labels, r_.model->config().classes),
+                                      r_.o.label_smoothing);
+    const std::vector<float> pred = argmax(logits.detach(), -1).to_f32_vector();
+    for (size_t i = 0; i < labels.size(); ++i) correct_ += int32_t(pred[i]) == labels[i];
+    units += r_.o.batch;
+    return loss;
+  }
+  void after_step(const StepDone& d, nlohmann::json&) override {
+    r_.epoch_correct += correct_;
+    r_.epoch_seen += d.units;
+    r_.epoch_loss += d.loss;
+    ++r_.epoch_steps;
+  }
+  void cadence(const StepDone& d) override {
+    if (d.step % r_.steps_per_epoch == 0) end_of_epoch(d.step / r_.steps_per_epoch);
+  }
+  void save_checkpoint() override { save_vision_checkpoint(r_); }
+  void write_outputs(bool stopped) override;
+  void set_loop(TrainLoop& loop) { loop_ = &loop; }
+  VisionTrainResult& result() { return res_; }
+
+ private:
+  void end_of_epoch(int64_t epoch);  // epoch: 1-based, just finished
+
+  VisionRun& r_;
+  TrainLoop* loop_ = nullptr;
+  VisionTrainResult res_;
+  int64_t correct_ = 0;  // the step in progress
+};
+
+void VisionTask::end_of_epoch(int64_t epoch) {
+  VisionRun& r = r_;
+  const VisionTrainOptions& o = r.o;
+  r.train_loss = r.epoch_loss / double(std::max<int64_t>(r.epoch_steps, 1));
+  r.train_accuracy = double(r.epoch_correct) / double(std::max<int64_t>(r.epoch_seen, 1));
+  const Evaluation val = evaluate(*r.model, r.data.val);
+  const Evaluation test = evaluate(*r.model, r.data.test);
+  r.val_accuracy = val.accuracy, r.val_loss = val.loss;
+  r.test_accuracy = test.accuracy, r.test_loss = test.loss;
+  // The best: the highest validation accuracy, then the lowest validation loss.
+  const bool best = loop_->offer_best(-val.accuracy, val.loss);
+  if (best) r.best_epoch = epoch;
+  loop_->events().emit("epoch", {{"epoch", epoch},
+                                 {"step", r.loop.step},
+                                 {"train_loss", r.train_loss},
+                                 {"train_accuracy", r.train_accuracy},
+                                 {"val_accuracy", val.accuracy},
+                                 {"val_loss", val.loss},
+                                 {"test_accuracy", test.accuracy},
+                                 {"test_loss", test.loss},
+                                 {"best", best},
+                                 {"seconds", r.loop.seconds}});
+  log_line(r, fmt::format("epoch {:>3}/{}  train loss {:.4f}  acc {:.2f}%  |  val acc {:.2f}%  |  test loss {:.4f}  "
+                          "acc {:.2f}%{}",
+                          epoch, o.epochs, r.train_loss, 100 * r.train_accuracy, 100 * val.accuracy, test.loss,
+                          100 * test.accuracy, best ? "  (best so far)" : ""));
+  r.epoch_loss = 0, r.epoch_steps = 0, r.epoch_correct = 0, r.epoch_seen = 0;
+}
+
+// model.gguf and its companion (as toy train: best.gguf or last.gguf), then the confusion
+// matrix and mistakes of the weights model.gguf holds on the test set.
+void VisionTask::write_outputs(bool stopped) {
+  VisionRun& r = r_;
+  const VisionTrainOptions& o = r.o;
+  BestWeights& best = r.loop.best;
+  Vit& m = *r.model;
+  const fs::path dir(o.out);
+  const bool best_first = o.keep == "best" && best.has();
+  std::error_code ec;
+  if (o.keep == "best") {
+    require_finite(m, ": not writing model.gguf");
+    save_vit((dir / "last.gguf").string(), m, "toy vit (last step)");
+    fs::remove(dir / "best.gguf", ec);
+  } else {
+    if (best.has()) {
+      best.swap_with(m.params());
+      save_vit((dir / "best.gguf").string(), m, "toy vit (best validation)");
+      best.swap_with(m.params());
+    }
+    fs::remove(dir / "last.gguf", ec);
+  }
+  // From here the model holds the weights model.gguf gets (the run ends with it).
+  if (best_first) best.swap_with(m.params());
+  require_finite(m, ": not writing model.gguf");
+  save_vit((dir / "model.gguf").string(), m, "toy vit");
+  res_.model = best_first ? "best" : "last";
+  if (!stopped) {
+    const Evaluation e = evaluate(m, r.data.test);
+    std::vector<std::string> names = r.data.test.classes;
+    loop_->events().emit("confusion", {{"matrix", e.confusion}, {"classes", names}, {"accuracy", e.accuracy},
+                                       {"per_class", e.per_class()}, {"model", res_.model}});
+    loop_->events().emit("misclassified", {{"images", misclassified_json(r, e, o.misclassified)},
+                                           {"count", int64_t(std::count_if(e.predicted.begin(), e.predicted.end(),
+                                                                           [&, i = size_t(0)](int32_t p) mutable {
+                                                                             return p != r.data.test.labels[i++];
+                                                                           }))}});
+    res_.test_accuracy = e.accuracy;
+    res_.test_loss = e.loss;
+  } else {
+    res_.test_accuracy = r.test_accuracy;
+    res_.test_loss = r.test_loss;
+  }
+  loop_->events().emit("models", {{"model_gguf", res_.model},
+                                  {"companion", o.keep == "best" ? "last.gguf" : "best.gguf"},
+                                  {"last_step", r.loop.step},
+                                  {"best_step", best.has() ? r.best_epoch * r.steps_per_epoch : -1},
+                                  {"best_epoch", best.has() ? r.best_epoch : -1},
+                                  {"best_val_accuracy", best.has() ? -best.score : NAN}});
+  res_.stopped = stopped;
+  res_.steps = r.loop.step;
+  res_.epochs = r.loop.step / r.steps_per_epoch;
+  res_.train_loss = r.train_loss;
+  res_.train_accuracy = r.train_accuracy;
+  res_.val_accuracy = best.has() ? -best.score : r.val_accuracy;
+  res_.seconds = r.loop.seconds;
+  res_.images_per_s = double(r.loop.units) / std::max(r.loop.seconds, 1e-9);
+  res_.best_epoch = best.has() ? r.best_epoch : -1;
+  if (stopped)
+    log_line(r, fmt::format("stopped at step {}: checkpoint written; continue with toy vision train --resume {}",
+                            r.loop.step, o.out));
+  else
+    log_line(r, fmt::format("test accuracy {:.2f}% ({} weights{}); model in {}", 100 * res_.test_accuracy, res_.model,
+                            res_.model == "best" ? fmt::format(", epoch {}", res_.best_epoch) : "",
+                            (dir / "model.gguf").string()));
+}
+
 VisionTrainResult run_loop(VisionRun& r, bool resumed) {
   const VisionTrainOptions& o = r.o;
-  ProgressLine progress(stdout, o.quiet, o.log_every);
-  EventLog events((fs::path(o.out) / "events.jsonl").string(), resumed);
+  VisionTask task(r);
+  LoopSetup setup;
+  setup.who = "[vision]";
+  setup.dir = o.out;
+  setup.resumed = resumed;
+  setup.rate_unit = "img/s";
+  setup.rate_field = "images_per_s";
+  setup.total_steps = r.total_steps;
+  TrainLoop loop(setup, o, r.loop, r.model->params(), *r.opt, task);
+  task.set_loop(loop);
   nlohmann::json start = provenance();
   start["command"] = "vision";
   start["resumed"] = resumed;
-  start["step"] = r.step;
+  start["step"] = r.loop.step;
   start["config"] = o.to_json();
   start["model"] = r.model->config().to_json();
   start["params"] = r.model->params().numel();
   start["data"] = {{"train", set_json(r.data.train)}, {"val", set_json(r.data.val)}, {"test", set_json(r.data.test)},
                    {"classes", r.data.train.classes}, {"split_by_seed", r.data.seed_split}};
   start["steps_per_epoch"] = r.steps_per_epoch;
-  events.emit("run_start", start);
+  loop.events().emit("run_start", start);
   log_line(r, fmt::format("toy vision: ViT {} params, {} classes, {} training / {} validation / {} test images, "
                           "{} epochs of {} steps, {} threads",
                           r.model->params().numel(), r.model->config().classes, r.data.train.size(), r.data.val.size(),
                           r.data.test.size(), o.epochs, r.steps_per_epoch, num_threads()));
-  VisionTrainResult res;
+  VisionTrainResult& res = task.result();
   res.out = o.out;
-  auto checkpoint = [&](const char* reason) {
-    save_vision_checkpoint(r);
-    events.emit("checkpoint", {{"step", r.step}, {"reason", reason}});
-  };
-  Evaluation last_test;
-  auto end_of_epoch = [&](int64_t epoch) {  // epoch: 1-based, just finished
-    r.train_loss = r.epoch_loss / double(std::max<int64_t>(r.epoch_steps, 1));
-    r.train_accuracy = double(r.epoch_correct) / double(std::max<int64_t>(r.epoch_seen, 1));
-    const Evaluation val = evaluate(*r.model, r.data.val);
-    last_test = evaluate(*r.model, r.data.test);
-    r.val_accuracy = val.accuracy, r.val_loss = val.loss;
-    r.test_accuracy = last_test.accuracy, r.test_loss = last_test.loss;
-    const bool best = !r.best || val.accuracy > r.best_val_accuracy ||
-                      (val.accuracy == r.best_val_accuracy && val.loss < r.best_val_loss);
-    if (best) {
-      if (!r.best) r.best = std::make_unique<Vit>(r.model->config());
-      NoGradGuard ng;
-      auto& dst = r.best->params().all();
-      const auto& src = r.model->params().all();
-      for (size_t i = 0; i < src.size(); ++i) copy_(dst[i].value, src[i].value.detach());
-      r.best_epoch = epoch, r.best_val_accuracy = val.accuracy, r.best_val_loss = val.loss;
-    }
-    events.emit("epoch", {{"epoch", epoch},
-                          {"step", r.step},
+  loop.run([&] {
+    return nlohmann::json{{"epochs", r.loop.step / r.steps_per_epoch},
                           {"train_loss", r.train_loss},
-                          {"train_accuracy", r.train_accuracy},
-                          {"val_accuracy", val.accuracy},
-                          {"val_loss", val.loss},
-                          {"test_accuracy", last_test.accuracy},
-                          {"test_loss", last_test.loss},
-                          {"best", best},
-                          {"seconds", r.seconds}});
-    log_line(r, fmt::format("epoch {:>3}/{}  train loss {:.4f}  acc {:.2f}%  |  val acc {:.2f}%  |  test loss {:.4f}  "
-                            "acc {:.2f}%{}",
-                            epoch, o.epochs, r.train_loss, 100 * r.train_accuracy, 100 * val.accuracy, last_test.loss,
-                            100 * last_test.accuracy, best ? "  (best so far)" : ""));
-    r.epoch_loss = 0, r.epoch_steps = 0, r.epoch_correct = 0, r.epoch_seen = 0;
-  };
-  auto end_events = [&](const nlohmann::json& extra) {
-    nlohmann::json e = {{"steps", r.step},
-                        {"epochs", r.step / r.steps_per_epoch},
-                        {"train_loss", r.train_loss},
-                        {"test_accuracy", r.test_accuracy},
-                        {"test_loss", r.test_loss},
-                        {"seconds", r.seconds},
-                        {"images_per_s", double(r.images) / std::max(r.seconds, 1e-9)},
-                        {"stopped", res.stopped}};
-    e.update(extra);
-    events.emit("run_end", e);
-    write_report((fs::path(o.out) / "events.jsonl").string(), (fs::path(o.out) / "report.html").string());
-  };
-
-  const int64_t images_per_step = o.batch * o.accum;
-  auto last_save = Clock::now();
-  while (r.step < r.total_steps) {
-    const auto t0 = Clock::now();
-    const float lr = cosine_lr(r.step, o.warmup, r.total_steps, o.lr, o.min_lr);
-    StepResult st;
-    try {
-      st = vision_step(r, lr);
-    } catch (const Error& e) {
-      const std::string kept = r.saved_step >= 0
-                                   ? fmt::format("the checkpoint of step {} is kept; no file was replaced", r.saved_step)
-                                   : std::string("no checkpoint had been written yet");
-      const std::string msg = fmt::format("{} (at step {}); {}", e.what(), r.step + 1, kept);
-      events.emit("error", {{"step", r.step + 1}, {"message", msg}});
-      end_events({{"error", msg}});
-      fail("{}", msg);
-    }
-    ++r.step;
-    const double dt = since(t0);
-    r.seconds += dt;
-    r.images += images_per_step;
-    r.epoch_loss += st.loss;
-    ++r.epoch_steps;
-    const double ips = double(r.images) / std::max(r.seconds, 1e-9);
-    events.emit("step", {{"step", r.step}, {"loss", st.loss}, {"lr", json_float(lr)}, {"grad_norm", st.grad_norm},
-                         {"images_per_s", double(images_per_step) / std::max(dt, 1e-9)}});
-    const double eta = double(r.total_steps - r.step) * r.seconds / double(std::max<int64_t>(1, r.step));
-    progress.step(r.step, r.total_steps, st.loss, lr, ips, eta, "img/s");
-    if (r.step % r.steps_per_epoch == 0) end_of_epoch(r.step / r.steps_per_epoch);
-    const bool last = r.step == r.total_steps;
-    if (!last && (stop_requested() || (o.stop_after > 0 && r.step >= o.stop_after))) {
-      res.stopped = true;
-      clear_stop_request();
-      break;
-    }
-    const bool periodic = (o.save_every > 0 && r.step % o.save_every == 0) ||
-                          (o.save_minutes > 0 && since(last_save) >= o.save_minutes * 60);
-    if (!last && periodic) {
-      checkpoint("periodic");
-      last_save = Clock::now();
-    }
-  }
-  checkpoint(res.stopped ? "stop" : "end");
-  // model.gguf and its companion (as toy train: best.gguf or last.gguf).
-  const fs::path dir(o.out);
-  const bool best_first = o.keep == "best" && r.best;
-  const Vit& main = best_first ? *r.best : *r.model;
-  require_finite(main, ": not writing model.gguf");
-  std::error_code ec;
-  if (o.keep == "best") {
-    save_vit((dir / "last.gguf").string(), *r.model, "toy vit (last step)");
-    fs::remove(dir / "best.gguf", ec);
-  } else {
-    if (r.best) save_vit((dir / "best.gguf").string(), *r.best, "toy vit (best validation)");
-    fs::remove(dir / "last.gguf", ec);
-  }
-  save_vit((dir / "model.gguf").string(), main, "toy vit");
-  res.model = best_first ? "best" : "last";
-  if (!res.stopped) {
-    // The confusion matrix and mistakes of the weights model.gguf holds, on the test set.
-    const Evaluation e = evaluate(main, r.data.test);
-    std::vector<std::string> names = r.data.test.classes;
-    events.emit("confusion", {{"matrix", e.confusion}, {"classes", names}, {"accuracy", e.accuracy},
-                              {"per_class", e.per_class()}, {"model", res.model}});
-    events.emit("misclassified", {{"images", misclassified_json(r, e, o.misclassified)},
-                                  {"count", int64_t(std::count_if(e.predicted.begin(), e.predicted.end(),
-                                                                  [&, i = size_t(0)](int32_t p) mutable {
-                                                                    return p != r.data.test.labels[i++];
-                                                                  }))}});
-    res.test_accuracy = e.accuracy;
-    res.test_loss = e.loss;
-  } else {
-    res.test_accuracy = r.test_accuracy;
-    res.test_loss = r.test_loss;
-  }
-  events.emit("models", {{"model_gguf", res.model},
-                         {"companion", o.keep == "best" ? "last.gguf" : "best.gguf"},
-                         {"last_step", r.step},
-                         {"best_step", r.best ? r.best_epoch * r.steps_per_epoch : -1},
-                         {"best_epoch", r.best ? r.best_epoch : -1},
-                         {"best_val_accuracy", r.best ? r.best_val_accuracy : NAN}});
-  res.steps = r.step;
-  res.epochs = r.step / r.steps_per_epoch;
-  res.train_loss = r.train_loss;
-  res.train_accuracy = r.train_accuracy;
-  res.val_accuracy = r.best ? r.best_val_accuracy : r.val_accuracy;
-  res.seconds = r.seconds;
-  res.images_per_s = double(r.images) / std::max(r.seconds, 1e-9);
-  res.best_epoch = r.best ? r.best_epoch : -1;
-  if (res.stopped)
-    log_line(r, fmt::format("stopped at step {}: checkpoint written; continue with toy vision train --resume {}",
-                            r.step, o.out));
-  else
-    log_line(r, fmt::format("test accuracy {:.2f}% ({} weights{}); model in {}", 100 * res.test_accuracy, res.model,
-                            res.model == "best" ? fmt::format(", epoch {}", res.best_epoch) : "",
-                            (dir / "model.gguf").string()));
-  end_events({{"model", res.model}, {"best_epoch", res.best_epoch}});
+                          {"test_accuracy", r.test_accuracy},
+                          {"test_loss", r.test_loss},
+                          {"model", res.model},
+                          {"best_epoch", res.best_epoch}};
+  });
   return res;
 }
 
@@ -727,7 +671,7 @@ VisionTrainResult train_vision(const VisionTrainOptions& opts) {
   prepare_new_run_folder(opts.out, opts.force);
   r.model = std::make_unique<Vit>(mc);
   r.model->init(opts.seed);
-  r.opt = std::make_unique<AdamW>(r.model->params(), AdamWConfig{opts.beta1, opts.beta2, 1e-8f, opts.weight_decay});
+  r.opt = std::make_unique<AdamW>(r.model->params(), opts.adamw());
   return run_loop(r, false);
 }
 
@@ -745,7 +689,7 @@ VisionTrainResult resume_vision(const std::string& dir,
   r.o.validate();
   if (r.o.threads) set_num_threads(r.o.threads);
   load_data(r, true);
-  TOY_CHECK(r.step < r.total_steps, "[vision] the run in '{}' already finished its {} epochs (pass a larger --epochs "
+  TOY_CHECK(r.loop.step < r.total_steps, "[vision] the run in '{}' already finished its {} epochs (pass a larger --epochs "
             "to go on)", printable(dir), r.o.epochs);
   return run_loop(r, true);
 }

@@ -22,35 +22,31 @@
 
 #include "toy/data/images.h"
 #include "toy/models/vit.h"
+#include "toy/train/loop.h"
 
 namespace toy {
 
-struct VisionTrainOptions {
+struct VisionTrainOptions : LoopOptions {
   std::string data = "fashion-mnist";
   std::string out;
   std::string preset = "vit-mnist";
   VitConfig model = VitConfig::from_preset("vit-mnist");  // geometry and classes are the data's
   int64_t epochs = 40;  // vit-mnist on Fashion-MNIST gains until the end of 40 (README "Results")
-  int64_t batch = 128, accum = 1;
-  float lr = 1e-3f, min_lr = 1e-5f;
-  int64_t warmup = 500;  // steps
-  float weight_decay = 0.05f, beta1 = 0.9f, beta2 = 0.999f, clip = 1.0f;
   float label_smoothing = 0.1f;
   // Light augmentation; unset = the data's default (augmentation_defaults below), resolved when
   // the run starts and saved resolved.
   std::optional<int64_t> crop_pad;  // random crop: shift by up to this many pixels (zero fill); 0 = off
   std::optional<bool> flip;         // random horizontal flip
-  uint64_t seed = 1337;
   int64_t val_count = 5000;  // validation images held out of the training set (at most a tenth)
   int threads = 0;
-  int64_t log_every = 50;
-  int64_t stop_after = 0;  // stop with a checkpoint after this step (0 = run to the end)
-  int64_t save_every = 0;
-  double save_minutes = 10;
   std::string keep = "best";  // model.gguf: best (validation accuracy) or last weights
   int64_t misclassified = 32; // test images shown in the report
-  bool quiet = false;
-  bool force = false;  // not saved: a new run may replace a run already in `out`
+
+  // The core's defaults for a ViT (warmup in steps).
+  VisionTrainOptions() {
+    batch = 128, accum = 1, lr = 1e-3f, min_lr = 1e-5f, warmup = 500;
+    weight_decay = 0.05f, beta1 = 0.9f, beta2 = 0.999f, clip = 1.0f, seed = 1337, log_every = 50;
+  }
 
   void validate() const;
   nlohmann::json to_json() const;

@@ -1,0 +1,297 @@
+#include "toy/train/loop.h"
+
+#include <filesystem>
+
+#include <fmt/core.h>
+
+#include "toy/autograd/backward.h"
+#include "toy/autograd/grad_mode.h"
+#include "toy/core/json_fields.h"
+#include "toy/core/text.h"
+#include "toy/io/gguf.h"
+#include "toy/obs/report.h"
+#include "toy/ops/ops.h"
+#include "toy/train/run_state.h"
+#include "toy/train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace toy {
+
+// ---- the options core ---------------------------------------------------------------------------
+
+void LoopOptions::validate_loop(const char* who) const {
+  TOY_CHECK(batch > 0 && batch <= 1 << 20, "{} --batch must be in 1..1048576, got {}", who, batch);
+  TOY_CHECK(accum > 0 && accum <= 1 << 16, "{} --accum must be in 1..65536, got {}", who, accum);
+  TOY_CHECK(std::isfinite(lr) && lr > 0, "{} --lr must be positive, got {}", who, lr);
+  TOY_CHECK(std::isnan(min_lr) || (min_lr >= 0 && min_lr <= lr), "{} --min-lr must be in [0, lr], got {}", who,
+            min_lr);
+  TOY_CHECK(warmup >= 0, "{} --warmup must be >= 0, got {}", who, warmup);
+  TOY_CHECK(std::isfinite(weight_decay) && weight_decay >= 0, "{} --wd must not be negative, got {}", who,
+            weight_decay);
+  TOY_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "{} --beta1/--beta2 must be in [0, 1), got {} and {}",
+            who, beta1, beta2);
+  TOY_CHECK(std::isfinite(clip) && clip >= 0, "{} --clip must be >= 0 (0 = off), got {}", who, clip);
+  TOY_CHECK(log_every > 0, "{} --log-every must be >= 1, got {}", who, log_every);
+  TOY_CHECK(stop_after >= 0, "{} --stop-after must be >= 0, got {}", who, stop_after);
+  TOY_CHECK(save_every >= 0, "{} --save-every must be >= 0 (0 = off), got {}", who, save_every);
+  TOY_CHECK(std::isfinite(save_minutes) && save_minutes >= 0 && save_minutes <= 1e6,
+            "{} --save-minutes must be in [0, 1e6] (0 = off), got {}", who, save_minutes);
+}
+
+void LoopOptions::loop_to_json(nlohmann::json& j) const {
+  j["batch"] = batch;
+  j["accum"] = accum;
+  j["lr"] = json_float(lr);
+  j["min_lr"] = json_float(std::isnan(min_lr) ? lr / 10 : min_lr);
+  j["warmup"] = warmup;
+  j["weight_decay"] = json_float(weight_decay);
+  j["beta1"] = json_float(beta1);
+  j["beta2"] = json_float(beta2);
+  j["clip"] = json_float(clip);
+  j["seed"] = seed;
+  j["log_every"] = log_every;
+  j["stop_after"] = stop_after;
+  j["save_every"] = save_every;
+  j["save_minutes"] = save_minutes;
+}
+
+void LoopOptions::loop_from_json(const nlohmann::json& j, const std::string& where) {
+  using namespace json_fields;
+  batch = get_int(j, "batch", where);
+  accum = get_int(j, "accum", where);
+  lr = get_float(j, "lr", where);
+  min_lr = get_float(j, "min_lr", where);
+  warmup = get_int(j, "warmup", where);
+  weight_decay = get_float(j, "weight_decay", where);
+  beta1 = get_float(j, "beta1", where);
+  beta2 = get_float(j, "beta2", where);
+  clip = get_float(j, "clip", where);
+  seed = get_uint(j, "seed", where);
+  log_every = get_int(j, "log_every", where);
+  stop_after = get_int(j, "stop_after", where);
+  save_every = get_int(j, "save_every", where);
+  save_minutes = get_double(j, "save_minutes", where);
+}
+
+// ---- the best weights ---------------------------------------------------------------------------
+
+bool BestWeights::offer(const ParamStore& p, int64_t at_step, double s, double t) {
+  if (!std::isfinite(s)) return false;
+  if (has() && !(s < score || (s == score && t < tiebreak))) return false;
+  NoGradGuard ng;
+  size_t i = 0;
+  for (const Param& q : p.all()) {
+    if (!q.trainable) continue;
+    if (values.size() <= i) values.push_back(empty(q.value.shape(), q.value.dtype()));
+    copy_(values[i++], q.value.detach());
+  }
+  step = at_step, score = s, tiebreak = t;
+  return true;
+}
+
+void BestWeights::swap_with(ParamStore& p) {
+  NoGradGuard ng;
+  size_t i = 0;
+  for (Param& q : p.all()) {
+    if (!q.trainable) continue;
+    Tensor now = contiguous_copy(q.value.detach());
+    copy_(q.value, values[i]);
+    values[i++] = now;
+  }
+}
+
+void BestWeights::add_to(gguf::Writer& w, const ParamStore& p) const {
+  if (!has()) return;
+  size_t i = 0;
+  for (const Param& q : p.all())
+    if (q.trainable) w.add_tensor("best." + q.name, values[i++]);
+}
+
+void BestWeights::load(const gguf::Reader& rd, const ParamStore& p, int64_t at_step, double s, double t,
+                       const char* who) {
+  values.clear();
+  step = at_step, score = s, tiebreak = t;
+  if (!has()) return;
+  for (const Param& q : p.all()) {
+    if (!q.trainable) continue;
+    values.push_back(zeros(q.value.shape()));
+    load_checked(rd, "best." + q.name, values.back(), false, who);
+  }
+}
+
+// ---- the step -----------------------------------------------------------------------------------
+
+StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossScale& loss_scale,
+                   const StepSettings& s, float lr) {
+  // A non-finite loss or gradient stops the step before the update: the weights and the
+  // optimizer state stay those of the last good step.
+  auto refuse = [&](const std::string& what) {
+    params.zero_grad();
+    throw NonFiniteStep(fmt::format("{} {}: the step was not applied (try a lower --lr or --clip)", s.who, what));
+  };
+  StepDone d;
+  d.lr = lr;
+  double loss_sum = 0;
+  BackwardOptions bo;
+  bo.on_grad_ready = s.on_grad_ready;
+  for (int64_t micro = 0; micro < s.accum; ++micro) {
+    Tensor loss = task.micro_loss(micro, d.units);
+    const double l = loss.item();
+    if (!std::isfinite(l))
+      refuse(fmt::format("the loss became {}{}", l, s.accum > 1 ? fmt::format(" in micro-batch {}", micro + 1) : ""));
+    loss_sum += l;
+    const float k = loss_scale.scale() / float(s.accum);
+    backward(k == 1.0f ? loss : scale(loss, k), Tensor(), bo);
+  }
+  if (s.dynamic_loss_scale) {
+    NoGradGuard ng;
+    for (Param& p : params.all())
+      if (p.value.grad().defined()) p.value.set_grad(scale(p.value.grad(), 1.0f / loss_scale.scale()));
+  }
+  d.grad_norm = clip_grad_norm(params, s.clip);
+  if (s.dynamic_loss_scale && !loss_scale.update(std::isfinite(d.grad_norm))) d.skipped = true;
+  if (!d.skipped && !std::isfinite(d.grad_norm)) refuse(fmt::format("the gradient norm became {}", d.grad_norm));
+  if (!d.skipped) opt.step(lr);
+  params.zero_grad();
+  d.loss = loss_sum / double(s.accum);
+  return d;
+}
+
+// ---- the loop -----------------------------------------------------------------------------------
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+TrainLoop::TrainLoop(LoopSetup setup, const LoopOptions& o, LoopState& state, ParamStore& params, AdamW& opt,
+                     TrainTask& task)
+    : setup_(std::move(setup)),
+      o_(o),
+      st_(state),
+      params_(params),
+      opt_(opt),
+      task_(task),
+      progress_(setup_.progress, o.quiet, o.log_every),
+      events_((fs::path(setup_.dir) / "events.jsonl").string(), setup_.resumed),
+      session_start_(Clock::now()) {}
+
+double TrainLoop::session_seconds() const { return since(session_start_); }
+
+bool TrainLoop::offer_best(double score, double tiebreak) {
+  return st_.best.offer(params_, st_.step, score, tiebreak);
+}
+
+void TrainLoop::checkpoint(const char* reason) {
+  task_.save_checkpoint();
+  st_.saved_step = st_.step;
+  events_.emit("checkpoint", {{"step", st_.step}, {"reason", reason}});
+}
+
+void TrainLoop::end_events(bool stopped, const nlohmann::json& extra,
+                           const std::function<nlohmann::json()>& end_fields) {
+  nlohmann::json e = {{"steps", st_.step},
+                      {"seconds", st_.seconds},
+                      {setup_.rate_field, double(st_.units) / std::max(st_.seconds, 1e-9)},
+                      {"stopped", stopped}};
+  if (end_fields) e.update(end_fields());
+  e.update(extra);
+  events_.emit("run_end", e);
+  write_report((fs::path(setup_.dir) / "events.jsonl").string(), (fs::path(setup_.dir) / "report.html").string());
+}
+
+// Nothing of the failed step was applied, and nothing is written from here on: the files of
+// the run stay those of the last good save.
+void TrainLoop::fail_step(const std::string& what, const std::function<nlohmann::json()>& end_fields) {
+  const std::string kept = st_.saved_step >= 0
+                               ? fmt::format("the checkpoint of step {} and the model files are kept; no file was "
+                                             "replaced", st_.saved_step)
+                               : std::string("no checkpoint had been written yet");
+  const std::string msg = fmt::format("{} (at step {}); {}", what, st_.step + 1, kept);
+  events_.emit("error", {{"step", st_.step + 1}, {"message", msg}});
+  end_events(false, {{"error", msg}}, end_fields);
+  fail("{}", msg);
+}
+
+// A write that fails after the last step (a full disk) names the checkpoint the run can
+// resume from: an earlier one is whole whatever happened to this write (writes replace files
+// atomically).
+void TrainLoop::say_where_to_resume(const Error& e) {
+  const fs::path ck = fs::path(setup_.dir) / "checkpoint.gguf";
+  std::error_code ec;
+  if (setup_.resume_command.empty() || !fs::exists(ck, ec)) throw e;
+  throw Error(fmt::format("{}; the run's last checkpoint, '{}', is whole: once the cause is fixed (a full disk: free "
+                          "space), continue with {}", e.what(), printable(ck.string()), setup_.resume_command));
+}
+
+bool TrainLoop::run(const std::function<nlohmann::json()>& end_fields) {
+  StepSettings ss;
+  ss.who = setup_.who;
+  ss.accum = o_.accum;
+  ss.clip = o_.clip;
+  ss.dynamic_loss_scale = setup_.dynamic_loss_scale;
+  ss.on_grad_ready = on_grad_ready_;
+  const int64_t end_step = setup_.total_steps;
+  const float min_lr = std::isnan(o_.min_lr) ? o_.lr / 10 : o_.min_lr;
+  bool stopped = false;
+  auto last_save = Clock::now();
+  // A stop requested during set-up still stops the run (after its first step); the request
+  // is cleared once honoured.
+  while (st_.step < end_step) {
+    const auto t0 = Clock::now();
+    const float lr = cosine_lr(st_.step, o_.warmup, end_step, o_.lr, min_lr);
+    const float scale_used = st_.loss_scale.scale();
+    StepDone d;
+    try {
+      d = take_step(task_, params_, opt_, st_.loss_scale, ss, lr);
+    } catch (const Error& e) {
+      fail_step(e.what(), end_fields);
+    }
+    d.step = ++st_.step;
+    d.last = st_.step == end_step;
+    d.seconds = since(t0);
+    st_.seconds += d.seconds;
+    st_.units += d.units;
+    if (d.skipped) {
+      ++st_.skipped_steps;
+      events_.emit("skipped_step", {{"step", d.step}, {"loss_scale", scale_used},
+                                    {"grad_norm", d.grad_norm}});
+    }
+    nlohmann::json ev = {{"step", d.step}, {"loss", d.loss}, {"lr", json_float(lr)}, {"grad_norm", d.grad_norm},
+                         {setup_.rate_field, double(d.units) / std::max(d.seconds, 1e-9)}};
+    task_.after_step(d, ev);
+    events_.emit("step", ev);
+    const double rate = double(st_.units) / std::max(st_.seconds, 1e-9);
+    const double eta = double(end_step - st_.step) * st_.seconds / double(std::max<int64_t>(1, st_.step));
+    progress_.step(st_.step, end_step, d.loss, lr, rate, eta, setup_.rate_unit);
+    task_.cadence(d);
+    if (!d.last && (stop_requested() || (o_.stop_after > 0 && st_.step >= o_.stop_after))) {
+      stopped = true;
+      clear_stop_request();
+      break;
+    }
+    const bool periodic = (o_.save_every > 0 && st_.step % o_.save_every == 0) ||
+                          (o_.save_minutes > 0 && since(last_save) >= o_.save_minutes * 60);
+    if (!d.last && periodic) {
+      checkpoint("periodic");
+      last_save = Clock::now();
+    }
+  }
+  // The trained weights first: nothing after the last step may lose them.
+  try {
+    checkpoint(stopped ? "stop" : "end");
+  } catch (const Error& e) {
+    say_where_to_resume(e);
+  }
+  if (!stopped && task_.final_evaluation()) checkpoint("best");
+  try {
+    task_.write_outputs(stopped);
+  } catch (const Error& e) {
+    say_where_to_resume(e);
+  }
+  end_events(stopped, {{"session_seconds", session_seconds()}}, end_fields);
+  return stopped;
+}
+
+}  // namespace toy
