@@ -46,11 +46,11 @@ toy_train_tests
 (z[size_t(idx[i])] - mx) / cfg_.temperature
 (z[size_t(idx[i])] - mx) * cfg_.temperature
 accumulation-unscaled
-src/toy/train/step.cpp
-toy_train_tests
-^Train\.Accumulation
-backward(accum == 1 ? loss : scale(loss, 1.0f / float(accum)));
-backward(loss);
+src/toy/train/loop.cpp
+toy toy_train_tests toy_finetune_tests
+^Train\.Accumulation|^FinetuneGaps\.
+    const float k = loss_scale.scale() / float(s.accum);
+    const float k = loss_scale.scale();
 out-overwrites-a-run
 src/toy/train/run_folder.cpp
 toy toy_hostile_tests
@@ -70,11 +70,11 @@ SIGTERM
 for (int sig : {SIGINT, SIGTERM, SIGHUP})
 for (int sig : {SIGINT, SIGHUP})
 save-every-off-by-one
-src/toy/train/trainer.cpp
+src/toy/train/loop.cpp
 toy toy_hostile_tests
 ^Hostile\.SaveEvery
-(o.save_every > 0 && r.step % o.save_every == 0)
-(o.save_every > 0 && r.step % o.save_every == 1)
+(o_.save_every > 0 && st_.step % o_.save_every == 0)
+(o_.save_every > 0 && st_.step % o_.save_every == 1)
 stale-temporary-kept
 src/toy/train/trainer.cpp
 toy toy_hostile_tests
@@ -97,20 +97,20 @@ checkpoint-negative-step
 src/toy/train/checkpoint.cpp
 toy toy_hostile_tests
 ^Hostile\.ACheckpointWithAStep
-r.step >= 0 && r.step <= r.o.steps
-r.step <= r.o.steps
+step >= 0 && step <= r.o.steps
+step <= r.o.steps
 nonfinite-loss-applied
-src/toy/train/step.cpp
-toy toy_hostile_tests
-^Hostile\.ANonFiniteStep
-    if (!std::isfinite(l)) refuse(
-    if (false) refuse(
+src/toy/train/loop.cpp
+toy toy_hostile_tests toy_train_tests
+^Hostile\.ANonFiniteStep|^Loop\.
+    if (!std::isfinite(l))\n      refuse(
+    if (false)\n      refuse(
 nonfinite-gradient-applied
-src/toy/train/step.cpp
+src/toy/train/loop.cpp
 toy_train_tests
 ^Train\.ANonFiniteGradient
-  if (!std::isfinite(r.grad_norm)) refuse(
-  if (false) refuse(
+if (!d.skipped && !std::isfinite(d.grad_norm)) refuse(
+if (false) refuse(
 corpus-change-ignored
 src/toy/train/trainer.cpp
 toy toy_hostile_tests
@@ -145,14 +145,14 @@ model-gguf-is-last
 src/toy/train/trainer.cpp
 toy toy_hostile_tests
 ^Hostile\.ModelGgufHoldsTheBest
-  const bool best_first = r.o.keep == "best" && r.best;
-  const bool best_first = false;
+        with_best([&] { save("model.gguf", "toy"); });
+        save("model.gguf", "toy");
 best-is-worst
-src/toy/train/trainer.cpp
-toy toy_hostile_tests
-^Hostile\.ModelGgufHoldsTheBest
-(r.best && val >= r.best_val)
-(r.best && val <= r.best_val)
+src/toy/train/loop.cpp
+toy toy_hostile_tests toy_train_tests
+^Hostile\.ModelGgufHoldsTheBest|^Loop\.Best
+if (has() && !(s < score || (s == score && t < tiebreak))) return false;
+if (has() && !(s > score || (s == score && t < tiebreak))) return false;
 memory-not-checked
 src/toy/train/memory.cpp
 toy toy_hostile_tests
@@ -385,8 +385,8 @@ finetune-best-not-restored
 src/toy/train/finetune.cpp
 toy_finetune_tests
 ^FinetuneBest\.
-      if (p.trainable) copy_(p.value, r.best[i++]);
-      if (p.trainable) ++i;
+      r_.loop.best.swap_with(r_.model->params());
+      (void)0;
 finetune-resume-dropout-stream
 src/toy/train/finetune_checkpoint.cpp
 toy_finetune_tests
@@ -403,13 +403,13 @@ finetune-resume-best-lost
 src/toy/train/finetune_checkpoint.cpp
 toy_finetune_tests
 ^FinetuneResume\.Lora
-      load_checked(rd, "best." + p.name, r.best.back(), false, "[finetune]");
-      (void)0;
+  loop.best.load(rd, r.model->params(), best_step, get_double(st, "best_val_loss", w), 0, "[finetune]");
+  (void)best_step;
 finetune-resume-loss-scale-lost
 src/toy/train/finetune_checkpoint.cpp
 toy_finetune_tests
 ^FinetuneResume\.Full
-  r.loss_scale.restore(scale, good);
+  loop.loss_scale.restore(scale, good);
   (void)good;
 finetune-resume-data-unchecked
 src/toy/train/finetune.cpp
@@ -898,34 +898,28 @@ toy toy_finetune_tests
 lin->compute = compute;
 lin->compute = DType::F32;
 f16-overflow-not-skipped
-src/toy/train/finetune.cpp
+src/toy/train/loop.cpp
 toy toy_finetune_tests
 ^FinetuneGaps\.
-if (!r.loss_scale.update(std::isfinite(norm))) {
-if (!r.loss_scale.update(true)) {
+!loss_scale.update(std::isfinite(d.grad_norm))
+!loss_scale.update(true)
 f16-skipped-step-applied
-src/toy/train/finetune.cpp
+src/toy/train/loop.cpp
 toy toy_finetune_tests
 ^FinetuneGaps\.
-if (!skipped) r.opt->step(lr);
-r.opt->step(lr);
+  if (!d.skipped) opt.step(lr);
+  opt.step(lr);
 f16-gradient-not-unscaled
-src/toy/train/finetune.cpp
+src/toy/train/loop.cpp
 toy toy_finetune_tests
 ^FinetuneGaps\.
-p.value.set_grad(scale(p.value.grad(), 1.0f / r.loss_scale.scale()));
+p.value.set_grad(scale(p.value.grad(), 1.0f / loss_scale.scale()));
 p.value.set_grad(scale(p.value.grad(), 1.0f));
-accum-not-averaged
-src/toy/train/finetune.cpp
-toy toy_finetune_tests
-^FinetuneGaps\.
-const float s = r.loss_scale.scale() / float(o.accum);
-const float s = r.loss_scale.scale();
 accum-one-micro-batch
-src/toy/train/finetune.cpp
+src/toy/train/loop.cpp
 toy toy_finetune_tests
 ^FinetuneGaps\.
-for (int64_t micro = 0; micro < o.accum; ++micro) {
+for (int64_t micro = 0; micro < s.accum; ++micro) {
 for (int64_t micro = 0; micro < 1; ++micro) {
 lora-no-alpha-means-one
 src/toy/models/lora.cpp
@@ -958,11 +952,11 @@ toy toy_finetune_tests
 double per_epoch = double(r.train.size()) / double(opts.batch * opts.accum);
 double per_epoch = double(r.train.size()) / double(opts.batch);
 lr-schedule-off-by-one
-src/toy/train/finetune.cpp
+src/toy/train/loop.cpp
 toy toy_finetune_tests
 ^FinetuneGaps\.
-const float lr = cosine_lr(r.step, o.warmup, o.steps, o.lr, o.min_lr);
-const float lr = cosine_lr(r.step + 1, o.warmup, o.steps, o.lr, o.min_lr);
+const float lr = cosine_lr(st_.step, o_.warmup, end_step, o_.lr, min_lr);
+const float lr = cosine_lr(st_.step + 1, o_.warmup, end_step, o_.lr, min_lr);
 min-lr-default-wrong
 src/toy/train/finetune.cpp
 toy toy_finetune_tests
@@ -976,11 +970,11 @@ toy toy_finetune_tests
 if (step < warmup) return lr * float(step + 1) / float(warmup + 1);
 if (step < warmup) return lr * float(step) / float(warmup);
 final-best-not-checkpointed
-src/toy/train/finetune.cpp
+src/toy/train/loop.cpp
 toy toy_finetune_tests
 ^FinetuneGaps\.
-if (r.best_step != best_before) checkpoint("best");
-if (r.best_step != best_before && false) checkpoint("best");
+if (!stopped && task_.final_evaluation()) checkpoint("best");
+if (!stopped && task_.final_evaluation() && false) checkpoint("best");
 evaluate-labels-of-first-batch
 src/toy/train/vision.cpp
 toy_vision_tests
@@ -1021,8 +1015,8 @@ vision-step-ignores-label-smoothing
 src/toy/train/vision.cpp
 toy_vision_tests
 ^VisionGaps\.TrainingStepUsesTheRunsLabelSmoothing
-r.o.label_smoothing);
-0.0f);
+                                      r_.o.label_smoothing);
+                                      0.0f);
 label-smoothing-keeps-full-ce
 src/toy/models/vit.cpp
 toy_vision_tests
@@ -1053,6 +1047,30 @@ toy toy_serve_tests
 ^ServeRobustness\.(AHalfClosed|APeerWithBytes)
   if (r > 0) return false;  // bytes still to read (a pipelined request): not gone yet
   (void)r;
+grad-pass-not-summed-first
+src/toy/autograd/backward.cpp
+toy_core_tests
+^GradPasses\.
+    if (s.finished || s.pending > 0 || hidden_pending_ > 0 || !s.sum.defined()) return;
+    if (s.finished || !s.sum.defined()) return;
+grad-ready-never-called
+src/toy/autograd/backward.cpp
+toy_core_tests toy_train_tests
+^GradPasses\.|^Loop\.Gradients
+    if (ready_) ready_(s.leaf);
+    (void)ready_;
+recomputed-leaves-not-held
+src/toy/autograd/backward.cpp
+toy_core_tests
+^GradPasses\.
+  out.grad_fn()->reaches_hidden_leaves = true;  // the parameters fn captures
+  (void)0;
+loop-stop-after-ignored
+src/toy/train/loop.cpp
+toy_train_tests toy toy_hostile_tests
+^Loop\.|^Hostile\.
+(o_.stop_after > 0 && st_.step >= o_.stop_after)
+(false)
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------
