@@ -26,6 +26,7 @@ void install_all(Registry& r) {
   define_optim_ops(r);
   install_cpu_backend(r);
   r.mark_backend(Device::CPU);
+  r.mark_backend(Device::SIM);  // the CPU kernels, registered for sim beside the CPU's
   if (install_cuda_backend(r)) r.mark_backend(Device::CUDA);
 }
 

@@ -325,6 +325,13 @@ TEST(OpGrad, contiguous) {
   EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return mul(contiguous(transpose(in[0])), in[1]); },
                       {R(Shape{3, 4}, 158), R(Shape{4, 3}, 159)}));
 }
+// Through the sim device and back: the product runs as a sim kernel, each gradient returns to
+// its input's device.
+TEST(OpGrad, to) {
+  EXPECT_TRUE(grad_ok(
+      [](const std::vector<Tensor>& in) { return to(mul(to(in[0], Device::SIM), to(in[1], Device::SIM)), Device::CPU); },
+      {R(Shape{3, 4}, 163), R(Shape{3, 4}, 164)}));
+}
 TEST(OpGrad, concat) {
   EXPECT_TRUE(grad_ok([](const std::vector<Tensor>& in) { return mul(concat({in[0], in[1]}, 1), in[2]); },
                       {R(Shape{2, 3}, 160), NC(R(Shape{2, 1}, 161)), R(Shape{2, 4}, 162)}));

@@ -192,7 +192,7 @@ void run(const Tensor& root, const Tensor& grad_output, BackwardOptions opts,
   if (!g0.defined()) {
     TOY_CHECK(root.numel() == 1, "[backward] root has shape {}: pass a gradient or reduce it to a scalar",
               root.shape().str());
-    g0 = full(root.shape(), 1.0, root.dtype());
+    g0 = full(root.shape(), 1.0, root.dtype(), root.device());
   }
   TOY_CHECK(g0.shape() == root.shape(), "[backward] gradient shape {} does not match output shape {}",
             g0.shape().str(), root.shape().str());
@@ -276,7 +276,7 @@ std::vector<Tensor> grad(const Tensor& root, const std::vector<Tensor>& inputs, 
   std::vector<Tensor> out;
   for (const Tensor& t : inputs) {
     Tensor g = capture[t.impl()];
-    out.push_back(g.defined() ? g : zeros(t.shape(), t.dtype()));
+    out.push_back(g.defined() ? g : zeros(t.shape(), t.dtype(), t.device()));
   }
   return out;
 }

@@ -140,9 +140,17 @@ using SetRows = void(Tensor& dst, const Tensor& ids, const Tensor& src);
 // or weights[i] (when defined) is 0. lse [N].
 using CrossEntropy = void(const Tensor& logits, const Tensor& targets, const Tensor& weights, int32_t ignore_index,
                           Tensor& loss, Tensor& lse);
-// dlogits[i, :] = scale * w_i * (softmax(z_i) - onehot(t_i)). dlogits may alias logits.
+// The mean of the rows' losses, on the device: count = the non-ignored rows (or their summed
+// weight), inv = 1 / (normalizer > 0 ? normalizer : count) (0 when that is 0), loss (a scalar
+// of loss's dtype) = (sum of the rows, in double) * inv; inv is an F32 scalar for backward.
+using CrossEntropyTotal = void(const Tensor& loss_rows, const Tensor& targets, const Tensor& weights,
+                               int32_t ignore_index, float normalizer, Tensor& loss, Tensor& inv);
+// dlogits[i, :] = scale * w_i * (softmax(z_i) - onehot(t_i)) with scale = float(grad) * inv
+// (two device scalars: the output's gradient and CrossEntropyTotal's inv). dlogits may alias
+// logits.
 using CrossEntropyBackward = void(const Tensor& logits, const Tensor& targets, const Tensor& weights,
-                                  int32_t ignore_index, const Tensor& lse, float scale, Tensor& dlogits);
+                                  int32_t ignore_index, const Tensor& lse, const Tensor& grad, const Tensor& inv,
+                                  Tensor& dlogits);
 
 // ---- conv -------------------------------------------------------------------------------
 struct Im2ColArgs {

@@ -16,8 +16,19 @@ Run add_ops_command(CLI::App& app) {
     const Registry& r = registry();
     if (*json) {
       nlohmann::json arr = nlohmann::json::array();
+      // Per device: whether the op runs forward, has a backward there, and runs through its
+      // composite form (other ops' kernels) rather than a kernel of its own.
+      std::vector<Device> devices = {Device::CPU, Device::SIM};
+      if (r.has_backend(Device::CUDA)) devices.push_back(Device::CUDA);
       for (const OpInfo& op : r.ops()) {
+        nlohmann::json per_device = nlohmann::json::object();
+        for (Device d : devices) {
+          const bool runs = r.supports(op, d);
+          per_device[std::string(name(d))] = {{"forward", runs}, {"backward", runs && op.backward},
+                                             {"fallback", runs && !op.primitive}};
+        }
         arr.push_back({{"name", op.name},
+                       {"devices", per_device},
                        {"primitive", op.primitive},
                        {"cpu", r.supports(op, Device::CPU)},
                        {"cuda", r.supports(op, Device::CUDA)},
@@ -29,11 +40,12 @@ Run add_ops_command(CLI::App& app) {
       std::printf("%s\n", arr.dump(2).c_str());
       return 0;
     }
-    std::printf("%-14s %-10s %-4s %-5s %-9s %-24s %s\n", "op", "kind", "cpu", "cuda", "backward", "grad test",
-                "what");
+    std::printf("%-14s %-10s %-4s %-4s %-5s %-9s %-24s %s\n", "op", "kind", "cpu", "sim", "cuda", "backward",
+                "grad test", "what");
     for (const OpInfo& op : r.ops()) {
-      std::printf("%-14s %-10s %-4s %-5s %-9s %-24s %s\n", op.name.c_str(), op.primitive ? "primitive" : "composite",
-                  r.supports(op, Device::CPU) ? "yes" : "no", r.supports(op, Device::CUDA) ? "yes" : "no",
+      std::printf("%-14s %-10s %-4s %-4s %-5s %-9s %-24s %s\n", op.name.c_str(), op.primitive ? "primitive" : "composite",
+                  r.supports(op, Device::CPU) ? "yes" : "no", r.supports(op, Device::SIM) ? "yes" : "no",
+                  r.supports(op, Device::CUDA) ? "yes" : "no",
                   op.backward ? "yes" : "no", op.grad_test.c_str(), op.summary.c_str());
     }
     std::printf("\n%zu ops. Primitive ops run their own kernels; composites are built from other ops, so\n"

@@ -110,6 +110,7 @@ const std::map<std::string, ResumeRule>& resume_rules() {
       {"--steps", may_change([](TrainOptions& s, const TrainOptions& g) { s.steps = g.steps; })},
       {"--stop-after", may_change([](TrainOptions& s, const TrainOptions& g) { s.stop_after = g.stop_after; })},
       {"--threads", may_change([](TrainOptions& s, const TrainOptions& g) { s.threads = g.threads; })},
+      {"--device", may_change([](TrainOptions& s, const TrainOptions& g) { s.device = g.device; })},
       {"--eval-every", may_change([](TrainOptions& s, const TrainOptions& g) { s.eval_every = g.eval_every; })},
       {"--eval-batches", may_change([](TrainOptions& s, const TrainOptions& g) { s.eval_batches = g.eval_batches; })},
       {"--sample-every", may_change([](TrainOptions& s, const TrainOptions& g) { s.sample_every = g.sample_every; })},
@@ -195,6 +196,7 @@ Run add_train_command(CLI::App& app) {
   add_int(cmd, "--sample-tokens", o.sample_tokens, 0, int64_t(1) << 20, "Tokens per sample");
   add_int(cmd, "--log-every", o.log_every, 1, int64_t(1) << 40, "Steps between progress lines when not on a terminal");
   add_int(cmd, "--threads", o.threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
+  add_device(cmd, o.device);
   add_int(cmd, "--stop-after", o.stop_after, 0, int64_t(1) << 40,
           "Stop after this step with a checkpoint (resume with --resume)");
   add_int(cmd, "--save-every", o.save_every, 0, int64_t(1) << 40, "Write a checkpoint every N steps (0 = off)");

@@ -116,4 +116,14 @@ bool same_path(const std::string& a, const std::string& b) {
   return !e1 && !e2 && ca == cb;
 }
 
+CLI::Option* add_device(CLI::App* cmd, Device& var) {
+  return cmd
+      ->add_option_function<std::string>(
+          "--device", [&var](const std::string& s) { var = parse_device(s, "[device]"); },
+          "Where tensors live and kernels run: cpu, or sim (a simulated device: memory host code may not touch, "
+          "every transfer counted; checks that a run is device-neutral; slower than cpu, bit-identical results)")
+      ->check(CLI::IsMember({"cpu", "sim"}))
+      ->default_str("cpu");
+}
+
 }  // namespace toy::cli

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "toy/core/device.h"
+
 namespace toy::cli {
 
 // Integers in [lo, hi].
@@ -28,6 +30,9 @@ struct Range {
   bool lo_open = false, hi_open = false;
 };
 CLI::Option* add_real(CLI::App* cmd, const std::string& names, float& var, Range r, const std::string& desc);
+// --device cpu|sim: where the command's tensors live (sim: the simulated device that checks a
+// run's device-neutrality; slower than cpu, bit-identical results).
+CLI::Option* add_device(CLI::App* cmd, Device& var);
 CLI::Option* add_real(CLI::App* cmd, const std::string& names, double& var, Range r, const std::string& desc);
 CLI::Option* add_real(CLI::App* cmd, const std::string& names, std::optional<float>& var, Range r,
                       const std::string& desc);

@@ -93,16 +93,19 @@ class MissingAllocator final : public Allocator {
   void empty_cache() override {}
 };
 
-Allocator* g_allocators[kNumDevices] = {nullptr, nullptr};
+Allocator* g_allocators[kNumDevices] = {nullptr, nullptr, nullptr};
 
 }  // namespace
 
 Allocator& allocator(Device d) {
   // The CPU allocator lives forever: tensors in static storage may be freed at exit.
   static CpuCachingAllocator* cpu = new CpuCachingAllocator();
+  static CpuCachingAllocator* sim = new CpuCachingAllocator();  // host memory of its own, its own stats
   static MissingAllocator* missing = new MissingAllocator();
   if (Allocator* a = g_allocators[int(d)]) return *a;
-  return d == Device::CPU ? static_cast<Allocator&>(*cpu) : *missing;
+  if (d == Device::CPU) return *cpu;
+  if (d == Device::SIM) return *sim;
+  return *missing;
 }
 
 void set_allocator(Device d, Allocator* a) { g_allocators[int(d)] = a; }

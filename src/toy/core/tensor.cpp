@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "toy/core/device_access.h"
 #include "toy/core/quant.h"
 #include "toy/core/small_object_pool.h"
 #include "toy/core/strided.h"
@@ -66,6 +67,7 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::raw_data() const {
   TOY_CHECK(defined(), "[tensor] use of an undefined tensor");
+  if (!is_host(impl_->device)) check_host_access(impl_->device, "a host pointer to its elements");
   return static_cast<char*>(impl_->storage->data()) + byte_offset(dtype(), offset());
 }
 
@@ -91,7 +93,7 @@ Tensor Tensor::detach() const {
 
 double Tensor::item() const {
   TOY_CHECK(numel() == 1, "[item] needs a one-element tensor, got shape {}", shape().str());
-  TOY_CHECK(device() == Device::CPU, "[item] tensor is on {}; copy it to the CPU first", toy::name(device()));
+  if (!is_host(device())) return transfer(*this, Device::CPU).item();  // one counted read
   switch (dtype()) {
     case DType::F32: return *data<float>();
     case DType::F16: return to_f32(*data<f16>());
@@ -102,7 +104,7 @@ double Tensor::item() const {
 }
 
 std::vector<float> Tensor::to_f32_vector() const {
-  TOY_CHECK(device() == Device::CPU, "[to_f32_vector] tensor is on {}", toy::name(device()));
+  if (!is_host(device())) return transfer(*this, Device::CPU).to_f32_vector();  // one counted read
   std::vector<float> out(static_cast<size_t>(numel()));
   switch (dtype()) {
     case DType::F32: gather_f32<float>(*this, out.data()); break;
@@ -119,6 +121,7 @@ std::vector<float> Tensor::to_f32_vector() const {
 
 std::vector<int32_t> Tensor::to_i32_vector() const {
   TOY_CHECK(dtype() == DType::I32, "[to_i32_vector] needs i32, got {}", toy::name(dtype()));
+  if (!is_host(device())) return transfer(*this, Device::CPU).to_i32_vector();  // one counted read
   std::vector<int32_t> out(static_cast<size_t>(numel()));
   const int32_t* base = data<int32_t>();
   int64_t j = 0;
@@ -149,9 +152,19 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
+namespace {
+// Sim's fill is the CPU's, run as a sim kernel; a device with memory of its own (CUDA) fills
+// with its own kernel, which its backend brings.
+void require_fillable(Device d, const char* who) {
+  TOY_CHECK(d == Device::CPU || d == Device::SIM, "[{}] cannot fill {} memory here (its backend is not built)", who,
+            name(d));
+}
+}  // namespace
+
 Tensor zeros(const Shape& shape, DType dtype, Device device) {
+  require_fillable(device, "zeros");
   Tensor t = empty(shape, dtype, device);
-  TOY_CHECK(device == Device::CPU, "[zeros] only CPU tensors can be created on the host");
+  KernelScope k(device);
   std::memset(t.raw_data(), 0, t.nbytes());
   return t;
 }
@@ -159,10 +172,37 @@ Tensor zeros(const Shape& shape, DType dtype, Device device) {
 Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
-  TOY_CHECK(device == Device::CPU, "[full] only CPU tensors can be created on the host");
+  require_fillable(device, "full");
   Tensor t = empty(shape, dtype, device);
+  KernelScope k(device);
   fill(t, value);
   return t;
+}
+
+Tensor transfer(const Tensor& t, Device to) {
+  TOY_CHECK(t.defined(), "[to] undefined tensor");
+  if (t.device() == to) return t;
+  TOY_CHECK(t.device() != Device::CUDA && to != Device::CUDA, "[to] copies to or from cuda come with the CUDA backend");
+  TOY_CHECK(t.is_contiguous(), "[to] a {} tensor crosses the host/device line contiguous (copy it on its device "
+            "first), got strides of shape {}", name(t.device()), t.shape().str());
+  Tensor out = empty(t.shape(), t.dtype(), to);
+  count_transfer(t.device(), to, int64_t(t.nbytes()));
+  KernelScope from(t.device()), into(to);  // (cpu and sim share host memory: a copy is a memcpy)
+  if (t.nbytes()) std::memcpy(out.raw_data(), t.raw_data(), t.nbytes());
+  out.set_name(t.name());
+  return out;
+}
+
+void move_to_device_(Tensor& t, Device to) {
+  TOY_CHECK(t.is_leaf(), "[to] only a leaf tensor (a parameter, a buffer) moves in place");
+  if (t.device() == to) return;
+  TOY_CHECK(t.is_contiguous(), "[to] '{}' is a strided view; only whole tensors move in place", t.name());
+  Tensor moved = transfer(t, to);
+  TensorImpl* impl = t.impl();
+  impl->storage = moved.storage();
+  impl->strides = moved.strides();
+  impl->offset = 0;
+  impl->device = to;
 }
 
 Tensor scalar(double value, DType dtype) { return full(Shape{}, value, dtype); }

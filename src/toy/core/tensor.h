@@ -86,6 +86,9 @@ class Tensor {
   }
 
   // --- host access ---
+  // Each of these on a tensor of a device whose memory the host may not touch (sim, cuda)
+  // is a counted transfer (device_access.h); raw_data() and data() there throw outside a
+  // kernel.
   // The single value of a one-element tensor, converted to double.
   double item() const;
   // All elements in row-major order, converted to f32 (float dtypes, I32, block types).
@@ -117,6 +120,13 @@ Tensor arange(int64_t n, DType dtype = DType::F32);
 Tensor make_view(const Tensor& src, const Shape& shape, const Strides& strides, int64_t offset);
 // A fresh contiguous tensor with the same shape/dtype/device as t.
 Tensor empty_like(const Tensor& t);
+// A contiguous copy of a contiguous t on device `to` (t itself when it is there already): the
+// one way across the host/device line, counted (device_access.h). The autograd op is to()
+// in ops.h.
+Tensor transfer(const Tensor& t, Device to);
+// Moves a leaf's memory to `to` in place: every handle sharing it (modules, the parameter
+// store) sees the move. Model weights are made on the CPU and moved once.
+void move_to_device_(Tensor& t, Device to);
 
 std::string describe(const Tensor& t);  // "f32[2, 3]"
 

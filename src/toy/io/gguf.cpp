@@ -397,9 +397,9 @@ void Writer::add_tensor(const std::string& name, const Tensor& t) {
   TOY_CHECK(t.defined(), "[gguf] tensor '{}' is undefined", name);
   TOY_CHECK(!name.empty() && name.size() < 64, "[gguf] tensor name '{}' must have 1 to 63 bytes (llama.cpp limit)", name);
   TOY_CHECK(t.ndim() >= 1 && t.ndim() <= 4, "[gguf] tensor '{}' has {} dims; GGUF allows 1 to 4", name, t.ndim());
-  TOY_CHECK(t.device() == Device::CPU, "[gguf] tensor '{}' must be on the CPU to be written", name);
   for (const auto& [n, _] : tensors_) TOY_CHECK(n != name, "[gguf] tensor '{}' added twice", name);
-  tensors_.emplace_back(name, t);
+  // A device's tensor is copied back now (explicitly, counted): the file is written from host memory.
+  tensors_.emplace_back(name, is_host(t.device()) ? t : transfer(contiguous(t.detach()), Device::CPU));
 }
 
 void Writer::write(const std::string& path) const {

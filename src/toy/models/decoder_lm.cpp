@@ -256,9 +256,14 @@ Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, con
   return add(xa, m);
 }
 
-Tensor DecoderLM::hidden(const Tensor& ids, bool training, Generator* gen, nn::KVCache* cache,
+Device DecoderLM::device() const { return tok_emb_.weight.device(); }
+
+Tensor DecoderLM::hidden(const Tensor& ids_in, bool training, Generator* gen, nn::KVCache* cache,
                          const Packing* packing) {
-  TOY_CHECK(ids.dtype() == DType::I32 && ids.ndim() == 2, "[model] ids must be i32 [B, T], got {}", describe(ids));
+  TOY_CHECK(ids_in.dtype() == DType::I32 && ids_in.ndim() == 2, "[model] ids must be i32 [B, T], got {}",
+            describe(ids_in));
+  const Device dev = device();
+  const Tensor ids = to(ids_in, dev);  // a batch made on the host: one upload
   const int64_t T = ids.size(1);
   int64_t start = 0;
   if (cache) {
@@ -271,7 +276,7 @@ Tensor DecoderLM::hidden(const Tensor& ids, bool training, Generator* gen, nn::K
   }
   std::optional<nn::TrainingScope> scope;  // LoRA dropout draws from the same generator
   if (training) scope.emplace(gen ? *gen : default_generator());
-  Tensor positions = position_ids(start, T), segments;
+  Tensor positions = to(position_ids(start, T), dev), segments;
   if (packing) {
     TOY_CHECK(!cache, "[model] packed rows are for training, not for a cache");
     TOY_CHECK(!cfg_.has_gdn(), "[model] packed rows need attention's block-causal mask; a Gated DeltaNet layer's "
@@ -280,7 +285,7 @@ Tensor DecoderLM::hidden(const Tensor& ids, bool training, Generator* gen, nn::K
                   packing->segments.dtype() == DType::I32 && packing->segments.shape() == ids.shape(),
               "[model] packed rows need i32 positions and segments shaped as the ids {}, got {} and {}",
               ids.shape().str(), describe(packing->positions), describe(packing->segments));
-    positions = packing->positions, segments = packing->segments;
+    positions = to(packing->positions, dev), segments = to(packing->segments, dev);
   }
   Tensor x = embed(ids, start, positions, training, gen);
   const bool recompute = recompute_ && !cache && grad_enabled();
@@ -318,13 +323,14 @@ Tensor DecoderLM::logits(const Tensor& ids, bool training, Generator* gen, nn::K
 Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, Generator* gen,
                        const Packing* packing) {
   Tensor h = hidden(ids, training, gen, nullptr, packing);
+  const Tensor targets_d = to(targets, device());
   const int64_t rows = h.numel() / cfg_.dim;
   // Past ~4M logits, compute the loss in chunks of rows (each a recomputation region) so
   // that no logits-sized buffer exists; below that one pass is faster.
   constexpr int64_t kChunkElements = int64_t(1) << 22;
   if (rows * cfg_.vocab > kChunkElements)
-    return linear_cross_entropy(h, head_.weight, targets, std::max<int64_t>(1, kChunkElements / cfg_.vocab));
-  return cross_entropy(head_(h), targets);
+    return linear_cross_entropy(h, head_.weight, targets_d, std::max<int64_t>(1, kChunkElements / cfg_.vocab));
+  return cross_entropy(head_(h), targets_d);
 }
 
 nn::KVCache DecoderLM::new_cache(int64_t batch, int64_t capacity, DType dtype) const {
@@ -335,7 +341,8 @@ nn::KVCache DecoderLM::new_cache(int64_t batch, int64_t capacity, DType dtype) c
   if (cfg_.has_gdn())
     for (const Block& b : blocks_)
       recurrent.push_back(b.kind == LayerKind::GatedDeltaNet ? b.gdn.state_shape() : nn::RecurrentShape{});
-  return nn::KVCache(cfg_.layers, batch, capacity, cfg_.kv_heads, cfg_.head_dim, dtype, std::move(recurrent));
+  return nn::KVCache(cfg_.layers, batch, capacity, cfg_.kv_heads, cfg_.head_dim, dtype, std::move(recurrent),
+                     device());
 }
 
 Tensor DecoderLM::decode(nn::KVCache& cache, std::span<const int32_t> ids) {

@@ -81,6 +81,9 @@ class DecoderLM {
   Tensor hidden(const Tensor& ids, bool training = false, Generator* dropout_gen = nullptr,
                 nn::KVCache* cache = nullptr, const Packing* packing = nullptr);
   // Logits [B, T, V].
+  // Where the weights live (params().move_to moves them); batches made on the host are
+  // uploaded to it by logits() and loss().
+  Device device() const;
   Tensor logits(const Tensor& ids, bool training = false, Generator* dropout_gen = nullptr,
                 nn::KVCache* cache = nullptr);
   // Mean next-token cross-entropy of ids [B, T] against targets [B, T] (ignore index -100),

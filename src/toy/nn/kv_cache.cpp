@@ -13,7 +13,7 @@ double KVCache::bytes(int64_t layers, int64_t batch, int64_t capacity, int64_t k
 }
 
 KVCache::KVCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_heads, int64_t head_dim, DType dtype,
-                 std::vector<RecurrentShape> recurrent)
+                 std::vector<RecurrentShape> recurrent, Device device)
     : layers_(layers), batch_(batch), capacity_(capacity), dtype_(dtype) {
   TOY_CHECK(dtype == DType::F32 || dtype == DType::F16, "[kv cache] dtype must be f32 or f16, got {}", name(dtype));
   TOY_CHECK(layers >= 0 && batch > 0 && capacity > 0 && kv_heads > 0 && head_dim > 0,
@@ -38,14 +38,14 @@ KVCache::KVCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_hea
   for (const RecurrentShape& r : recurrent) {
     if (r.defined()) {
       keys_.emplace_back(), values_.emplace_back();
-      conv_.push_back(zeros(Shape{batch, r.conv_tail, r.conv_channels}));
+      conv_.push_back(zeros(Shape{batch, r.conv_tail, r.conv_channels}, DType::F32, device));
       std::vector<int64_t> dims{batch};
       for (int d = 0; d < r.state.ndim(); ++d) dims.push_back(r.state[d]);
-      state_.push_back(zeros(Shape(dims)));
+      state_.push_back(zeros(Shape(dims), DType::F32, device));
       continue;
     }
-    keys_.push_back(zeros(Shape{batch, capacity, kv_heads, head_dim}, dtype));
-    values_.push_back(zeros(Shape{batch, capacity, kv_heads, head_dim}, dtype));
+    keys_.push_back(zeros(Shape{batch, capacity, kv_heads, head_dim}, dtype, device));
+    values_.push_back(zeros(Shape{batch, capacity, kv_heads, head_dim}, dtype, device));
     conv_.emplace_back(), state_.emplace_back();
   }
 }

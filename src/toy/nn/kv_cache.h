@@ -28,7 +28,7 @@ class KVCache {
   // (empty, or one entry per layer) marks the layers that keep a recurrent state instead of
   // keys and values.
   KVCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_heads, int64_t head_dim,
-          DType dtype = DType::F32, std::vector<RecurrentShape> recurrent = {});
+          DType dtype = DType::F32, std::vector<RecurrentShape> recurrent = {}, Device device = Device::CPU);
 
   int64_t batch() const { return batch_; }
   int64_t capacity() const { return capacity_; }

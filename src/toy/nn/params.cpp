@@ -90,4 +90,13 @@ void ParamStore::zero_grad() {
   for (Param& p : params_) p.value.zero_grad();
 }
 
+void ParamStore::move_to(Device d) {
+  for (Param& p : params_) {
+    move_to_device_(p.value, d);
+    if (p.compute.defined() && !p.compute.is_same(p.value)) move_to_device_(p.compute, d);
+    if (p.m.defined()) move_to_device_(p.m, d);
+    if (p.v.defined()) move_to_device_(p.v, d);
+  }
+}
+
 }  // namespace toy

@@ -84,6 +84,9 @@ class ParamStore {
   int64_t numel() const;            // every parameter's elements
   int64_t trainable_numel() const;  // those of the parameters that train
   void zero_grad();
+  // Moves every parameter's memory (and AdamW's moments) to device d in place: the modules
+  // holding them see the move. Weights are made (and initialised) on the CPU, then moved once.
+  void move_to(Device d);
 
  private:
   std::vector<Param> params_;

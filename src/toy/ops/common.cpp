@@ -37,8 +37,8 @@ void check_shape(const Tensor& t, const Shape& s, const char* op, const char* wh
 
 void check_ids(const Tensor& ids, int64_t limit, const char* op, const char* what) {
   check_dtype(ids, DType::I32, op, what);
-  TOY_CHECK(ids.device() == Device::CPU, "[{}] {} must be on the CPU to be checked", op, what);
-  Tensor c = contiguous_nograd(ids);
+  // (On a device: read back once, counted. A device-side check is issue 22's next step.)
+  Tensor c = transfer(contiguous_nograd(ids), Device::CPU);
   const int32_t* p = c.data<int32_t>();
   for (int64_t i = 0; i < c.numel(); ++i)
     TOY_CHECK(p[i] >= 0 && p[i] < limit, "[{}] {} [{}] = {} is out of range [0, {})", op, what, i, p[i], limit);

@@ -10,10 +10,11 @@ using namespace detail;
 namespace {
 const KernelRef<kern::CrossEntropy> k_ce("cross_entropy");
 const KernelRef<kern::CrossEntropyBackward> k_ce_bwd("cross_entropy_backward");
+const KernelRef<kern::CrossEntropyTotal> k_ce_total("cross_entropy_total");
 
 void check_targets(const Tensor& targets, int64_t V, int32_t ignore, const char* op) {
   check_dtype(targets, DType::I32, op, "targets");
-  Tensor t = contiguous_nograd(targets);
+  Tensor t = transfer(contiguous_nograd(targets), Device::CPU);  // (a counted read on a device)
   const int32_t* p = t.data<int32_t>();
   for (int64_t i = 0; i < t.numel(); ++i)
     TOY_CHECK(p[i] == ignore || (p[i] >= 0 && p[i] < V),
@@ -47,27 +48,14 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, const Cross
   Tensor loss_rows = empty(Shape{N}, DType::F32, logits.device());
   Tensor lse = empty(Shape{N}, DType::F32, logits.device());
   k_ce(logits.device())(logits, tg, weights, o.ignore_index, loss_rows, lse);
-  // Count of this call: number of non-ignored rows, or their summed weight.
-  double count = 0;
-  {
-    const int32_t* pt = tg.data<int32_t>();
-    const float* pw = weights.defined() ? weights.data<float>() : nullptr;
-    for (int64_t i = 0; i < N; ++i)
-      if (pt[i] != o.ignore_index) count += pw ? pw[i] : 1.0;
-  }
-  const double denom = o.normalizer > 0.0f ? o.normalizer : count;
-  const float inv = denom > 0 ? float(1.0 / denom) : 0.0f;
-  double total = 0;
-  {
-    const float* pl = loss_rows.data<float>();
-    for (int64_t i = 0; i < N; ++i) total += pl[i];
-  }
-  Tensor loss = full(Shape{}, total * inv, logits_in.dtype(), logits.device());
+  // The mean over the non-ignored rows (or their summed weight), on the device: no read.
+  Tensor loss = empty(Shape{}, logits_in.dtype(), logits.device());
+  Tensor inv = empty(Shape{}, DType::F32, logits.device());
+  k_ce_total(logits.device())(loss_rows, tg, weights, o.ignore_index, o.normalizer, loss, inv);
   if (needs_grad({&logits_in})) {
     record(op, loss, {logits_in}, [logits, tg, weights, lse, inv, ignore = o.ignore_index](const Tensor& g) -> Grads {
-      const float scale = float(g.item()) * inv;
       Tensor d = empty(logits.shape(), logits.dtype(), logits.device());
-      k_ce_bwd(logits.device())(logits, tg, weights, ignore, lse, scale, d);
+      k_ce_bwd(logits.device())(logits, tg, weights, ignore, lse, contiguous_nograd(g), inv, d);
       return {d};
     });
   }
@@ -93,9 +81,9 @@ Tensor linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& targ
   // The normalizer of the whole batch, so that chunk losses add up to the batch mean.
   CrossEntropyOptions co = o;
   if (co.normalizer == 0.0f) {
-    Tensor tc = contiguous_nograd(t1);
+    Tensor tc = transfer(contiguous_nograd(t1), Device::CPU);
     const int32_t* pt = tc.data<int32_t>();
-    Tensor wc = w1.defined() ? contiguous_nograd(w1) : Tensor();
+    Tensor wc = w1.defined() ? transfer(contiguous_nograd(w1), Device::CPU) : Tensor();
     double count = 0;
     for (int64_t i = 0; i < N; ++i)
       if (pt[i] != o.ignore_index) count += wc.defined() ? wc.data<float>()[i] : 1.0;
@@ -117,7 +105,7 @@ Tensor linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& targ
 
 namespace detail {
 void define_loss_ops(Registry& r) {
-  r.define_op(primitive_op("cross_entropy", {"cross_entropy", "cross_entropy_backward"},
+  r.define_op(primitive_op("cross_entropy", {"cross_entropy", "cross_entropy_total", "cross_entropy_backward"},
                            "fused log-softmax + NLL: ignore index, weights, mean over counted positions"));
 }
 }  // namespace detail

@@ -117,6 +117,9 @@ Tensor permute(const Tensor& x, const std::vector<int>& dims);
 Tensor transpose(const Tensor& x, int d0 = -2, int d1 = -1);
 Tensor contiguous(const Tensor& x);       // x itself when already contiguous
 Tensor contiguous_copy(const Tensor& x);  // always a fresh tensor
+// x on device d (x itself when it is there): a counted transfer (core/device_access.h); the
+// gradient goes back to x's device.
+Tensor to(const Tensor& x, Device d);
 Tensor concat(const std::vector<Tensor>& xs, int axis);
 // Elements start, start+step, ... < end along axis (negative start/end count from the end).
 Tensor slice(const Tensor& x, int axis, int64_t start, int64_t end, int64_t step = 1);

@@ -82,12 +82,13 @@ Tensor max(const Tensor& x, int axis_in, bool keepdim) {
       int64_t L = xs[axis], inner = 1;
       for (int d = axis + 1; d < xs.ndim(); ++d) inner *= xs[d];
       std::vector<int32_t> pos(size_t(index.numel()));
-      const int32_t* pi = index.data<int32_t>();
+      const Tensor ih = transfer(index, Device::CPU);
+      const int32_t* pi = ih.data<int32_t>();
       for (int64_t t = 0; t < index.numel(); ++t) pos[size_t(t)] = int32_t((t / inner) * L * inner + pi[t] * inner + t % inner);
       Tensor dx = zeros(Shape{xs.numel(), 1}, dt, dev);
       Tensor gc = contiguous_nograd(g);
       k_scatter(dev)(make_view(gc, Shape{gc.numel(), 1}, Strides{1, 1}, gc.offset()),
-                     from_vector(pos, Shape{int64_t(pos.size())}), dx);
+                     transfer(from_vector(pos, Shape{int64_t(pos.size())}), dev), dx);
       return {make_view(dx, xs, contiguous_strides(xs), 0)};
     });
   }

@@ -80,8 +80,8 @@ Tensor set_rows(const Tensor& dst, const Tensor& ids, const Tensor& src) {
     // gradient: the positions overwritten later are found once, here.
     Tensor dead;
     if (wants_grad(src)) {
-      const std::vector<int32_t> d = overwritten_positions(idc);
-      if (!d.empty()) dead = from_vector(d, Shape{int64_t(d.size())});
+      const std::vector<int32_t> d = overwritten_positions(transfer(idc, Device::CPU));
+      if (!d.empty()) dead = transfer(from_vector(d, Shape{int64_t(d.size())}), idc.device());
     }
     record("set_rows", y, {dst, src}, [idc, dead, dst, src](const Tensor& g) -> Grads {
       Grads r(2);

@@ -141,6 +141,16 @@ Tensor contiguous(const Tensor& x) {
   return x.is_contiguous() ? x : contiguous_copy(x);
 }
 
+Tensor to(const Tensor& x, Device d) {
+  check_defined(x, "to", "x");
+  if (x.device() == d) return x;
+  OpSpan span("to", {&x});
+  Tensor y = transfer(contiguous(x), d);
+  const Device from = x.device();
+  if (needs_grad({&x})) record("to", y, {x}, [from](const Tensor& g) -> Grads { return {to(g, from)}; });
+  return y;
+}
+
 Tensor expand(const Tensor& x, const Shape& shape) {
   check_defined(x, "expand", "x");
   Tensor y = expand_view(x, shape);
@@ -337,6 +347,7 @@ void define_shape_ops(Registry& r) {
   r.define_op(primitive_op("permute", {}, "reorders dimensions (view)"));
   r.define_op(composite_op("transpose", {}, "swaps two dimensions (a permute view)"));
   r.define_op(primitive_op("contiguous", {"copy"}, "row-major copy when needed"));
+  r.define_op(primitive_op("to", {"copy"}, "a copy on another device (the counted host/device transfer)"));
   r.define_op(primitive_op("concat", {"copy"}, "joins tensors along an axis"));
   r.define_op(primitive_op("slice", {"copy", "fill"}, "start:end:step along an axis (view)"));
   r.define_op(primitive_op("pad", {"copy", "fill"}, "pads the last dims with a constant"));

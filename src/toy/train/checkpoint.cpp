@@ -29,7 +29,7 @@ namespace toy {
 std::string checkpoint_path(const std::string& dir) { return (fs::path(dir) / "checkpoint.gguf").string(); }
 
 int64_t first_non_finite(const Tensor& t) {
-  if (t.dtype() == DType::F32 && t.is_contiguous()) {
+  if (t.dtype() == DType::F32 && t.is_contiguous() && is_host(t.device())) {
     const float* p = t.data<float>();
     for (int64_t i = 0; i < t.numel(); ++i)
       if (!std::isfinite(p[i])) return i;

@@ -83,7 +83,7 @@ bool BestWeights::offer(const ParamStore& p, int64_t at_step, double s, double t
   size_t i = 0;
   for (const Param& q : p.all()) {
     if (!q.trainable) continue;
-    if (values.size() <= i) values.push_back(empty(q.value.shape(), q.value.dtype()));
+    if (values.size() <= i) values.push_back(empty(q.value.shape(), q.value.dtype(), q.value.device()));
     copy_(values[i++], q.value.detach());
   }
   step = at_step, score = s, tiebreak = t;
@@ -115,8 +115,9 @@ void BestWeights::load(const gguf::Reader& rd, const ParamStore& p, int64_t at_s
   if (!has()) return;
   for (const Param& q : p.all()) {
     if (!q.trainable) continue;
-    values.push_back(zeros(q.value.shape()));
-    load_checked(rd, "best." + q.name, values.back(), false, who);
+    Tensor host = zeros(q.value.shape());
+    load_checked(rd, "best." + q.name, host, false, who);
+    values.push_back(transfer(host, q.value.device()));
   }
 }
 
@@ -132,15 +133,16 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
   };
   StepDone d;
   d.lr = lr;
-  double loss_sum = 0;
   BackwardOptions bo;
   bo.on_grad_ready = s.on_grad_ready;
+  // The micro-batches' losses stay on the device until the step's one read, with the
+  // gradients' squared norms. (A loss that is not finite gives gradients that are not either:
+  // nothing is applied whichever is found first.)
+  std::vector<Tensor> reads;
   for (int64_t micro = 0; micro < s.accum; ++micro) {
     Tensor loss = task.micro_loss(micro, d.units);
-    const double l = loss.item();
-    if (!std::isfinite(l))
-      refuse(fmt::format("the loss became {}{}", l, s.accum > 1 ? fmt::format(" in micro-batch {}", micro + 1) : ""));
-    loss_sum += l;
+    Tensor l = reshape(loss.detach(), Shape{1});
+    reads.push_back(l.dtype() == DType::F32 ? l : cast(l, DType::F32));
     const float k = loss_scale.scale() / float(s.accum);
     backward(k == 1.0f ? loss : scale(loss, k), Tensor(), bo);
   }
@@ -149,7 +151,16 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
     for (Param& p : params.all())
       if (p.value.grad().defined()) p.value.set_grad(scale(p.value.grad(), 1.0f / loss_scale.scale()));
   }
-  d.grad_norm = clip_grad_norm(params, s.clip);
+  if (Tensor norms = grad_square_norms(params); norms.defined()) reads.push_back(norms);
+  const std::vector<float> read = (reads.size() == 1 ? reads[0] : concat(reads, 0)).to_f32_vector();  // the read
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < s.accum; ++micro) {
+    const double l = read[size_t(micro)];
+    if (!std::isfinite(l))
+      refuse(fmt::format("the loss became {}{}", l, s.accum > 1 ? fmt::format(" in micro-batch {}", micro + 1) : ""));
+    loss_sum += l;
+  }
+  d.grad_norm = clip_grad_norm_from(params, std::vector<float>(read.begin() + s.accum, read.end()), s.clip);
   if (s.dynamic_loss_scale && !loss_scale.update(std::isfinite(d.grad_norm))) d.skipped = true;
   if (!d.skipped && !std::isfinite(d.grad_norm)) refuse(fmt::format("the gradient norm became {}", d.grad_norm));
   if (!d.skipped) opt.step(lr);

@@ -52,6 +52,7 @@ struct LoopOptions {
   // Not saved with the run: they apply to one invocation.
   bool quiet = false;
   bool force = false;  // a new run may replace a run already in `out`
+  Device device = Device::CPU;  // where the weights live and the steps compute (--device)
 
   // Throws toy::Error naming the first nonsense value; `who` ("[train]") starts the message.
   void validate_loop(const char* who) const;

@@ -11,16 +11,19 @@ namespace toy {
 AdamW::AdamW(ParamStore& params, AdamWConfig cfg) : params_(params), cfg_(cfg) {
   for (Param& p : params.all()) {
     if (!p.trainable) continue;
-    p.m = zeros(p.value.shape());
-    p.v = zeros(p.value.shape());
+    p.m = zeros(p.value.shape(), DType::F32, p.value.device());
+    p.v = zeros(p.value.shape(), DType::F32, p.value.device());
   }
-  lr_ = scalar(0.0);
-  step_ = scalar(1.0);
 }
 
 void AdamW::step(float lr) {
   NoGradGuard ng;
   ++steps_;
+  // lr and step live on the parameters' device, filled there by a kernel each step.
+  Device d = Device::CPU;
+  for (const Param& p : params_.all())
+    if (p.trainable) d = p.value.device();
+  if (!lr_.defined() || lr_.device() != d) lr_ = zeros(Shape{}, DType::F32, d), step_ = zeros(Shape{}, DType::F32, d);
   fill_(lr_, lr);
   fill_(step_, double(steps_));
   for (Param& p : params_.all()) {
@@ -42,14 +45,26 @@ bool DynamicLossScale::update(bool finite) {
   return true;
 }
 
-double clip_grad_norm(ParamStore& params, double max_norm) {
+Tensor grad_square_norms(ParamStore& params) {
   NoGradGuard ng;
-  double total = 0;
+  std::vector<Tensor> parts;
   for (Param& p : params.all()) {
     Tensor g = p.value.grad();
-    if (!g.defined()) continue;
-    total += sum(square(g)).item();
+    if (g.defined()) parts.push_back(reshape(sum(square(g)), Shape{1}));
   }
+  if (parts.empty()) return Tensor();
+  return parts.size() == 1 ? parts[0] : concat(parts, 0);
+}
+
+double clip_grad_norm(ParamStore& params, double max_norm) {
+  const Tensor parts = grad_square_norms(params);
+  return clip_grad_norm_from(params, parts.defined() ? parts.to_f32_vector() : std::vector<float>{}, max_norm);
+}
+
+double clip_grad_norm_from(ParamStore& params, const std::vector<float>& square_norms, double max_norm) {
+  NoGradGuard ng;
+  double total = 0;
+  for (float s : square_norms) total += s;
   const double norm = std::sqrt(total);
   if (max_norm > 0 && norm > max_norm) {
     const float s = float(max_norm / (norm + 1e-6));

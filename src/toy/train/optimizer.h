@@ -51,6 +51,11 @@ class DynamicLossScale {
 // Scales all gradients so that their global L2 norm is at most max_norm (when max_norm > 0);
 // returns the norm before clipping.
 double clip_grad_norm(ParamStore& params, double max_norm);
+// The same in two halves, so that a step reads the device once: the squared norm of each
+// gradient as one [n] tensor on the gradients' device (undefined when none has a gradient),
+// then, once those are read, the norm (summed in double, in parameter order) and the clip.
+Tensor grad_square_norms(ParamStore& params);
+double clip_grad_norm_from(ParamStore& params, const std::vector<float>& square_norms, double max_norm);
 
 // Linear warmup over `warmup` steps (step + 1) / (warmup + 1) * lr, then cosine decay to
 // min_lr at `total` steps (nanoGPT's schedule); step counts from 0.

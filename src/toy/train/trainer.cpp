@@ -412,7 +412,8 @@ TrainResult train(const TrainOptions& opts) {
   prepare_new_run_folder(opts.out, opts.force);
   save_token_cache((fs::path(opts.out) / "tokens.bin").string(), r.token_cache_key, r.tokens);
   r.model = std::make_unique<DecoderLM>(mc);
-  r.model->init(opts.seed);
+  r.model->init(opts.seed);            // on the CPU (the same weights for every device),
+  r.model->params().move_to(opts.device);  // then moved once
   r.opt = std::make_unique<AdamW>(r.model->params(), opts.adamw());
   r.data_gen = Generator(opts.seed, kDataStream);
   r.dropout_gen = Generator(opts.seed, kDropoutStream);
@@ -440,6 +441,7 @@ TrainResult resume(const std::string& dir, const std::function<void(TrainOptions
   load_data(r, list_data(r.o), false, true);
   check_training_memory(estimate_training_memory(r.o.model, r.o.batch), available_memory_bytes(),
                         "this run cannot continue on this machine");
+  r.model->params().move_to(r.o.device);  // the weights and AdamW's moments, read on the CPU
   return run_loop(r, true);
 }
 

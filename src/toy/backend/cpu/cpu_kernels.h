@@ -39,6 +39,7 @@ kern::ScatterAddRows scatter_add_rows;
 kern::SetRows set_rows;
 kern::CrossEntropy cross_entropy;
 kern::CrossEntropyBackward cross_entropy_backward;
+kern::CrossEntropyTotal cross_entropy_total;
 kern::Im2Col im2col;
 kern::Col2Im col2im;
 kern::SsmConv ssm_conv;

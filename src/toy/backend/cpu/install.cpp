@@ -1,8 +1,9 @@
-// Registers the CPU kernels. Compiled without AVX flags: it only takes the kernels'
+// Registers the CPU kernels, each also as the sim device's (backend/sim/sim_kernel.h). Compiled without AVX flags: it only takes the kernels'
 // addresses, after the start-up check has confirmed the CPU can run them.
 #include <cblas.h>
 
 #include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/backend/sim/sim_kernel.h"
 #include "toy/core/cpu_features.h"
 #include "toy/core/registry.h"
 
@@ -12,55 +13,55 @@ void install_cpu_backend(Registry& r) {
   require_cpu_features();
   // OpenBLAS runs single-threaded inside our thread pool's partitioning.
   openblas_set_num_threads(1);
-  const Device d = Device::CPU;
-  r.add<kern::Unary>("unary", d, &cpu::unary);
-  r.add<kern::UnaryBackward>("unary_backward", d, &cpu::unary_backward);
-  r.add<kern::Binary>("binary", d, &cpu::binary);
-  r.add<kern::Copy>("copy", d, &cpu::copy);
-  r.add<kern::Fill>("fill", d, &cpu::fill);
-  r.add<kern::Swiglu>("swiglu", d, &cpu::swiglu);
-  r.add<kern::SwigluBackward>("swiglu_backward", d, &cpu::swiglu_backward);
-  r.add<kern::SwigluPacked>("swiglu_packed", d, &cpu::swiglu_packed);
-  r.add<kern::SwigluPackedBackward>("swiglu_packed_backward", d, &cpu::swiglu_packed_backward);
-  r.add<kern::Dropout>("dropout", d, &cpu::dropout);
-  r.add<kern::Matmul>("matmul", d, &cpu::matmul);
-  r.add<kern::MatmulWeight>("matmul_weight", d, &cpu::matmul_weight);
-  r.add<kern::MatmulWeightT>("matmul_weight_t", d, &cpu::matmul_weight_t);
-  r.add<kern::Reduce>("reduce", d, &cpu::reduce);
-  r.add<kern::Argsort>("argsort", d, &cpu::argsort);
-  r.add<kern::TopK>("top_k", d, &cpu::top_k);
-  r.add<kern::RmsNorm>("rms_norm", d, &cpu::rms_norm);
-  r.add<kern::RmsNormBackward>("rms_norm_backward", d, &cpu::rms_norm_backward);
-  r.add<kern::LayerNorm>("layer_norm", d, &cpu::layer_norm);
-  r.add<kern::LayerNormBackward>("layer_norm_backward", d, &cpu::layer_norm_backward);
-  r.add<kern::L2Norm>("l2_norm", d, &cpu::l2_norm);
-  r.add<kern::L2NormBackward>("l2_norm_backward", d, &cpu::l2_norm_backward);
-  r.add<kern::Softmax>("softmax", d, &cpu::softmax);
-  r.add<kern::SoftmaxBackward>("softmax_backward", d, &cpu::softmax_backward);
-  r.add<kern::DiagMask>("diag_mask_inf", d, &cpu::diag_mask);
-  r.add<kern::Rope>("rope", d, &cpu::rope);
-  r.add<kern::Attention>("attention", d, &cpu::attention);
-  r.add<kern::AttentionBackward>("attention_backward", d, &cpu::attention_backward);
-  r.add<kern::GetRows>("get_rows", d, &cpu::get_rows);
-  r.add<kern::ScatterAddRows>("get_rows_backward", d, &cpu::scatter_add_rows);
-  r.add<kern::SetRows>("set_rows", d, &cpu::set_rows);
-  r.add<kern::CrossEntropy>("cross_entropy", d, &cpu::cross_entropy);
-  r.add<kern::CrossEntropyBackward>("cross_entropy_backward", d, &cpu::cross_entropy_backward);
-  r.add<kern::Im2Col>("im2col", d, &cpu::im2col);
-  r.add<kern::Col2Im>("col2im", d, &cpu::col2im);
-  r.add<kern::SsmConv>("ssm_conv", d, &cpu::ssm_conv);
-  r.add<kern::SsmConvBackward>("ssm_conv_backward", d, &cpu::ssm_conv_backward);
-  r.add<kern::SsmScan>("ssm_scan", d, &cpu::ssm_scan);
-  r.add<kern::SsmScanBackward>("ssm_scan_backward", d, &cpu::ssm_scan_backward);
-  r.add<kern::GatedDeltaRule>("gated_delta_rule", d, &cpu::gated_delta_rule);
-  r.add<kern::GatedDeltaRuleBackward>("gated_delta_rule_backward", d, &cpu::gated_delta_rule_backward);
-  r.add<kern::GdnSplitNorm>("gdn_split_norm", d, &cpu::gdn_split_norm);
-  r.add<kern::GdnSplitNormBackward>("gdn_split_norm_backward", d, &cpu::gdn_split_norm_backward);
-  r.add<kern::MulMatId>("mul_mat_id", d, &cpu::mul_mat_id);
-  r.add<kern::MulMatIdBackward>("mul_mat_id_backward", d, &cpu::mul_mat_id_backward);
-  r.add<kern::AddId>("add_id", d, &cpu::add_id);
-  r.add<kern::Sgd>("sgd", d, &cpu::sgd);
-  r.add<kern::AdamW>("adamw", d, &cpu::adamw);
+  sim::add_cpu_and_sim<kern::Unary, &cpu::unary>(r, "unary");
+  sim::add_cpu_and_sim<kern::UnaryBackward, &cpu::unary_backward>(r, "unary_backward");
+  sim::add_cpu_and_sim<kern::Binary, &cpu::binary>(r, "binary");
+  sim::add_cpu_and_sim<kern::Copy, &cpu::copy>(r, "copy");
+  sim::add_cpu_and_sim<kern::Fill, &cpu::fill>(r, "fill");
+  sim::add_cpu_and_sim<kern::Swiglu, &cpu::swiglu>(r, "swiglu");
+  sim::add_cpu_and_sim<kern::SwigluBackward, &cpu::swiglu_backward>(r, "swiglu_backward");
+  sim::add_cpu_and_sim<kern::SwigluPacked, &cpu::swiglu_packed>(r, "swiglu_packed");
+  sim::add_cpu_and_sim<kern::SwigluPackedBackward, &cpu::swiglu_packed_backward>(r, "swiglu_packed_backward");
+  sim::add_cpu_and_sim<kern::Dropout, &cpu::dropout>(r, "dropout");
+  sim::add_cpu_and_sim<kern::Matmul, &cpu::matmul>(r, "matmul");
+  sim::add_cpu_and_sim<kern::MatmulWeight, &cpu::matmul_weight>(r, "matmul_weight");
+  sim::add_cpu_and_sim<kern::MatmulWeightT, &cpu::matmul_weight_t>(r, "matmul_weight_t");
+  sim::add_cpu_and_sim<kern::Reduce, &cpu::reduce>(r, "reduce");
+  sim::add_cpu_and_sim<kern::Argsort, &cpu::argsort>(r, "argsort");
+  sim::add_cpu_and_sim<kern::TopK, &cpu::top_k>(r, "top_k");
+  sim::add_cpu_and_sim<kern::RmsNorm, &cpu::rms_norm>(r, "rms_norm");
+  sim::add_cpu_and_sim<kern::RmsNormBackward, &cpu::rms_norm_backward>(r, "rms_norm_backward");
+  sim::add_cpu_and_sim<kern::LayerNorm, &cpu::layer_norm>(r, "layer_norm");
+  sim::add_cpu_and_sim<kern::LayerNormBackward, &cpu::layer_norm_backward>(r, "layer_norm_backward");
+  sim::add_cpu_and_sim<kern::L2Norm, &cpu::l2_norm>(r, "l2_norm");
+  sim::add_cpu_and_sim<kern::L2NormBackward, &cpu::l2_norm_backward>(r, "l2_norm_backward");
+  sim::add_cpu_and_sim<kern::Softmax, &cpu::softmax>(r, "softmax");
+  sim::add_cpu_and_sim<kern::SoftmaxBackward, &cpu::softmax_backward>(r, "softmax_backward");
+  sim::add_cpu_and_sim<kern::DiagMask, &cpu::diag_mask>(r, "diag_mask_inf");
+  sim::add_cpu_and_sim<kern::Rope, &cpu::rope>(r, "rope");
+  sim::add_cpu_and_sim<kern::Attention, &cpu::attention>(r, "attention");
+  sim::add_cpu_and_sim<kern::AttentionBackward, &cpu::attention_backward>(r, "attention_backward");
+  sim::add_cpu_and_sim<kern::GetRows, &cpu::get_rows>(r, "get_rows");
+  sim::add_cpu_and_sim<kern::ScatterAddRows, &cpu::scatter_add_rows>(r, "get_rows_backward");
+  sim::add_cpu_and_sim<kern::SetRows, &cpu::set_rows>(r, "set_rows");
+  sim::add_cpu_and_sim<kern::CrossEntropy, &cpu::cross_entropy>(r, "cross_entropy");
+  sim::add_cpu_and_sim<kern::CrossEntropyBackward, &cpu::cross_entropy_backward>(r, "cross_entropy_backward");
+  sim::add_cpu_and_sim<kern::CrossEntropyTotal, &cpu::cross_entropy_total>(r, "cross_entropy_total");
+  sim::add_cpu_and_sim<kern::Im2Col, &cpu::im2col>(r, "im2col");
+  sim::add_cpu_and_sim<kern::Col2Im, &cpu::col2im>(r, "col2im");
+  sim::add_cpu_and_sim<kern::SsmConv, &cpu::ssm_conv>(r, "ssm_conv");
+  sim::add_cpu_and_sim<kern::SsmConvBackward, &cpu::ssm_conv_backward>(r, "ssm_conv_backward");
+  sim::add_cpu_and_sim<kern::SsmScan, &cpu::ssm_scan>(r, "ssm_scan");
+  sim::add_cpu_and_sim<kern::SsmScanBackward, &cpu::ssm_scan_backward>(r, "ssm_scan_backward");
+  sim::add_cpu_and_sim<kern::GatedDeltaRule, &cpu::gated_delta_rule>(r, "gated_delta_rule");
+  sim::add_cpu_and_sim<kern::GatedDeltaRuleBackward, &cpu::gated_delta_rule_backward>(r, "gated_delta_rule_backward");
+  sim::add_cpu_and_sim<kern::GdnSplitNorm, &cpu::gdn_split_norm>(r, "gdn_split_norm");
+  sim::add_cpu_and_sim<kern::GdnSplitNormBackward, &cpu::gdn_split_norm_backward>(r, "gdn_split_norm_backward");
+  sim::add_cpu_and_sim<kern::MulMatId, &cpu::mul_mat_id>(r, "mul_mat_id");
+  sim::add_cpu_and_sim<kern::MulMatIdBackward, &cpu::mul_mat_id_backward>(r, "mul_mat_id_backward");
+  sim::add_cpu_and_sim<kern::AddId, &cpu::add_id>(r, "add_id");
+  sim::add_cpu_and_sim<kern::Sgd, &cpu::sgd>(r, "sgd");
+  sim::add_cpu_and_sim<kern::AdamW, &cpu::adamw>(r, "adamw");
 }
 
 }  // namespace toy

@@ -50,9 +50,31 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& we
   });
 }
 
+void cross_entropy_total(const Tensor& loss_rows, const Tensor& targets, const Tensor& weights, int32_t ignore_index,
+                         float normalizer, Tensor& loss, Tensor& inv) {
+  const int64_t N = loss_rows.numel();
+  const int32_t* pt = targets.data<int32_t>();
+  const float* pw = weights.defined() ? weights.data<float>() : nullptr;
+  double count = 0;
+  for (int64_t i = 0; i < N; ++i)
+    if (pt[i] != ignore_index) count += pw ? pw[i] : 1.0;
+  const double denom = normalizer > 0.0f ? normalizer : count;
+  const float k = denom > 0 ? float(1.0 / denom) : 0.0f;
+  double total = 0;
+  const float* pl = loss_rows.data<float>();
+  for (int64_t i = 0; i < N; ++i) total += pl[i];
+  *inv.data<float>() = k;
+  dispatch_float(loss.dtype(), "cross_entropy_total",
+                 [&]<class T>(std::type_identity<T>) { *loss.data<T>() = from_f32<T>(float(total * k)); });
+}
+
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& weights, int32_t ignore_index,
-                            const Tensor& lse, float scale, Tensor& dlogits) {
+                            const Tensor& lse, const Tensor& grad, const Tensor& inv, Tensor& dlogits) {
   const int64_t V = logits.size(-1), N = logits.numel() / std::max<int64_t>(V, 1);
+  float g = 0;
+  dispatch_float(grad.dtype(), "cross_entropy_backward",
+                 [&]<class T>(std::type_identity<T>) { g = to_f32(*grad.data<T>()); });
+  const float scale = g * *inv.data<float>();
   const int32_t* pt = targets.data<int32_t>();
   const float* pw = weights.defined() ? weights.data<float>() : nullptr;
   const float* ps = lse.data<float>();

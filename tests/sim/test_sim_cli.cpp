@@ -1,0 +1,51 @@
+// `toy train --device sim`: a run on the simulated device writes the CPU run's model bit for
+// bit, and a run stopped on sim continues on the CPU (or the other way) to the same model.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "helpers.h"
+#include "proc.h"
+#include "requirements.h"
+
+namespace fs = std::filesystem;
+using namespace toy::test;
+
+namespace {
+std::vector<std::string> train_args(const std::string& data, const fs::path& out, const char* device) {
+  return {"train", "--data", data, "--out", out.string(), "--layers", "2", "--heads", "2", "--dim", "32", "--ctx", "32",
+          "--batch", "4", "--accum", "2", "--steps", "24", "--eval-every", "8", "--eval-batches", "2",
+          "--sample-tokens", "16", "--threads", "2", "--quiet", "--device", device};
+}
+}  // namespace
+
+TEST(SimCli, TrainOnSimWritesTheCpusModelAndResumesAcrossDevices) {
+  const std::string data = shared_path("tinyshakespeare.txt");
+  TOY_REQUIRE_FILE(data);
+  const fs::path dir = fs::path(::testing::TempDir()) / ("toy_sim_cli_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ProcResult cpu = run_toy(train_args(data, dir / "cpu", "cpu"));
+  ASSERT_EQ(cpu.status, 0) << describe(cpu);
+  ProcResult sim = run_toy(train_args(data, dir / "sim", "sim"));
+  ASSERT_EQ(sim.status, 0) << describe(sim);
+  EXPECT_EQ(read_all((dir / "sim" / "model.gguf").string()), read_all((dir / "cpu" / "model.gguf").string()));
+  EXPECT_EQ(read_all((dir / "sim" / "last.gguf").string()), read_all((dir / "cpu" / "last.gguf").string()));
+  // Stopped on sim, continued on the CPU.
+  std::vector<std::string> stop = train_args(data, dir / "mixed", "sim");
+  stop.insert(stop.end(), {"--stop-after", "11"});
+  ProcResult first = run_toy(stop);
+  ASSERT_EQ(first.status, 0) << describe(first);
+  ProcResult rest = run_toy({"train", "--resume", (dir / "mixed").string(), "--device", "cpu", "--quiet"});
+  ASSERT_EQ(rest.status, 0) << describe(rest);
+  EXPECT_EQ(read_all((dir / "mixed" / "model.gguf").string()), read_all((dir / "cpu" / "model.gguf").string()));
+  // A device toy does not know is a usage error naming the flag.
+  ProcResult bad = run_toy(train_args(data, dir / "bad", "tpu"));
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("--device"), std::string::npos) << bad.err;
+  fs::remove_all(dir);
+}
