@@ -73,6 +73,7 @@ Run add_bench_run_command(CLI::App& bench) {
   struct Flags {
     std::string model;
     int threads = 0, reps = 3;
+    Device device = Device::CPU;
     int64_t pp = 512, tg = 128;
     std::vector<int64_t> depths;
     bool json = false;
@@ -80,6 +81,7 @@ Run add_bench_run_command(CLI::App& bench) {
   auto f = std::make_shared<Flags>();
   cmd->add_option("-m,--model", f->model, "Model file (GGUF)")->required();
   add_int(cmd, "--threads", f->threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
+  add_device(cmd, f->device);
   add_int(cmd, "--reps", f->reps, 1, 100, "Timed repetitions of each test (median reported; default 3)");
   add_int(cmd, "-p,--n-prompt", f->pp, 1, 1 << 20, "Prompt tokens (default 512)");
   add_int(cmd, "-n,--n-gen", f->tg, 1, 1 << 20, "Generated tokens (default 128)");
@@ -91,6 +93,7 @@ Run add_bench_run_command(CLI::App& bench) {
     if (f->threads) set_num_threads(f->threads);
     const auto t0 = std::chrono::steady_clock::now();
     LoadedModel lm = load_model(f->model);
+    lm.model->params().move_to(f->device);
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     DecoderLM& m = *lm.model;
     const int64_t V = m.config().vocab;

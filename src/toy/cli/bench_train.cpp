@@ -78,6 +78,7 @@ struct TrainBenchOptions {
   int warmup = -1;  // -1: the recipe's default
   int reps = 3;
   int threads = 0;  // toy's threads; 0: all cores
+  Device device = Device::CPU;
   std::string python = "/usr/bin/python3";
   std::string peer_script;  // empty: bench/peers/train_gpt_peer.py in the source tree
   bool no_peer = false;
@@ -101,10 +102,11 @@ std::vector<int32_t> token_stream(int64_t n, int64_t vocab, uint64_t seed) {
 // toy's side: a model, its optimizer and a sampler, stepped the way the trainer steps.
 class ToyTrainer {
  public:
-  explicit ToyTrainer(const TrainRecipe& r, const std::string& kinds = "")
+  explicit ToyTrainer(const TrainRecipe& r, const std::string& kinds = "", Device device = Device::CPU)
       : recipe_(r), tokens_(token_stream(kStreamTokens, r.vocab, kSeed)), model_(make_config(r, kinds)),
         sampler_(&tokens_, r.ctx, r.batch, "benchmark"), data_gen_(kSeed, 1), dropout_gen_(kSeed, 2) {
     model_.init(kSeed);
+    model_.params().move_to(device);
     opt_ = std::make_unique<AdamW>(model_.params(), AdamWConfig{kBeta1, kBeta2, 1e-8f, kWeightDecay});
   }
 
@@ -217,7 +219,7 @@ struct TrainBenchResult {
 TrainBenchResult bench_hybrid(const TrainRecipe& r, const TrainBenchOptions& o) {
   const int steps = o.steps > 0 ? o.steps : r.steps;
   const int warmup = o.warmup >= 0 ? o.warmup : r.warmup;
-  ToyTrainer hybrid(r, r.kinds), attention(r, "a");
+  ToyTrainer hybrid(r, r.kinds, o.device), attention(r, "a", o.device);
   for (int i = 0; i < warmup; ++i) hybrid.step(), attention.step();
   std::vector<double> h, a;
   for (int rep = 0; rep < o.reps; ++rep) {
@@ -239,7 +241,7 @@ TrainBenchResult bench_recipe(const TrainRecipe& r, const TrainBenchOptions& o, 
   if (*r.kinds) return bench_hybrid(r, o);
   const int steps = o.steps > 0 ? o.steps : r.steps;
   const int warmup = o.warmup >= 0 ? o.warmup : r.warmup;
-  ToyTrainer toy(r);
+  ToyTrainer toy(r, "", o.device);
   for (int i = 0; i < warmup; ++i) toy.step();
 
   std::vector<double> toy_tps;
@@ -381,6 +383,7 @@ Run add_bench_train_command(CLI::App& bench) {
   add_int(cmd, "--warmup", o->warmup, 0, 100000, "Untimed steps first (default: the preset's)")->default_str("");
   add_int(cmd, "--reps", o->reps, 1, 1000, "Repetitions of toy and of the peer (medians reported)");
   add_int(cmd, "--threads", o->threads, 1, kMaxThreads, "toy's threads (default: all cores)")->default_str("");
+  add_device(cmd, o->device);
   cmd->add_option("--python", o->python, "Python with torch for the peer")->capture_default_str();
   cmd->add_option("--peer-script", o->peer_script, "The peer script (default: bench/peers/train_gpt_peer.py in the "
                                                    "source tree)");

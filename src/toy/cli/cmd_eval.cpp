@@ -23,6 +23,7 @@ namespace {
 
 struct EvalFlags {
   LoraFlags lora;
+  Device device = Device::CPU;
   std::string model, tokens, dump;
   int threads = 0;
 };
@@ -47,6 +48,7 @@ int run_eval(const EvalFlags& f) {
   const std::vector<int32_t> ids = parse_ids(f.tokens);
   LoadedModel lm = load_model(f.model);
   apply_lora_flags(f.lora, lm);
+  lm.model->params().move_to(f.device);
   DecoderLM& m = *lm.model;
   const int64_t V = m.config().vocab, T = int64_t(ids.size());
   for (size_t i = 0; i < ids.size(); ++i)
@@ -93,6 +95,7 @@ Run add_eval_command(CLI::App& app) {
       });
   cmd->add_option("--dump-logits", f->dump, "Write raw little-endian float32 logits [n_tokens, vocab] to this file");
   add_int(cmd, "--threads", f->threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)")->default_str("");
+  add_device(cmd, f->device);
   return [f]() {
     if (f->threads) set_num_threads(f->threads);
     return run_eval(*f);

@@ -98,6 +98,7 @@ const std::map<std::string, ResumeRule>& resume_rules() {
       {"--log-every", {OnResume::MayChange}},
       {"--quiet", {OnResume::MayChange}},
       {"--threads", {OnResume::NotSaved}},
+      {"--device", {OnResume::NotSaved}},
       {"--force", {OnResume::NotSaved}},
       {"--json", {OnResume::NotSaved}},
       {"--resume", {OnResume::NotSaved}},
@@ -152,6 +153,7 @@ void apply_resume_flags(const CLI::App* cmd, const FinetuneFlags& f, FinetuneOpt
   if (cmd->count("--eval-every")) saved.eval_every = given.eval_every;
   if (cmd->count("--log-every")) saved.log_every = given.log_every;
   saved.quiet = given.quiet;
+  saved.device = given.device;
 }
 
 void print_result(const FinetuneResult& r, bool json) {
@@ -230,6 +232,7 @@ Run add_finetune_command(CLI::App& app) {
   cmd->add_flag("--force", o.force, "Replace a run already in --out (only toy's own files are removed)")
       ->excludes(resume_opt);
   cmd->add_flag("--quiet", o.quiet, "No progress output");
+  add_device(cmd, o.device);
   cmd->add_flag("--json", f->json, "Print a JSON summary as the last line of stdout");
   for (const CLI::Option* opt : cmd->get_options())
     if (!resume_rules().count(opt->get_name()))

@@ -26,6 +26,7 @@ namespace toy::cli {
 namespace {
 struct GenerateFlags {
   LoraFlags lora;
+  Device device = Device::CPU;
   std::string model, prompt;
   int64_t n = 200;
   SamplingFlags sampling;
@@ -40,6 +41,7 @@ int run_generate(const GenerateFlags& f) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel lm = load_model(f.model);
   apply_lora_flags(f.lora, lm);
+  lm.model->params().move_to(f.device);  // the weights (the file stays their source), copied once
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   DecoderLM& m = *lm.model;
   const Tokenizer& tok = *lm.tokenizer;
@@ -85,6 +87,7 @@ Run add_generate_command(CLI::App& app) {
   add_sampling_flags(cmd, f->sampling);
   cmd->add_option("--stop", f->stop, "Stop where the text contains this string (may be given several times)");
   add_int(cmd, "--threads", f->threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
+  add_device(cmd, f->device);
   add_int(cmd, "--ctx", f->ctx, 1, int64_t(1) << 24, "KV cache size in tokens (default: the model's context, at most 4096)")
       ->default_str("");
   cmd->add_flag("--echo", f->echo, "Print the prompt before the generated text");

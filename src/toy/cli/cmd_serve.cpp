@@ -32,6 +32,7 @@ struct ServeFlags {
   std::string model, host = "127.0.0.1", api_key, cache_type = "f32", name;
   LoraFlags lora;
   int port = 8080, parallel = 4, threads = 0;
+  Device device = Device::CPU;
   int64_t ctx = 0, queue = 64, max_body = int64_t(1) << 20;
 };
 
@@ -46,6 +47,7 @@ int run_serve(const ServeFlags& f) {
   gguf::Reader reader(f.model);
   LoadedModel lm = load_model(reader);
   apply_lora_flags(f.lora, lm);
+  lm.model->params().move_to(f.device);  // the weights copied once; the slots' caches follow the model
   const ChatTemplate tmpl = ChatTemplate::from_model(reader);
   TOY_CHECK(f.cache_type == "f32" || f.cache_type == "f16", "[serve] --cache-type must be f32 or f16, got {}",
             f.cache_type);
@@ -106,6 +108,7 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option("--cache-type", f->cache_type, "KV cache dtype: f32 (default) or f16 (half the memory)");
   cmd->add_option("--name", f->name, "Model name the API reports (default: the file name)");
   add_int(cmd, "-t,--threads", f->threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
+  add_device(cmd, f->device);
   return [f]() {
     if (f->threads) set_num_threads(f->threads);
     return run_serve(*f);

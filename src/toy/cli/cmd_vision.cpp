@@ -33,8 +33,8 @@ struct VisionFlags {
 
 // The flags a --resume may give: how the run proceeds, not what it is.
 const std::vector<std::string>& resume_flags() {
-  static const std::vector<std::string> f = {"--resume", "--epochs",       "--threads", "--stop-after", "--save-every",
-                                             "--save-minutes", "--log-every", "--quiet",   "--json"};
+  static const std::vector<std::string> f = {"--resume",       "--epochs",    "--threads", "--device", "--stop-after",
+                                             "--save-every",   "--save-minutes", "--log-every", "--quiet",  "--json"};
   return f;
 }
 
@@ -100,6 +100,7 @@ Run add_train(CLI::App* vision) {
   add_int(cmd, "--val-count", o.val_count, 1, int64_t(1) << 30,
           "Validation images held out of the training set (at most a tenth of it)");
   add_int(cmd, "--threads", o.threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
+  add_device(cmd, o.device);
   add_int(cmd, "--log-every", o.log_every, 1, int64_t(1) << 40, "Steps between progress lines when not on a terminal");
   add_int(cmd, "--stop-after", o.stop_after, 0, int64_t(1) << 40, "Stop after this step with a checkpoint");
   add_int(cmd, "--save-every", o.save_every, 0, int64_t(1) << 40, "A checkpoint every N steps (0 = off)");
@@ -125,6 +126,7 @@ Run add_train(CLI::App* vision) {
       r = resume_vision(f->resume, [cmd, f](VisionTrainOptions& saved) {
         if (cmd->count("--epochs")) saved.epochs = f->o.epochs;
         if (cmd->count("--threads")) saved.threads = f->o.threads;
+        saved.device = f->o.device;
         if (cmd->count("--stop-after")) saved.stop_after = f->o.stop_after;
         if (cmd->count("--save-every")) saved.save_every = f->o.save_every;
         if (cmd->count("--save-minutes")) saved.save_minutes = f->o.save_minutes;

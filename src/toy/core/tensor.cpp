@@ -190,6 +190,9 @@ Tensor transfer(const Tensor& t, Device to) {
   KernelScope from(t.device()), into(to);  // (cpu and sim share host memory: a copy is a memcpy)
   if (t.nbytes()) std::memcpy(out.raw_data(), t.raw_data(), t.nbytes());
   out.set_name(t.name());
+  out.impl()->ids_checked_below = t.impl()->ids_checked_below;
+  out.impl()->ids_checked_ignore = t.impl()->ids_checked_ignore;
+  out.impl()->ids_checked_ignore_set = t.impl()->ids_checked_ignore_set;
   return out;
 }
 

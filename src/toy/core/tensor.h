@@ -30,6 +30,12 @@ struct TensorImpl {
   std::shared_ptr<Node> grad_fn;   // set on outputs of recorded ops
   std::shared_ptr<TensorImpl> grad;
   std::string name;                // parameters carry their GGUF name
+  // Ids checked on the host before an upload: every element is in [0, ids_checked_below) or
+  // equals ids_checked_ignore (when ids_checked_ignore_set). transfer() carries it, so an op
+  // on the device need not read the ids back to check them again (0: not checked).
+  int64_t ids_checked_below = 0;
+  int32_t ids_checked_ignore = 0;
+  bool ids_checked_ignore_set = false;
 };
 
 class Tensor {

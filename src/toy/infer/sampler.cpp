@@ -5,7 +5,9 @@
 #include <numeric>
 #include <vector>
 
+#include "toy/autograd/grad_mode.h"
 #include "toy/core/error.h"
+#include "toy/ops/ops.h"
 
 namespace toy {
 
@@ -23,6 +25,12 @@ Sampler::Sampler(SamplerConfig cfg, uint64_t seed) : cfg_(cfg), gen_(seed, 0x5a3
 }
 
 int32_t Sampler::sample(const Tensor& logits_t, std::span<const int32_t> recent) {
+  const bool penalties = cfg_.repeat_penalty != 1.0f || cfg_.presence_penalty != 0 || cfg_.frequency_penalty != 0;
+  if (!is_host(logits_t.device()) && cfg_.temperature == 0.0f && !(penalties && cfg_.penalty_last_n > 0)) {
+    // Greedy on a device: the argmax runs there and only the token id comes back.
+    NoGradGuard ng;
+    return int32_t(argmax(reshape(logits_t.detach(), Shape{-1}), 0).item());
+  }
   std::vector<float>& z = z_;
   if (logits_t.dtype() == DType::F32 && logits_t.is_contiguous() && logits_t.device() == Device::CPU) {
     const float* src = logits_t.data<float>();

@@ -263,7 +263,9 @@ Tensor DecoderLM::hidden(const Tensor& ids_in, bool training, Generator* gen, nn
   TOY_CHECK(ids_in.dtype() == DType::I32 && ids_in.ndim() == 2, "[model] ids must be i32 [B, T], got {}",
             describe(ids_in));
   const Device dev = device();
-  const Tensor ids = to(ids_in, dev);  // a batch made on the host: one upload
+  // A batch made on the host is checked there (no read back on a device) and uploaded once.
+  if (!is_host(dev) && is_host(ids_in.device())) check_and_mark_ids(ids_in, cfg_.vocab, "model", "ids");
+  const Tensor ids = to(ids_in, dev);
   const int64_t T = ids.size(1);
   int64_t start = 0;
   if (cache) {
@@ -323,6 +325,10 @@ Tensor DecoderLM::logits(const Tensor& ids, bool training, Generator* gen, nn::K
 Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, Generator* gen,
                        const Packing* packing) {
   Tensor h = hidden(ids, training, gen, nullptr, packing);
+  if (!is_host(device()) && is_host(targets.device())) {
+    const int32_t ignore = CrossEntropyOptions{}.ignore_index;
+    check_and_mark_ids(targets, cfg_.vocab, "model", "targets", &ignore);
+  }
   const Tensor targets_d = to(targets, device());
   const int64_t rows = h.numel() / cfg_.dim;
   // Past ~4M logits, compute the loss in chunks of rows (each a recomputation region) so

@@ -189,7 +189,10 @@ Tensor Vit::input(const uint8_t* pixels, int64_t n) const {
   return x;
 }
 
-Tensor Vit::logits(const Tensor& images) const {
+Device Vit::device() const { return patch_.weight.device(); }
+
+Tensor Vit::logits(const Tensor& images_in) const {
+  const Tensor images = to(images_in, device());
   const int64_t N = images.size(0), D = cfg_.dim, p = cfg_.patch;
   TOY_CHECK(images.ndim() == 4 && images.size(1) == cfg_.channels && images.size(2) == cfg_.image &&
                 images.size(3) == cfg_.image,
@@ -210,7 +213,7 @@ Tensor Vit::logits(const Tensor& images) const {
 }
 
 Tensor classification_loss(const Tensor& logits, const Tensor& labels, float label_smoothing) {
-  Tensor ce = cross_entropy(logits, labels);
+  Tensor ce = cross_entropy(logits, to(labels, logits.device()));
   if (label_smoothing <= 0) return ce;
   Tensor uniform = neg(mean(log_softmax(logits)));
   return add(scale(ce, 1.0f - label_smoothing), scale(uniform, label_smoothing));

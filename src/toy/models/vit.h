@@ -62,7 +62,8 @@ class Vit {
   // Each parameter draws from its own stream of the seed.
   void init(uint64_t seed);
   // images F32 [N, C, S, S], already normalised -> logits [N, classes].
-  Tensor logits(const Tensor& images) const;
+  Tensor logits(const Tensor& images) const;  // images made on the host are uploaded once
+  Device device() const;  // where the weights live (params().move_to moves them)
   // 8-bit planar images (n of them, C x S x S each) -> the normalised F32 [n, C, S, S] input.
   Tensor input(const uint8_t* pixels, int64_t n) const;
 

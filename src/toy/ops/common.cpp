@@ -37,6 +37,7 @@ void check_shape(const Tensor& t, const Shape& s, const char* op, const char* wh
 
 void check_ids(const Tensor& ids, int64_t limit, const char* op, const char* what) {
   check_dtype(ids, DType::I32, op, what);
+  if (ids_known_in_range(ids, limit)) return;  // checked on the host before it was uploaded
   // (On a device: read back once, counted. A device-side check is issue 22's next step.)
   Tensor c = transfer(contiguous_nograd(ids), Device::CPU);
   const int32_t* p = c.data<int32_t>();
@@ -106,3 +107,28 @@ OpInfo composite_op(const char* name, std::vector<std::string> uses, const char*
 }
 
 }  // namespace toy::detail
+
+namespace toy {
+
+void check_and_mark_ids(const Tensor& ids, int64_t below, const char* op, const char* what, const int32_t* ignore) {
+  TOY_CHECK(ids.dtype() == DType::I32 && is_host(ids.device()), "[{}] {} must be i32 on the host to be checked",
+            op, what);
+  const std::vector<int32_t> v = ids.to_i32_vector();
+  for (size_t i = 0; i < v.size(); ++i)
+    TOY_CHECK((ignore && v[i] == *ignore) || (v[i] >= 0 && v[i] < below), "[{}] {} [{}] = {} is out of range [0, {}){}",
+              op, what, i, v[i], below, ignore ? fmt::format(" and is not the ignore index {}", *ignore) : "");
+  TensorImpl* t = ids.impl();
+  t->ids_checked_below = below;
+  t->ids_checked_ignore_set = ignore != nullptr;
+  t->ids_checked_ignore = ignore ? *ignore : 0;
+}
+
+namespace detail {
+bool ids_known_in_range(const Tensor& ids, int64_t limit, const int32_t* ignore) {
+  const TensorImpl* i = ids.impl();
+  if (i->ids_checked_below <= 0 || i->ids_checked_below > limit) return false;
+  return !i->ids_checked_ignore_set || (ignore && i->ids_checked_ignore == *ignore);
+}
+}  // namespace detail
+
+}  // namespace toy

@@ -21,6 +21,9 @@ void check_ndim(const Tensor& t, int n, const char* op, const char* what);
 void check_shape(const Tensor& t, const Shape& s, const char* op, const char* what);
 // Every id in [0, limit); names the op, the position and the value otherwise.
 void check_ids(const Tensor& ids, int64_t limit, const char* op, const char* what);
+// Whether ids carry a host check (check_and_mark_ids in ops.h) that covers [0, limit) and,
+// if given, the ignore index: an op on a device then need not read them back.
+bool ids_known_in_range(const Tensor& ids, int64_t limit, const int32_t* ignore = nullptr);
 
 // Broadcast view with zero strides (no tape record).
 Tensor expand_view(const Tensor& x, const Shape& s);

@@ -376,6 +376,7 @@ FinetuneResult finetune(const FinetuneOptions& opts) {
   if (std::isnan(opts.min_lr)) r.o.min_lr = opts.lr / 10;
   identify_files(r);
   prepare_new_run_folder(opts.out, opts.force);
+  r.model->params().move_to(opts.device);  // the base's weights (mapped or F32) and what trains, copied once
   r.opt = std::make_unique<AdamW>(r.model->params(), opts.adamw());
   r.dropout_gen = Generator(opts.seed, kFinetuneDropoutStream);
   r.loop.loss_scale = DynamicLossScale(opts.precision == "f16" ? opts.loss_scale : 1.0f);
@@ -411,6 +412,8 @@ FinetuneResult resume_finetune(const std::string& dir, const std::function<void(
   read_finetune_data(r);
   r.opt = std::make_unique<AdamW>(r.model->params(), r.o.adamw());
   load_finetune_checkpoint(r, rd);
+  r.model->params().move_to(r.o.device);  // what trains and AdamW's moments, read on the CPU
+  r.loop.best.move_to(r.o.device);
   // A finished run whose outputs were not written after its last checkpoint (the write
   // failed: a full disk) only writes them now.
   const auto written = [&](const char* f) {

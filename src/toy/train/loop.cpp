@@ -90,6 +90,10 @@ bool BestWeights::offer(const ParamStore& p, int64_t at_step, double s, double t
   return true;
 }
 
+void BestWeights::move_to(Device d) {
+  for (Tensor& v : values) v = transfer(v, d);
+}
+
 void BestWeights::swap_with(ParamStore& p) {
   NoGradGuard ng;
   size_t i = 0;

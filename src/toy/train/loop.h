@@ -75,6 +75,8 @@ struct BestWeights {
   // Keeps the parameters' values when (score, tiebreak) beats the best so far (a score that
   // is not finite never does); returns whether it did.
   bool offer(const ParamStore& p, int64_t at_step, double score, double tiebreak = 0);
+  // Moves the copies to device d (a resumed run's, read on the CPU).
+  void move_to(Device d);
   // Exchanges the parameters' values and the best ones (twice: back as they were).
   void swap_with(ParamStore& p);
   void add_to(gguf::Writer& w, const ParamStore& p) const;

@@ -442,6 +442,7 @@ TrainResult resume(const std::string& dir, const std::function<void(TrainOptions
   check_training_memory(estimate_training_memory(r.o.model, r.o.batch), available_memory_bytes(),
                         "this run cannot continue on this machine");
   r.model->params().move_to(r.o.device);  // the weights and AdamW's moments, read on the CPU
+  r.loop.best.move_to(r.o.device);
   return run_loop(r, true);
 }
 

@@ -180,7 +180,7 @@ Evaluation evaluate(const Vit& m, const ImageSet& s, int64_t batch) {
     const int64_t n = std::min(batch, s.size() - at);
     Tensor logits = m.logits(m.input(s.image(at), n));
     std::vector<int32_t> ids(s.labels.begin() + at, s.labels.begin() + at + n);
-    loss_sum += cross_entropy(logits, labels::class_ids(ids, K)).item() * double(n);
+    loss_sum += cross_entropy(logits, to(labels::class_ids(ids, K), logits.device())).item() * double(n);
     Tensor probs = softmax(logits);
     const std::vector<float> p = probs.to_f32_vector();
     for (int64_t i = 0; i < n; ++i) {
@@ -670,7 +670,8 @@ VisionTrainResult train_vision(const VisionTrainOptions& opts) {
   r.o.model = mc;
   prepare_new_run_folder(opts.out, opts.force);
   r.model = std::make_unique<Vit>(mc);
-  r.model->init(opts.seed);
+  r.model->init(opts.seed);                // on the CPU (the same weights for every device),
+  r.model->params().move_to(opts.device);  // then moved once
   r.opt = std::make_unique<AdamW>(r.model->params(), opts.adamw());
   return run_loop(r, false);
 }
@@ -689,6 +690,8 @@ VisionTrainResult resume_vision(const std::string& dir,
   r.o.validate();
   if (r.o.threads) set_num_threads(r.o.threads);
   load_data(r, true);
+  r.model->params().move_to(r.o.device);  // the weights, best and AdamW's moments read on the CPU
+  r.loop.best.move_to(r.o.device);
   TOY_CHECK(r.loop.step < r.total_steps, "[vision] the run in '{}' already finished its {} epochs (pass a larger --epochs "
             "to go on)", printable(dir), r.o.epochs);
   return run_loop(r, true);
