@@ -85,8 +85,8 @@ checkpoint-state-not-checked
 src/toy/train/checkpoint.cpp
 toy toy_hostile_tests
 ^Hostile\.ACheckpointWithNonFinite
-  TOY_CHECK(bad < 0, "[train] checkpoint '{}': tensor '{}' holds
-  TOY_CHECK(true, "[train] checkpoint '{}': tensor '{}' holds
+  TOY_CHECK(bad < 0, "{} checkpoint '{}': tensor '{}' holds non-finite values
+  TOY_CHECK(true, "{} checkpoint '{}': tensor '{}' holds non-finite values
 checkpoint-version-ignored
 src/toy/train/checkpoint.cpp
 toy toy_hostile_tests
@@ -229,14 +229,14 @@ qk-norm-skipped
 src/toy/nn/attention.cpp
 toy_llamacpp_tests
 ^LlamaCpp\.RunsQwen2
-    if (q_norm.defined()) qh = q_norm(qh);
-    if (false) qh = q_norm(qh);
+  if (q_norm.defined()) h.q = q_norm(h.q);
+  if (false) h.q = q_norm(h.q);
 kv-cache-overwrites-the-start
 src/toy/nn/attention.cpp
 toy_model_tests
 ^Decoder\.IncrementalDecoding
-      const int64_t start = cache->size();
-      const int64_t start = 0;
+  const int64_t start = cache.size(), T = k.size(1);
+  const int64_t start = 0, T = k.size(1);
 stored-weight-tile-offset
 src/toy/backend/cpu/matmul_weight.cpp
 toy_op_tests
@@ -454,11 +454,11 @@ toy_op_tests
           for (int64_t r = 0; r < Dk; ++r) dqt[r] += kt[r] * u_do;
           (void)u_do;
 gdn-q-unscaled
-src/toy/nn/gated_delta_net.cpp
+src/toy/backend/cpu/gated_delta.cpp
 toy_model_tests
 HfFixture
-  q = scale(l2_norm(q, eps), 1.0f / std::sqrt(float(d)));
-  q = l2_norm(q, eps);
+          const float m = part ? inv : inv * q_scale;
+          const float m = inv;
 gdn-conv-tail-kept
 src/toy/nn/gated_delta_net.cpp
 toy_model_tests
@@ -469,8 +469,8 @@ gated-attention-ungated
 src/toy/nn/attention.cpp
 toy_model_tests
 HfFixture
-    if (gated) return out(mul(reshape(o, Shape{B, T, H * d}), sigmoid(gate)));
-    if (gated) return out(reshape(o, Shape{B, T, H * d}));
+  return out(gated ? mul(flat, sigmoid(gate)) : flat);
+  return out(flat);
 qwen35-attention-interval
 src/toy/models/config.cpp
 toy_model_tests
@@ -541,8 +541,8 @@ q8-rows-tail-accumulator
 src/toy/backend/cpu/gemv_blocks.cpp
 toy_op_tests
 ^Forward\.LinearDecodePath
-_mm256_cvtepi32_ps(dot_i8(w0, load32(x[n].q + 32 * b))), acc0[n]);
-_mm256_cvtepi32_ps(dot_i8(w0, load32(x[n].q + 32 * b))), acc1[n]);
+_mm256_cvtepi32_ps(dot_i8(w0, load32(x.q + 32 * b))),\n                           acc0);
+_mm256_cvtepi32_ps(dot_i8(w0, load32(x.q + 32 * b))),\n                           acc1);
 step-positions-from-zero
 src/toy/models/decoder_lm.cpp
 toy_serve_tests
@@ -919,8 +919,8 @@ accum-one-micro-batch
 src/toy/train/loop.cpp
 toy toy_finetune_tests
 ^FinetuneGaps\.
-for (int64_t micro = 0; micro < s.accum; ++micro) {
-for (int64_t micro = 0; micro < 1; ++micro) {
+for (int64_t micro = 0; micro < s.accum; ++micro) {\n    Tensor loss = task.micro_loss(micro, d.units);
+for (int64_t micro = 0; micro < 1; ++micro) {\n    Tensor loss = task.micro_loss(micro, d.units);
 lora-no-alpha-means-one
 src/toy/models/lora.cpp
 toy toy_finetune_tests
