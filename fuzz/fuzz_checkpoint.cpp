@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     gguf::Reader r("checkpoint.gguf", data, size);
     Run run;
     load_checkpoint(run, r, "fuzz-run");
-    FUZZ_ASSERT(run.step >= 0 && run.step <= run.o.steps);
+    FUZZ_ASSERT(run.loop.step >= 0 && run.loop.step <= run.o.steps);
     FUZZ_ASSERT(run.model && run.opt && run.tok);
     for (const Tensor& p : run.model->params().values()) FUZZ_ASSERT(first_non_finite(p) < 0);
   } catch (const Error&) {

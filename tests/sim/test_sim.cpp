@@ -155,3 +155,41 @@ TEST(Sim, GreedyDecodingReadsOnlyTheTokenIdPerToken) {
   EXPECT_EQ(cpu_reads, 0);
   EXPECT_EQ(sim_reads, 12) << "one read per generated token";
 }
+
+// Once warm, a training step and a decoded token take no memory from the system: every block
+// comes from the caching allocators (the device's and the host's), which is what a device
+// with expensive allocation needs.
+TEST(Sim, WarmStepsAndTokensAllocateNothingFromTheSystem) {
+  std::vector<int32_t> toks(400);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t((i * 7 + i / 13) % 20);
+  ModelConfig mc = ModelConfig::from_preset("gpt");
+  mc.vocab = 20, mc.layers = 2, mc.heads = 2, mc.kv_heads = 2, mc.dim = 16, mc.ctx = 8;
+  DecoderLM m(mc);
+  m.init(3);
+  m.params().move_to(Device::SIM);
+  AdamW opt(m.params(), {0.9f, 0.99f, 1e-8f, 0.1f});
+  BatchSampler s(&toks, mc.ctx, 4, "training");
+  Generator data(5, 1), drop(5, 2);
+  for (int i = 0; i < 2; ++i) train_step(m, opt, s, data, drop, 2, 1.0, 1e-2f);  // warm-up
+  const int64_t sim0 = allocator(Device::SIM).stats().system_allocs, cpu0 = allocator(Device::CPU).stats().system_allocs;
+  for (int i = 0; i < 3; ++i) train_step(m, opt, s, data, drop, 2, 1.0, 1e-2f);
+  EXPECT_EQ(allocator(Device::SIM).stats().system_allocs, sim0) << "training steps";
+  EXPECT_EQ(allocator(Device::CPU).stats().system_allocs, cpu0) << "training steps (host side)";
+
+  NoGradGuard ng;
+  Sampler greedy({0.0f, 0, 1.0f}, 1);
+  nn::KVCache cache = m.new_cache(1, 8);
+  std::vector<int32_t> history = {1, 2};
+  Tensor logits = m.decode(cache, history);
+  for (int i = 0; i < 2; ++i) {  // warm-up
+    history.push_back(greedy.sample(logits, history));
+    logits = m.decode(cache, history.back());
+  }
+  const int64_t sim1 = allocator(Device::SIM).stats().system_allocs, cpu1 = allocator(Device::CPU).stats().system_allocs;
+  for (int i = 0; i < 3; ++i) {
+    history.push_back(greedy.sample(logits, history));
+    logits = m.decode(cache, history.back());
+  }
+  EXPECT_EQ(allocator(Device::SIM).stats().system_allocs, sim1) << "decoded tokens";
+  EXPECT_EQ(allocator(Device::CPU).stats().system_allocs, cpu1) << "decoded tokens (host side)";
+}
