@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,16 @@
 #include "toy/ops/ops.h"
 
 namespace toy::test {
+
+// The message of the toy::Error f throws ("" when it throws none).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 inline Tensor randn_t(const Shape& s, uint64_t seed, float scale = 1.0f, DType dt = DType::F32) {
   Generator g(seed);

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "helpers.h"
 #include "proc.h"
 #include "toy/autograd/backward.h"
 #include "toy/autograd/grad_mode.h"
@@ -33,6 +34,7 @@
 #include "toy/train/trainer.h"
 
 using namespace toy;
+using toy::test::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -59,15 +61,6 @@ std::string trained_text(const SftExample& e, const Tokenizer& tok) {
   for (size_t i = 0; i < e.tokens.size(); ++i)
     if (e.trained[i]) ids.push_back(e.tokens[i]);
   return tok.decode(ids);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

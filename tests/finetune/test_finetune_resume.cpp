@@ -15,12 +15,14 @@
 #include <nlohmann/json.hpp>
 
 #include "finetune/finetune_helpers.h"
+#include "helpers.h"
 #include "proc.h"
 #include "toy/core/error.h"
 #include "toy/io/gguf.h"
 #include "toy/train/finetune.h"
 
 using namespace toy;
+using toy::test::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -42,15 +44,6 @@ std::string write_data(const std::string& name, int n) {
 }
 
 std::string bytes_of(const std::string& path) { return toy::test::read_all(path); }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 int count_of(const std::string& text, const std::string& what) {
   int n = 0;

@@ -21,17 +21,6 @@
 using namespace toy;
 using namespace toy::test;
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
-
 TEST(Sim, HostCodeCannotTouchSimMemoryOutsideAKernel) {
   Tensor a = to(from_vector(std::vector<float>{1, 2, 3}, Shape{3}), Device::SIM);
   EXPECT_EQ(a.device(), Device::SIM);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "helpers.h"
 #include "requirements.h"
 #include "toy/core/error.h"
 #include "toy/data/images.h"
@@ -13,6 +14,7 @@
 #include "toy/train/vision.h"
 
 using namespace toy;
+using toy::test::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -50,15 +52,6 @@ void write_file(const fs::path& p, const std::string& bytes, bool gzip = false) 
   } else {
     std::ofstream(p, std::ios::binary) << bytes;
   }
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 #define EXPECT_ERROR_MENTIONS(call, a, b)                                          \
