@@ -57,7 +57,7 @@ TEST(Sim, ATrainingStepIsBitIdenticalToTheCpus) {
     std::vector<double> losses;
     reset_device_traffic();
     for (int step = 0; step < 3; ++step) {
-      StepResult r = train_step(m, opt, s, data, drop, 2, 1.0, 1e-2f);
+      StepResult r = train_step(m, opt, s, data, drop, step, 2, 1.0, 1e-2f);
       losses.push_back(r.loss);
       losses.push_back(r.grad_norm);
     }
@@ -159,9 +159,9 @@ TEST(Sim, WarmStepsAndTokensAllocateNothingFromTheSystem) {
   AdamW opt(m.params(), {0.9f, 0.99f, 1e-8f, 0.1f});
   BatchSampler s(&toks, mc.ctx, 4, "training");
   Generator data(5, 1), drop(5, 2);
-  for (int i = 0; i < 2; ++i) train_step(m, opt, s, data, drop, 2, 1.0, 1e-2f);  // warm-up
+  for (int i = 0; i < 2; ++i) train_step(m, opt, s, data, drop, i, 2, 1.0, 1e-2f);  // warm-up
   const int64_t sim0 = allocator(Device::SIM).stats().system_allocs, cpu0 = allocator(Device::CPU).stats().system_allocs;
-  for (int i = 0; i < 3; ++i) train_step(m, opt, s, data, drop, 2, 1.0, 1e-2f);
+  for (int i = 2; i < 5; ++i) train_step(m, opt, s, data, drop, i, 2, 1.0, 1e-2f);
   EXPECT_EQ(allocator(Device::SIM).stats().system_allocs, sim0) << "training steps";
   EXPECT_EQ(allocator(Device::CPU).stats().system_allocs, cpu0) << "training steps (host side)";
 

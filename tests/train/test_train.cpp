@@ -539,27 +539,62 @@ TEST(Train, ParameterRecordsHoldStateForTrainableParametersOnly) {
 }
 
 TEST(Train, AccumulationAveragesTheMicroBatches) {
-  // Two micro-batches of 4 windows draw exactly the windows of one batch of 8 (consecutive
-  // generator counters), so accumulating must give the same mean gradient: the same norm and
-  // the same update. Without the 1/accum scale the norm would double.
+  // A step of two micro-batches must apply the mean of their gradients: the same norm and
+  // update as backward on each micro-batch's loss / 2 by hand (each drawn from its own
+  // addressed generators). Without the 1/accum scale the norm would double.
   std::vector<int32_t> toks(400);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t((i * 7 + i / 13) % 20);
   ModelConfig mc = ModelConfig::from_preset("gpt");
-  mc.vocab = 20, mc.layers = 1, mc.heads = 2, mc.kv_heads = 2, mc.dim = 16, mc.ctx = 8;
-  auto run = [&](int64_t batch, int64_t accum) {
-    DecoderLM m(mc);
-    m.init(3);
-    AdamW opt(m.params(), {0.9f, 0.99f, 1e-8f, 0.0f});
-    BatchSampler s(&toks, mc.ctx, batch, "training");
-    Generator data(5, 1), drop(5, 2);
-    StepResult r = train_step(m, opt, s, data, drop, accum, 0.0, 1e-2f);
-    return std::make_pair(r, m.params().get("blk.0.attn_qkv.weight").to_f32_vector());
-  };
-  const auto [one, w1] = run(8, 1);
-  const auto [two, w2] = run(4, 2);
-  EXPECT_NEAR(two.grad_norm, one.grad_norm, 1e-4 * one.grad_norm);
-  EXPECT_NEAR(two.loss, one.loss, 1e-5);
-  for (size_t i = 0; i < w1.size(); ++i) ASSERT_NEAR(w2[i], w1[i], 1e-5) << i;
+  mc.vocab = 20, mc.layers = 1, mc.heads = 2, mc.kv_heads = 2, mc.dim = 16, mc.ctx = 8, mc.dropout = 0.1f;
+  const Generator data(5, 1), drop(5, 2);
+  BatchSampler s(&toks, mc.ctx, 4, "training");
+  DecoderLM stepped(mc), by_hand(mc);
+  stepped.init(3), by_hand.init(3);
+  AdamW opt1(stepped.params(), {0.9f, 0.99f, 1e-8f, 0.0f}), opt2(by_hand.params(), {0.9f, 0.99f, 1e-8f, 0.0f});
+  const StepResult r = train_step(stepped, opt1, s, data, drop, 7, 2, 0.0, 1e-2f);
+  double loss = 0;
+  for (int64_t micro = 0; micro < 2; ++micro) {
+    Generator dg = data.for_micro_batch(7, micro), pg = drop.for_micro_batch(7, micro);
+    Tensor x, y;
+    s.sample(dg, x, y);
+    Tensor l = by_hand.loss(x, y, true, &pg);
+    loss += l.item() / 2;
+    scale(l, 0.5f).backward();
+  }
+  const double norm = clip_grad_norm(by_hand.params(), 0.0);
+  opt2.step(1e-2f);
+  EXPECT_EQ(r.grad_norm, norm);
+  EXPECT_EQ(r.loss, loss);
+  for (const char* n : {"blk.0.attn_qkv.weight", "token_embd.weight"})
+    EXPECT_EQ(stepped.params().get(n).to_f32_vector(), by_hand.params().get(n).to_f32_vector()) << n;
+}
+
+TEST(Train, AMicroBatchDrawsItsWindowsAndMasksWhicheverOrderRunsIt) {
+  // Micro-batch 1 of step 5 alone, and after others: the same loss (batch and dropout).
+  std::vector<int32_t> toks(400);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t((i * 5 + i / 11) % 20);
+  ModelConfig mc = ModelConfig::from_preset("gpt");
+  mc.vocab = 20, mc.layers = 1, mc.heads = 2, mc.kv_heads = 2, mc.dim = 16, mc.ctx = 8, mc.dropout = 0.2f;
+  DecoderLM m(mc);
+  m.init(4);
+  BatchSampler s(&toks, mc.ctx, 3, "training");
+  const Generator data(9, 1), drop(9, 2);
+  WindowTask task(m, s, data, drop);
+  NoGradGuard ng;
+  int64_t units = 0;
+  const float alone = task.micro_loss(MicroBatch{5, 1, 2}, units).item();
+  const float other_step = task.micro_loss(MicroBatch{4, 1, 2}, units).item();
+  const float other_micro = task.micro_loss(MicroBatch{5, 0, 2}, units).item();
+  EXPECT_EQ(task.micro_loss(MicroBatch{5, 1, 2}, units).item(), alone);
+  EXPECT_NE(other_step, alone);
+  EXPECT_NE(other_micro, alone);
+  EXPECT_EQ(units, 4 * 3 * 8);
+  // The addresses: disjoint streams per micro-batch, counters per step.
+  const Generator g = drop.for_micro_batch(3, 2);
+  EXPECT_EQ(g.seed(), 9u);
+  EXPECT_EQ(g.stream(), 2u + (uint64_t(2) << 32));
+  EXPECT_EQ(g.offset(), uint64_t(3) << 32);
+  EXPECT_NE(test::error_of([&] { drop.for_micro_batch(-1, 0); }).find("[rng] micro-batch 0 of step -1"), std::string::npos);
 }
 
 TEST(Train, ANonFiniteGradientNormStopsTheStepBeforeTheUpdate) {
@@ -581,7 +616,7 @@ TEST(Train, ANonFiniteGradientNormStopsTheStepBeforeTheUpdate) {
   BatchSampler s(&toks, mc.ctx, 2, "training");
   Generator data(1, 1), drop(1, 2);
   try {
-    train_step(m, opt, s, data, drop, 1, 1.0, 1e-3f);
+    train_step(m, opt, s, data, drop, 0, 1, 1.0, 1e-3f);
     FAIL() << "no error";
   } catch (const NonFiniteStep& e) {
     EXPECT_NE(std::string(e.what()).find("gradient norm"), std::string::npos) << e.what();

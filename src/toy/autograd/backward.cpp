@@ -79,9 +79,7 @@ class LeafSlots {
   void add(const Tensor& leaf, const Tensor& g) {
     Slot& s = slot(leaf);
     if (s.finished) {  // not expected: the counts say nothing more comes; keep it anyway
-      Tensor cur(leaf.impl()->grad);
-      cur = add_grads(cur, g);
-      leaf.impl()->grad = cur.impl_ptr();
+      add_to_grad(leaf, g);
       return;
     }
     s.sum = s.sum.defined() ? toy::add(s.sum, g) : g;
@@ -114,7 +112,24 @@ class LeafSlots {
     bool finished = false;
   };
   static bool leaf_edge(const Tensor& in) { return in.defined() && in.requires_grad() && !in.impl()->grad_fn; }
-  static Tensor add_grads(const Tensor& a, const Tensor& b) { return a.defined() ? toy::add(a, b) : b; }
+  // .grad += sum: in the leaf's gradient home (a parameter arena's range) in place when it
+  // has one, else as a fresh tensor (the sum itself, first).
+  static void add_to_grad(const Tensor& leaf, const Tensor& sum) {
+    TensorImpl* t = leaf.impl();
+    Tensor cur(t->grad), home(t->grad_home);
+    if (home.defined() && home.shape() == sum.shape() && home.dtype() == sum.dtype()) {
+      if (!cur.defined()) {
+        copy_(home, sum);
+        t->grad = t->grad_home;
+        return;
+      }
+      if (cur.is_same(home)) {
+        add_(home, sum);
+        return;
+      }
+    }
+    t->grad = (cur.defined() ? toy::add(cur, sum) : sum).impl_ptr();
+  }
   Slot& slot(const Tensor& leaf) {
     auto [it, fresh] = index_.try_emplace(leaf.impl(), slots_.size());
     if (fresh) slots_.push_back({leaf, Tensor(), 0, false});
@@ -123,10 +138,7 @@ class LeafSlots {
   void maybe_finish(Slot& s) {
     if (s.finished || s.pending > 0 || hidden_pending_ > 0 || !s.sum.defined()) return;
     s.finished = true;
-    TensorImpl* t = s.leaf.impl();
-    Tensor cur(t->grad);
-    cur = add_grads(cur, s.sum);
-    t->grad = cur.impl_ptr();
+    add_to_grad(s.leaf, s.sum);
     s.sum = Tensor();
     if (ready_) ready_(s.leaf);
   }

@@ -4,10 +4,14 @@
 //  - inputs may be strided views unless a comment says "contiguous"; outputs are
 //    contiguous, freshly allocated by the op, on the same device as the inputs;
 //  - shapes and dtypes were checked by the op: kernels do not re-validate;
-//  - "=" outputs are overwritten; gradients marked "+=" are accumulated.
+//  - "=" outputs are overwritten; gradients marked "+=" are accumulated;
+//  - Unary and Binary may be given their first input as the output (same contiguous
+//    layout): the in-place ops add_ and scale_ do that.
 #pragma once
 #include <cstdint>
+#include <vector>
 
+#include "toy/core/arena_range.h"
 #include "toy/core/tensor.h"
 
 namespace toy::kern {
@@ -223,5 +227,11 @@ struct AdamWArgs {
 // step: F32 scalar tensor holding t (1-based) for bias correction.
 using AdamW = void(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& lr, const Tensor& step,
                    const AdamWArgs& a);
+using toy::ArenaRange;
+// AdamW over the ranges of a parameter arena (values, grads, m, v: contiguous F32 [n]) in one
+// call; a.weight_decay applies to the ranges marked decay; elements outside every range are
+// left alone. Ranges are sorted and disjoint. Each element gets the bits AdamW gives it.
+using AdamWRanges = void(Tensor& values, const Tensor& grads, Tensor& m, Tensor& v, const Tensor& lr,
+                         const Tensor& step, const AdamWArgs& a, const std::vector<ArenaRange>& ranges);
 
 }  // namespace toy::kern

@@ -113,7 +113,7 @@ class ToyTrainer {
   // One optimizer step, the trainer's own (accum = 1). The learning rate is constant: the
   // trainer's cosine schedule is a scalar computed on the host, no work here.
   void step() {
-    last_loss_ = train_step(model_, *opt_, sampler_, data_gen_, dropout_gen_, 1, kClip, kLr).loss;
+    last_loss_ = train_step(model_, *opt_, sampler_, data_gen_, dropout_gen_, steps_++, 1, kClip, kLr).loss;
   }
 
   // Tokens per second over `steps` steps.
@@ -150,6 +150,7 @@ class ToyTrainer {
   std::unique_ptr<AdamW> opt_;
   BatchSampler sampler_;
   Generator data_gen_, dropout_gen_;
+  int64_t steps_ = 0;
   double last_loss_ = NAN;
 };
 

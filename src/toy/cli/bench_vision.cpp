@@ -69,7 +69,7 @@ class ToyVit : public TrainTask {
     y_ = from_vector(y, Shape{batch_});
     opt_ = std::make_unique<AdamW>(model_->params(), AdamWConfig{0.9f, 0.999f, 1e-8f, 0.05f});
   }
-  Tensor micro_loss(int64_t, int64_t& units) override {
+  Tensor micro_loss(const MicroBatch&, int64_t& units) override {
     units += batch_;
     return classification_loss(model_->logits(x_), y_, 0.1f);
   }

@@ -2,10 +2,19 @@
 
 #include <cmath>
 
+#include "toy/core/error.h"
 #include "toy/core/tensor.h"
 #include "toy/core/thread_pool.h"
 
 namespace toy {
+
+Generator Generator::for_micro_batch(int64_t step, int64_t micro) const {
+  TOY_CHECK(step >= 0 && micro >= 0 && step < (int64_t(1) << 32) && micro < (int64_t(1) << 32),
+            "[rng] micro-batch {} of step {}: both must be in [0, 2^32)", micro, step);
+  Generator g(seed_, stream_ + (uint64_t(micro) << 32));
+  g.set_offset(uint64_t(step) << 32);
+  return g;
+}
 
 std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t stream, uint64_t counter) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;

@@ -33,6 +33,12 @@ class Generator {
     return o;
   }
   std::array<uint32_t, 4> block(uint64_t counter) const { return philox4x32(seed_, stream_, counter); }
+  // The generator micro-batch `micro` of step `step` draws from (its batch, its dropout
+  // masks): stream + micro * 2^32, counters from step * 2^32. A pure function of (seed,
+  // stream, step, micro): whichever process runs that micro-batch, in whatever order, draws
+  // the same numbers; each has 2^32 counters (2^34 values) of its own. Steps and
+  // micro-batches count below 2^32.
+  Generator for_micro_batch(int64_t step, int64_t micro) const;
 
  private:
   uint64_t seed_, stream_;

@@ -208,6 +208,20 @@ void move_to_device_(Tensor& t, Device to) {
   impl->device = to;
 }
 
+void alias_storage_(Tensor& t, const Tensor& buffer, int64_t offset) {
+  TOY_CHECK(t.is_leaf(), "[alias] only a leaf tensor (a parameter) is re-pointed in place");
+  TOY_CHECK(t.dtype() == buffer.dtype(), "[alias] '{}' is {}, the buffer {}", t.name(), name(t.dtype()),
+            name(buffer.dtype()));
+  TOY_CHECK(buffer.is_contiguous() && offset >= 0 && offset + t.numel() <= buffer.numel(),
+            "[alias] '{}' ({} elements from {}) does not fit a buffer of {}", t.name(), t.numel(), offset,
+            buffer.numel());
+  TensorImpl* impl = t.impl();
+  impl->storage = buffer.storage();
+  impl->strides = contiguous_strides(t.shape());
+  impl->offset = buffer.offset() + offset;
+  impl->device = buffer.device();
+}
+
 Tensor scalar(double value, DType dtype) { return full(Shape{}, value, dtype); }
 
 Tensor from_vector(const std::vector<float>& values, const Shape& shape, DType dtype) {

@@ -29,6 +29,9 @@ struct TensorImpl {
   bool retains_grad = false;       // non-leaf keeps .grad after backward
   std::shared_ptr<Node> grad_fn;   // set on outputs of recorded ops
   std::shared_ptr<TensorImpl> grad;
+  // Where backward() accumulates this leaf's gradient when it has one: a view of a parameter
+  // arena's gradient buffer (ParamStore::pack), written in place; .grad then is that view.
+  std::shared_ptr<TensorImpl> grad_home;
   std::string name;                // parameters carry their GGUF name
   // Ids checked on the host before an upload: every element is in [0, ids_checked_below) or
   // equals ids_checked_ignore (when ids_checked_ignore_set). transfer() carries it, so an op
@@ -79,6 +82,8 @@ class Tensor {
   Tensor grad() const { return Tensor(impl_->grad); }
   void set_grad(const Tensor& g) { impl_->grad = g.impl_; }
   void zero_grad() { impl_->grad.reset(); }
+  Tensor grad_home() const { return Tensor(impl_->grad_home); }
+  void set_grad_home(const Tensor& h) { impl_->grad_home = h.impl_; }
   void retain_grad() { impl_->retains_grad = true; }
   // Reverse-mode pass from this scalar (or with an explicit output gradient).
   void backward(const Tensor& grad_output = Tensor()) const;  // toy/autograd/backward.cpp
@@ -133,6 +138,9 @@ Tensor transfer(const Tensor& t, Device to);
 // Moves a leaf's memory to `to` in place: every handle sharing it (modules, the parameter
 // store) sees the move. Model weights are made on the CPU and moved once.
 void move_to_device_(Tensor& t, Device to);
+// Points leaf t, in place, at `buffer`'s storage from element `offset` (t's shape, row-major;
+// same dtype): every handle sharing t sees it. The parameter arena makes its views this way.
+void alias_storage_(Tensor& t, const Tensor& buffer, int64_t offset);
 
 std::string describe(const Tensor& t);  // "f32[2, 3]"
 

@@ -10,6 +10,13 @@
 //   trainable whether it gets a gradient and optimizer state
 //   decay     whether AdamW's decoupled weight decay applies (matrices; not norms, biases)
 //   m, v      AdamW's moments, allocated for trainable parameters only (AdamW does it)
+// The flat arena (pack(); AdamW packs its store): the trainable parameters' values,
+// gradients and moments in four contiguous buffers in parameter order, each parameter's
+// value, m and v a view of its range and its gradient accumulated into its range of the
+// gradient buffer. The optimizer updates the arena in one kernel call; data-parallel buckets
+// and optimizer shards are ranges of it. Adding, replacing, removing or (un)freezing a
+// parameter unpacks the store (the views stay valid; the next pack() copies them into a new
+// arena).
 // Lookups check the shape ("[params] blk.3.attn_q.weight: expected [768, 768], got ...").
 #pragma once
 #include <string>
@@ -26,6 +33,12 @@ struct Param {
   bool trainable = true;
   bool decay = false;
   Tensor m, v;
+  int64_t arena_offset = -1;  // its first element in the arena (-1: not packed)
+};
+
+struct ParamArena {
+  Tensor values, grads, m, v;  // F32 [numel] each, on the trainable parameters' device
+  int64_t numel() const { return values.numel(); }
 };
 
 class ParamStore {
@@ -87,9 +100,18 @@ class ParamStore {
   // Moves every parameter's memory (and AdamW's moments) to device d in place: the modules
   // holding them see the move. Weights are made (and initialised) on the CPU, then moved once.
   void move_to(Device d);
+  // Packs the trainable parameters into the arena (no-op when packed): their values, m and v
+  // (zeros where undefined) and gradients are copied into it. Every trainable parameter must
+  // be a contiguous F32 tensor, all on one device.
+  void pack();
+  // The arena, or null when the store is not packed.
+  const ParamArena* arena() const { return packed_ ? &arena_ : nullptr; }
 
  private:
+  void unpack();
   std::vector<Param> params_;
+  ParamArena arena_;
+  bool packed_ = false;
 };
 
 }  // namespace toy

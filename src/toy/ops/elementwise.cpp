@@ -89,6 +89,36 @@ Tensor scale(const Tensor& x, float s) {
   a.alpha = s;
   return unary_op(UnaryOp::Scale, "scale", x, a);
 }
+namespace {
+void check_in_place(const Tensor& dst, const char* op) {
+  check_defined(dst, op, "dst");
+  check_float(dst, op, "dst");
+  TOY_CHECK(dst.is_contiguous(), "[{}] dst must be contiguous", op);
+  TOY_CHECK(!(grad_enabled() && dst.requires_grad()), "[{}] tensor requires grad; use NoGradGuard", op);
+}
+}  // namespace
+
+// The elementwise kernels read element i of their inputs before writing element i of the
+// output, so an output that is its first input, same layout, is safe.
+void add_(Tensor& dst, const Tensor& src) {
+  OpSpan span("add_", {&dst, &src});
+  check_in_place(dst, "add_");
+  check_defined(src, "add_", "src");
+  check_same_dtype(dst, src, "add_");
+  check_same_device(dst, src, "add_");
+  TOY_CHECK(dst.shape() == src.shape(), "[add_] shapes differ: dst {} vs src {}", dst.shape().str(),
+            src.shape().str());
+  k_binary(dst.device())(BinaryOp::Add, dst, src, dst);
+}
+
+void scale_(Tensor& dst, float s) {
+  OpSpan span("scale_", {&dst});
+  check_in_place(dst, "scale_");
+  UnaryArgs a;
+  a.alpha = s;
+  k_unary(dst.device())(UnaryOp::Scale, dst, dst, a);
+}
+
 Tensor add_scalar(const Tensor& x, float s) { return add(x, full(Shape{}, s, x.dtype(), x.device())); }
 Tensor neg(const Tensor& x) { return unary_op(UnaryOp::Neg, "neg", x); }
 Tensor exp(const Tensor& x) { return unary_op(UnaryOp::Exp, "exp", x); }

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "toy/core/arena_range.h"
 #include "toy/core/rng.h"
 #include "toy/core/tensor.h"
 
@@ -147,6 +148,10 @@ void set_rows_(Tensor& dst, const Tensor& ids, const Tensor& src);
 // dst = src in place (same shape, any layouts, dtype converted). No gradient.
 void copy_(Tensor& dst, const Tensor& src);
 void fill_(Tensor& dst, double value);
+// dst += src and dst *= s in place (dst contiguous float; src dst's shape, dtype and device).
+// No gradient: gradient accumulation, clipping and unscaling over a parameter arena.
+void add_(Tensor& dst, const Tensor& src);
+void scale_(Tensor& dst, float s);
 
 // ---- loss (ops/loss.cpp) --------------------------------------------------------------------
 struct CrossEntropyOptions {
@@ -222,5 +227,10 @@ struct AdamWOptions {
 // Decoupled weight decay (param *= 1 - lr*wd), bias-corrected moments; step holds t >= 1.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& lr, const Tensor& step,
                 const AdamWOptions& o = {});
+// The same over the ranges of a parameter arena (values, grads, m, v: contiguous F32 [n] on
+// one device), in one kernel call: o.weight_decay applies to the ranges marked decay,
+// elements outside every range stay as they are. Ranges sorted, disjoint, within [0, n).
+void adamw_step_ranges(Tensor& values, const Tensor& grads, Tensor& m, Tensor& v, const Tensor& lr,
+                       const Tensor& step, const AdamWOptions& o, const std::vector<ArenaRange>& ranges);
 
 }  // namespace toy

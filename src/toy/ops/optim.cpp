@@ -9,6 +9,7 @@ using namespace detail;
 namespace {
 const KernelRef<kern::Sgd> k_sgd("sgd");
 const KernelRef<kern::AdamW> k_adamw("adamw");
+const KernelRef<kern::AdamWRanges> k_adamw_ranges("adamw_ranges");
 
 void check_state(const Tensor& t, const Tensor& param, const char* op, const char* what) {
   check_dtype(t, DType::F32, op, what);
@@ -39,6 +40,43 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const Ten
   k_sgd(param.device())(param, grad, o.momentum > 0.0f ? momentum_buf : none, lr, a);
 }
 
+namespace {
+void check_adamw_options(const AdamWOptions& o) {
+  TOY_CHECK(o.beta1 >= 0.0f && o.beta1 < 1.0f && o.beta2 >= 0.0f && o.beta2 < 1.0f,
+            "[adamw] betas must be in [0, 1), got {} and {}", o.beta1, o.beta2);
+  TOY_CHECK(o.eps > 0.0f && o.weight_decay >= 0.0f, "[adamw] eps must be > 0 and weight decay >= 0");
+}
+void check_adamw_step(const Tensor& step) {
+  check_scalar(step, "adamw", "step");
+  if (step.device() == Device::CPU)
+    TOY_CHECK(step.item() >= 1.0, "[adamw] step must be >= 1 (bias correction), got {}", step.item());
+}
+}  // namespace
+
+void adamw_step_ranges(Tensor& values, const Tensor& grads, Tensor& m, Tensor& v, const Tensor& lr,
+                       const Tensor& step, const AdamWOptions& o, const std::vector<ArenaRange>& ranges) {
+  const char* op = "adamw";
+  OpSpan span(op, {&values});
+  check_dtype(values, DType::F32, op, "arena values");
+  TOY_CHECK(values.is_contiguous() && values.ndim() == 1, "[adamw] the arena's values must be contiguous [n], got {}",
+            describe(values));
+  check_state(grads, values, op, "gradient arena");
+  check_state(m, values, op, "first-moment arena");
+  check_state(v, values, op, "second-moment arena");
+  check_scalar(lr, op, "lr");
+  check_adamw_step(step);
+  check_adamw_options(o);
+  int64_t at = 0;
+  for (const ArenaRange& r : ranges) {
+    TOY_CHECK(r.begin >= at && r.begin < r.end && r.end <= values.numel(),
+              "[adamw] arena range [{}, {}) is empty, out of order or outside [0, {})", r.begin, r.end,
+              values.numel());
+    at = r.end;
+  }
+  kern::AdamWArgs a{o.beta1, o.beta2, o.eps, o.weight_decay};
+  k_adamw_ranges(values.device())(values, grads, m, v, lr, step, a, ranges);
+}
+
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& lr, const Tensor& step,
                 const AdamWOptions& o) {
   const char* op = "adamw";
@@ -49,12 +87,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const T
   check_state(m, param, op, "first moment");
   check_state(v, param, op, "second moment");
   check_scalar(lr, op, "lr");
-  check_scalar(step, op, "step");
-  TOY_CHECK(o.beta1 >= 0.0f && o.beta1 < 1.0f && o.beta2 >= 0.0f && o.beta2 < 1.0f,
-            "[adamw] betas must be in [0, 1), got {} and {}", o.beta1, o.beta2);
-  TOY_CHECK(o.eps > 0.0f && o.weight_decay >= 0.0f, "[adamw] eps must be > 0 and weight decay >= 0");
-  if (step.device() == Device::CPU)
-    TOY_CHECK(step.item() >= 1.0, "[adamw] step must be >= 1 (bias correction), got {}", step.item());
+  check_adamw_step(step);
+  check_adamw_options(o);
   kern::AdamWArgs a{o.beta1, o.beta2, o.eps, o.weight_decay};
   k_adamw(param.device())(param, grad, m, v, lr, step, a);
 }
@@ -62,7 +96,7 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const T
 namespace detail {
 void define_optim_ops(Registry& r) {
   r.define_op(primitive_op("sgd", {"sgd"}, "in-place SGD step (momentum, nesterov, weight decay)", false));
-  r.define_op(primitive_op("adamw", {"adamw"}, "in-place AdamW step (decoupled decay, bias correction)", false));
+  r.define_op(primitive_op("adamw", {"adamw", "adamw_ranges"}, "in-place AdamW step (decoupled decay, bias correction)", false));
 }
 }  // namespace detail
 

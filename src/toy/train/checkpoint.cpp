@@ -105,8 +105,9 @@ void save_checkpoint(Run& r) {
   r.loop.best.add_to(w, r.model->params());
   nlohmann::json state = {{"step", r.loop.step},
                           {"optimizer_steps", r.opt->steps()},
-                          {"data_rng", r.data_gen.offset()},
-                          {"dropout_rng", r.dropout_gen.offset()},
+                          // where the next step's generators start (Generator::for_micro_batch)
+                          {"data_rng", uint64_t(r.loop.step) << 32},
+                          {"dropout_rng", uint64_t(r.loop.step) << 32},
                           {"train_seconds", r.loop.seconds},
                           {"tokens_seen", r.loop.units},
                           {"best_step", r.loop.best.step},
@@ -167,10 +168,13 @@ void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir) {
   const int64_t opt_steps = get_int(st, "optimizer_steps", st_where);
   TOY_CHECK(opt_steps == step, "{}: {} optimizer steps for {} training steps", st_where, opt_steps, step);
   r.opt->set_steps(opt_steps);
+  // The generators are addressed by step and micro-batch: data_rng and dropout_rng (the
+  // counters the next step starts at; sequential offsets before micro-batch addressing) are
+  // checked to be there, not needed.
   r.data_gen = Generator(r.o.seed, kDataStream);
-  r.data_gen.set_offset(get_uint(st, "data_rng", st_where));
   r.dropout_gen = Generator(r.o.seed, kDropoutStream);
-  r.dropout_gen.set_offset(get_uint(st, "dropout_rng", st_where));
+  (void)get_uint(st, "data_rng", st_where);
+  (void)get_uint(st, "dropout_rng", st_where);
   r.loop.seconds = get_double(st, "train_seconds", st_where);
   TOY_CHECK(r.loop.seconds >= 0, "{}: train_seconds is negative ({})", st_where, r.loop.seconds);
   r.loop.units = get_int(st, "tokens_seen", st_where);

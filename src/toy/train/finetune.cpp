@@ -213,7 +213,9 @@ class FinetuneTask : public TrainTask {
   void set_loop(TrainLoop& loop) { loop_ = &loop; }
   FinetuneResult& result() { return res_; }
 
-  Tensor micro_loss(int64_t, int64_t& units) override {
+  // The examples come in order (the epoch's seeded order, rows packed in turn); the dropout
+  // masks from the micro-batch's own generator.
+  Tensor micro_loss(const MicroBatch& mb, int64_t& units) override {
     const FinetuneOptions& o = r_.o;
     DecoderLM& m = *r_.model;
     Tensor ids, targets;
@@ -230,7 +232,8 @@ class FinetuneTask : public TrainTask {
       make_sft_batch(b, m.config().vocab, ids, targets);
       for (const SftExample* e : b) units += int64_t(e->tokens.size()) - 1;
     }
-    return m.loss(ids, targets, true, &r_.dropout_gen, o.pack ? &packing : nullptr);
+    Generator dropout = r_.dropout_gen.for_micro_batch(mb.step, mb.index);
+    return m.loss(ids, targets, true, &dropout, o.pack ? &packing : nullptr);
   }
   void after_step(const StepDone& d, nlohmann::json& ev) override {
     ev["epoch"] = r_.epoch;

@@ -71,7 +71,7 @@ void save_finetune_checkpoint(FinetuneRun& r) {
                           {"epoch", r.epoch},
                           {"cursor", r.cursor},
                           {"pending", r.pending},
-                          {"dropout_rng", r.dropout_gen.offset()},
+                          {"dropout_rng", uint64_t(loop.step) << 32},  // where the next step's masks start
                           {"loss_scale", loop.loss_scale.scale()},
                           {"loss_scale_good_steps", loop.loss_scale.good_steps()},
                           {"tokens", loop.units},
@@ -152,7 +152,7 @@ void load_finetune_checkpoint(FinetuneRun& r, const gguf::Reader& rd) {
   r.pending = get_bool(st, "pending", w);
   TOY_CHECK(!r.pending || (r.o.pack && r.cursor > 0), "{}: a pending example without a packed row before it", w);
   r.dropout_gen = Generator(r.o.seed, kFinetuneDropoutStream);
-  r.dropout_gen.set_offset(get_uint(st, "dropout_rng", w));
+  (void)get_uint(st, "dropout_rng", w);  // addressed by step and micro-batch: checked, not needed
   const float scale = get_float(st, "loss_scale", w);
   const int64_t good = get_int(st, "loss_scale_good_steps", w);
   TOY_CHECK(scale >= 1 && good >= 0, "{}: loss scale {} / {} good steps is out of range", w, scale, good);

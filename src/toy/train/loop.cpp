@@ -144,17 +144,13 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
   // nothing is applied whichever is found first.)
   std::vector<Tensor> reads;
   for (int64_t micro = 0; micro < s.accum; ++micro) {
-    Tensor loss = task.micro_loss(micro, d.units);
+    Tensor loss = task.micro_loss(MicroBatch{s.step, micro, s.accum}, d.units);
     Tensor l = reshape(loss.detach(), Shape{1});
     reads.push_back(l.dtype() == DType::F32 ? l : cast(l, DType::F32));
     const float k = loss_scale.scale() / float(s.accum);
     backward(k == 1.0f ? loss : scale(loss, k), Tensor(), bo);
   }
-  if (s.dynamic_loss_scale) {
-    NoGradGuard ng;
-    for (Param& p : params.all())
-      if (p.value.grad().defined()) p.value.set_grad(scale(p.value.grad(), 1.0f / loss_scale.scale()));
-  }
+  if (s.dynamic_loss_scale) scale_grads(params, 1.0f / loss_scale.scale());
   if (Tensor norms = grad_square_norms(params); norms.defined()) reads.push_back(norms);
   const std::vector<float> read = (reads.size() == 1 ? reads[0] : concat(reads, 0)).to_f32_vector();  // the read
   double loss_sum = 0;
@@ -259,6 +255,7 @@ bool TrainLoop::run(const std::function<nlohmann::json()>& end_fields) {
     const float scale_used = st_.loss_scale.scale();
     StepDone d;
     try {
+      ss.step = st_.step;
       d = take_step(task_, params_, opt_, st_.loss_scale, ss, lr);
     } catch (const Error& e) {
       fail_step(e.what(), end_fields);

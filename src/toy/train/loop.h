@@ -117,12 +117,19 @@ struct StepDone {
   double seconds = 0;
 };
 
+// Which micro-batch a task is asked for: micro-batch `index` of the `count` of 0-based step
+// `step`. What a micro-batch draws at random comes from generators addressed by (step, index)
+// (Generator::for_micro_batch): the same numbers whichever process runs it, in any order.
+struct MicroBatch {
+  int64_t step = 0, index = 0, count = 1;
+};
+
 class TrainTask {
  public:
   virtual ~TrainTask() = default;
-  // The loss of micro-batch `micro` of the step being taken (the graph recorded for
-  // backward); adds the tokens or images it trains on to `units`.
-  virtual Tensor micro_loss(int64_t micro, int64_t& units) = 0;
+  // The loss of micro-batch `mb` of the step being taken (the graph recorded for backward);
+  // adds the tokens or images it trains on to `units`.
+  virtual Tensor micro_loss(const MicroBatch& mb, int64_t& units) = 0;
   // After each step, before its event is written: the task's own accounting and event fields.
   virtual void after_step(const StepDone& /*done*/, nlohmann::json& /*event*/) {}
   // What is due after the step (evaluations, samples); runs before stop checks and saves.
@@ -137,6 +144,7 @@ class TrainTask {
 
 struct StepSettings {
   const char* who = "[train]";
+  int64_t step = 0;  // 0-based: the step being taken (micro-batches are addressed by it)
   int64_t accum = 1;
   double clip = 0;                 // 0 = off
   bool dynamic_loss_scale = false; // F16

@@ -8,31 +8,47 @@
 
 namespace toy {
 
-AdamW::AdamW(ParamStore& params, AdamWConfig cfg) : params_(params), cfg_(cfg) {
+AdamW::AdamW(ParamStore& params, AdamWConfig cfg) : params_(params), cfg_(cfg) { params.pack(); }
+
+namespace {
+// Whether every gradient the store holds accumulated in its arena range (true when the
+// engine filled them; a gradient set by hand is copied there first).
+void gather_grads_into_arena(ParamStore& params) {
+  NoGradGuard ng;
   for (Param& p : params.all()) {
-    if (!p.trainable) continue;
-    p.m = zeros(p.value.shape(), DType::F32, p.value.device());
-    p.v = zeros(p.value.shape(), DType::F32, p.value.device());
+    if (p.arena_offset < 0) continue;
+    Tensor g = p.value.grad(), home = p.value.grad_home();
+    if (g.defined() && !g.is_same(home)) {
+      copy_(home, g);
+      p.value.set_grad(home);
+    }
   }
 }
+}  // namespace
 
 void AdamW::step(float lr) {
   NoGradGuard ng;
   ++steps_;
+  params_.pack();  // again after a parameter was added, replaced or (un)frozen
+  const ParamArena& a = *params_.arena();
   // lr and step live on the parameters' device, filled there by a kernel each step.
-  Device d = Device::CPU;
-  for (const Param& p : params_.all())
-    if (p.trainable) d = p.value.device();
+  const Device d = a.values.device();
   if (!lr_.defined() || lr_.device() != d) lr_ = zeros(Shape{}, DType::F32, d), step_ = zeros(Shape{}, DType::F32, d);
   fill_(lr_, lr);
   fill_(step_, double(steps_));
-  for (Param& p : params_.all()) {
-    if (!p.trainable) continue;
-    Tensor g = p.value.grad();
-    if (!g.defined()) continue;
-    AdamWOptions o{cfg_.beta1, cfg_.beta2, cfg_.eps, p.decay ? cfg_.weight_decay : 0.0f};
-    adamw_step(p.value, g, p.m, p.v, lr_, step_, o);
+  gather_grads_into_arena(params_);
+  // The ranges of the parameters that have a gradient (one with none is left as it is).
+  std::vector<ArenaRange> ranges;
+  for (const Param& p : params_.all()) {
+    if (p.arena_offset < 0 || !p.value.grad().defined()) continue;
+    const int64_t b = p.arena_offset, e = b + p.value.numel();
+    if (!ranges.empty() && ranges.back().end == b && ranges.back().decay == p.decay)
+      ranges.back().end = e;
+    else if (e > b)
+      ranges.push_back({b, e, p.decay});
   }
+  Tensor values = a.values, m = a.m, v = a.v;
+  adamw_step_ranges(values, a.grads, m, v, lr_, step_, {cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay}, ranges);
 }
 
 bool DynamicLossScale::update(bool finite) {
@@ -66,12 +82,19 @@ double clip_grad_norm_from(ParamStore& params, const std::vector<float>& square_
   double total = 0;
   for (float s : square_norms) total += s;
   const double norm = std::sqrt(total);
-  if (max_norm > 0 && norm > max_norm) {
-    const float s = float(max_norm / (norm + 1e-6));
-    for (Param& p : params.all())
-      if (p.value.grad().defined()) p.value.set_grad(scale(p.value.grad(), s));
-  }
+  if (max_norm > 0 && norm > max_norm) scale_grads(params, float(max_norm / (norm + 1e-6)));
   return norm;
+}
+
+void scale_grads(ParamStore& params, float s) {
+  NoGradGuard ng;
+  if (const ParamArena* a = params.arena()) {
+    gather_grads_into_arena(params);
+    Tensor grads = a->grads;
+    scale_(grads, s);  // ranges without a gradient this step hold nothing anyone reads
+  }
+  for (Param& p : params.all())
+    if (p.arena_offset < 0 && p.value.grad().defined()) p.value.set_grad(scale(p.value.grad(), s));
 }
 
 float cosine_lr(int64_t step, int64_t warmup, int64_t total, float lr, float min_lr) {

@@ -1,8 +1,9 @@
-// AdamW over a ParamStore: the moments (m, v) live in each trainable parameter's record
-// (allocated here, for trainable parameters only), decoupled weight decay where the record
-// says so (matrices: embeddings and projections; norms and biases are not decayed, as in
-// nanoGPT), bias correction from the step count. lr and step live in scalar tensors that are
-// filled in place each step (device scalars, no allocation per step).
+// AdamW over a ParamStore: it packs the store (ParamStore::pack: values, gradients and the
+// moments m and v in one arena, for trainable parameters only) and updates the arena in one
+// kernel call per step: the ranges of the parameters that have a gradient, decoupled weight
+// decay where the record says so (matrices: embeddings and projections; norms and biases are
+// not decayed, as in nanoGPT), bias correction from the step count. lr and step live in
+// scalar tensors that are filled in place each step (device scalars, no allocation per step).
 #pragma once
 #include "toy/nn/params.h"
 
@@ -48,6 +49,9 @@ class DynamicLossScale {
   int64_t interval_, good_ = 0;
 };
 
+// Multiplies every gradient by s in place (one call over the gradient arena when the store is
+// packed and the gradients are there).
+void scale_grads(ParamStore& params, float s);
 // Scales all gradients so that their global L2 norm is at most max_norm (when max_norm > 0);
 // returns the norm before clipping.
 double clip_grad_norm(ParamStore& params, double max_norm);

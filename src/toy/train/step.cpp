@@ -5,17 +5,20 @@
 
 namespace toy {
 
-Tensor WindowTask::micro_loss(int64_t /*micro*/, int64_t& units) {
+Tensor WindowTask::micro_loss(const MicroBatch& mb, int64_t& units) {
+  Generator data = data_gen_.for_micro_batch(mb.step, mb.index);
+  Generator dropout = dropout_gen_.for_micro_batch(mb.step, mb.index);
   Tensor x, y;
-  batches_.sample(data_gen_, x, y);
+  batches_.sample(data, x, y);
   units += x.numel();
-  return model_.loss(x, y, true, &dropout_gen_);
+  return model_.loss(x, y, true, &dropout);
 }
 
-StepResult train_step(DecoderLM& model, AdamW& opt, const BatchSampler& batches, Generator& data_gen,
-                      Generator& dropout_gen, int64_t accum, double clip, float lr) {
+StepResult train_step(DecoderLM& model, AdamW& opt, const BatchSampler& batches, const Generator& data_gen,
+                      const Generator& dropout_gen, int64_t step, int64_t accum, double clip, float lr) {
   WindowTask task(model, batches, data_gen, dropout_gen);
   StepSettings s;
+  s.step = step;
   s.accum = accum;
   s.clip = clip;
   DynamicLossScale unscaled(1.0f);

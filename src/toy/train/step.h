@@ -1,6 +1,7 @@
 // The micro-batches of `toy train`, shared by the trainer and `toy bench train` so that the
 // benchmark times exactly what training runs: `batch` random windows of the training tokens
-// (drawn from data_gen), the DecoderLM's loss with dropout (from dropout_gen).
+// (drawn from data_gen), the DecoderLM's loss with dropout (from dropout_gen), both
+// generators addressed by the micro-batch (Generator::for_micro_batch).
 #pragma once
 #include <cstdint>
 
@@ -14,24 +15,24 @@ class DecoderLM;
 
 class WindowTask : public TrainTask {
  public:
-  WindowTask(DecoderLM& model, const BatchSampler& batches, Generator& data_gen, Generator& dropout_gen)
+  WindowTask(DecoderLM& model, const BatchSampler& batches, const Generator& data_gen, const Generator& dropout_gen)
       : model_(model), batches_(batches), data_gen_(data_gen), dropout_gen_(dropout_gen) {}
-  Tensor micro_loss(int64_t micro, int64_t& units) override;
+  Tensor micro_loss(const MicroBatch& mb, int64_t& units) override;
 
  protected:
   DecoderLM& model_;
   const BatchSampler& batches_;
-  Generator& data_gen_;
-  Generator& dropout_gen_;
+  const Generator& data_gen_;
+  const Generator& dropout_gen_;
 };
 
 using StepResult = StepDone;
 
-// One step of a WindowTask through take_step (loop.h): `accum` micro-batches, each loss scaled
-// by 1/accum, clipping to global norm `clip` (0 = off), AdamW at `lr`, gradients zeroed.
-// Throws NonFiniteStep, before anything is updated, when a loss or the gradient norm is not
-// finite.
-StepResult train_step(DecoderLM& model, AdamW& opt, const BatchSampler& batches, Generator& data_gen,
-                      Generator& dropout_gen, int64_t accum, double clip, float lr);
+// Step `step` (0-based) of a WindowTask through take_step (loop.h): `accum` micro-batches,
+// each loss scaled by 1/accum, clipping to global norm `clip` (0 = off), AdamW at `lr`,
+// gradients zeroed. Throws NonFiniteStep, before anything is updated, when a loss or the
+// gradient norm is not finite.
+StepResult train_step(DecoderLM& model, AdamW& opt, const BatchSampler& batches, const Generator& data_gen,
+                      const Generator& dropout_gen, int64_t step, int64_t accum, double clip, float lr);
 
 }  // namespace toy

@@ -366,9 +366,7 @@ void load_vision_checkpoint(VisionRun& r, const std::string& dir) {
   r.model = std::make_unique<Vit>(vit_config_from_gguf(rd));
   for (Param& p : r.model->params().all()) load_checked(rd, p.name, p.value, false, "[vision]");
   r.opt = std::make_unique<AdamW>(r.model->params(), r.o.adamw());
-  for (Param& p : r.model->params().all()) {
-    p.m = zeros(p.value.shape());
-    p.v = zeros(p.value.shape());
+  for (Param& p : r.model->params().all()) {  // into the moments AdamW made (views of its arena)
     load_checked(rd, "opt.m." + p.name, p.m, false, "[vision]");
     load_checked(rd, "opt.v." + p.name, p.v, true, "[vision]");
   }
@@ -456,8 +454,8 @@ nlohmann::json misclassified_json(const VisionRun& r, const Evaluation& e, int64
 class VisionTask : public TrainTask {
  public:
   explicit VisionTask(VisionRun& r) : r_(r) {}
-  Tensor micro_loss(int64_t micro, int64_t& units) override {
-    const int64_t step = r_.loop.step;
+  Tensor micro_loss(const MicroBatch& mb, int64_t& units) override {
+    const int64_t step = mb.step, micro = mb.index;
     const int64_t epoch = step / r_.steps_per_epoch, in_epoch = step % r_.steps_per_epoch;
     const std::vector<int64_t>& order = epoch_order(r_, epoch);
     if (micro == 0) correct_ = 0;

@@ -55,6 +55,7 @@ kern::MulMatIdBackward mul_mat_id_backward;
 kern::AddId add_id;
 kern::Sgd sgd;
 kern::AdamW adamw;
+kern::AdamWRanges adamw_ranges;
 
 // Peak single-precision FMA throughput of this machine (GFLOP/s) on `threads` threads,
 // measured by a register-only FMA loop (for benchmark ratios).
