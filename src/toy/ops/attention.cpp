@@ -32,6 +32,9 @@ Tensor checked_segments(const AttentionOptions& o, int64_t B, int64_t T) {
   return contiguous_nograd(o.segments);
 }
 
+// Whether d has the fused kernels (else the composite form runs: ops/fallbacks.cpp).
+bool fused_here(Device d) { return k_attn.available(d) && k_attn_bwd.available(d); }
+
 kern::AttentionArgs kernel_args(const AttentionOptions& o, int64_t head_dim) {
   kern::AttentionArgs a;
   a.scale = o.scale != 0.0f ? o.scale : 1.0f / std::sqrt(float(head_dim));
@@ -65,6 +68,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
             T);
   TOY_CHECK(!o.segments.defined() || T == S, "[attention] segment ids need T == S, got T {} and S {}", T, S);
   const Tensor seg = checked_segments(o, B, T);
+  if (!fused_here(q.device())) return attention_composite(q, k, v, o);
   const kern::AttentionArgs a = kernel_args(o, D);
   Tensor qf = kernel_ready(q), kf = kernel_ready(k), vf = kernel_ready(v);
   Tensor out = empty(Shape{B, T, H, Dv}, DType::F32, q.device());
@@ -98,6 +102,10 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads, const A
   TOY_CHECK(heads > 0 && kv_heads > 0 && qkv.size(2) == heads + 2 * kv_heads,
             "[attention] packed qkv has {} heads, expected H + 2*Hkv = {} + 2*{}", qkv.size(2), heads, kv_heads);
   TOY_CHECK(heads % kv_heads == 0, "[attention] query heads {} must be a multiple of kv heads {}", heads, kv_heads);
+  if (!fused_here(qkv.device())) {
+    return attention(slice(qkv, 2, 0, heads), slice(qkv, 2, heads, heads + kv_heads),
+                     slice(qkv, 2, heads + kv_heads, heads + 2 * kv_heads), o);
+  }
   // Views of the three parts, without tape records: the node below takes qkv itself.
   auto part = [&](const Tensor& t, int64_t h0, int64_t n) {
     Shape s = t.shape();
@@ -133,8 +141,10 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads, const A
 
 namespace detail {
 void define_attention_ops(Registry& r) {
-  r.define_op(primitive_op("attention", {"attention", "attention_backward"},
-                           "fused flash-style SDPA: causal / block-causal segments, GQA, strided [B, T, H, D]"));
+  std::vector<std::string> composite = kCompositeKernels;
+  for (const char* k : {"matmul", "diag_mask_inf"}) composite.push_back(k);
+  r.define_op(fused_op("attention", {"attention", "attention_backward"}, composite,
+                       "fused flash-style SDPA: causal / block-causal segments, GQA, strided [B, T, H, D]"));
 }
 }  // namespace detail
 

@@ -100,6 +100,13 @@ OpInfo primitive_op(const char* name, std::vector<std::string> kernels, const ch
   return o;
 }
 
+OpInfo fused_op(const char* name, std::vector<std::string> kernels, std::vector<std::string> fallback_uses,
+                const char* summary) {
+  OpInfo o = primitive_op(name, std::move(kernels), summary, true);
+  o.fallback_uses = std::move(fallback_uses);
+  return o;
+}
+
 OpInfo composite_op(const char* name, std::vector<std::string> uses, const char* summary, bool backward) {
   OpInfo o = primitive_op(name, std::move(uses), summary, backward);
   o.primitive = false;

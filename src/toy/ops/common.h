@@ -3,6 +3,7 @@
 #pragma once
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "toy/autograd/node.h"
 #include "toy/backend/kernels.h"
@@ -42,6 +43,17 @@ class OpSpan {
   trace::Span span_;
 };
 
+// The composite forms of the fused ops (ops/fallbacks.cpp): what runs on a device without the
+// fused kernels. Arguments already checked by the op.
+Tensor rms_norm_composite(const Tensor& x, const Tensor& w, float eps);
+Tensor layer_norm_composite(const Tensor& x, const Tensor& w, const Tensor& b, float eps);
+Tensor l2_norm_composite(const Tensor& x, float eps);
+Tensor softmax_composite(bool log_form, const Tensor& x, float scale, const Tensor& mask);
+Tensor swiglu_composite(const Tensor& a, const Tensor& b);
+Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o);
+// The kernels the composite forms run (a fused op's fallback_uses).
+inline const std::vector<std::string> kCompositeKernels = {"copy", "fill", "unary", "binary", "reduce"};
+
 // "rms_norm" op table entries are defined next to each op family.
 void define_elementwise_ops(Registry& r);
 void define_matmul_ops(Registry& r);
@@ -61,5 +73,8 @@ void define_optim_ops(Registry& r);
 // Shorthand for op table entries; grad_test is "OpGrad.<name>".
 OpInfo primitive_op(const char* name, std::vector<std::string> kernels, const char* summary, bool backward = true);
 OpInfo composite_op(const char* name, std::vector<std::string> uses, const char* summary, bool backward = true);
+// A primitive with a composite form that runs on a device without its kernels.
+OpInfo fused_op(const char* name, std::vector<std::string> kernels, std::vector<std::string> fallback_uses,
+                const char* summary);
 
 }  // namespace toy::detail

@@ -150,6 +150,7 @@ Tensor swiglu(const Tensor& a, const Tensor& b) {
   check_same_dtype(a, b, "swiglu");
   check_same_device(a, b, "swiglu");
   TOY_CHECK(a.shape() == b.shape(), "[swiglu] gate and up shapes differ: {} vs {}", a.shape().str(), b.shape().str());
+  if (!k_swiglu.available(a.device()) || !k_swiglu_bwd.available(a.device())) return swiglu_composite(a, b);
   Tensor out = empty(a.shape(), a.dtype(), a.device());
   k_swiglu(a.device())(a, b, out);
   if (needs_grad({&a, &b})) {
@@ -169,6 +170,11 @@ Tensor swiglu(const Tensor& x_in) {
   check_float(x_in, "swiglu");
   TOY_CHECK(x_in.ndim() >= 1 && x_in.size(-1) % 2 == 0, "[swiglu] split form needs an even last dim, got shape {}",
             x_in.shape().str());
+  if (!k_swiglu_packed.available(x_in.device()) || !k_swiglu_packed_bwd.available(x_in.device())) {
+    const int axis = x_in.ndim() - 1;
+    const int64_t F = x_in.size(axis) / 2;
+    return swiglu(slice(x_in, axis, 0, F), slice(x_in, axis, F, 2 * F));
+  }
   Tensor x = contiguous_nograd(x_in);
   Shape os = x.shape();
   os[os.ndim() - 1] /= 2;
@@ -227,8 +233,8 @@ void define_elementwise_ops(Registry& r) {
   r.define_op(primitive_op("softplus", un, "log(1 + e^x); x above 20"));
   r.define_op(primitive_op("gelu", un, "GELU, tanh approximation or exact (erf)"));
   r.define_op(primitive_op("clamp", un, "min(max(x, lo), hi)"));
-  r.define_op(primitive_op("swiglu", {"swiglu", "swiglu_backward", "swiglu_packed", "swiglu_packed_backward"},
-                           "silu(a) * b; split form on one tensor"));
+  r.define_op(fused_op("swiglu", {"swiglu", "swiglu_backward", "swiglu_packed", "swiglu_packed_backward"},
+                       kCompositeKernels, "silu(a) * b; split form on one tensor"));
   r.define_op(primitive_op("dropout", {"dropout"}, "inverted dropout from a counter-based RNG (mask recomputed)"));
 }
 }  // namespace detail

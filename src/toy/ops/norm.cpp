@@ -37,6 +37,7 @@ Tensor rms_norm(const Tensor& x_in, const Tensor& w, float eps) {
   TOY_CHECK(x_in.ndim() >= 1, "[rms_norm] x must have at least 1 dimension");
   check_param(w, x_in, "rms_norm", "weight");
   TOY_CHECK(eps >= 0.0f, "[rms_norm] eps must be >= 0, got {}", eps);
+  if (!k_rms.available(x_in.device()) || !k_rms_bwd.available(x_in.device())) return rms_norm_composite(x_in, w, eps);
   Tensor x = contiguous_nograd(x_in);
   Tensor wc = w.defined() ? contiguous_nograd(w) : Tensor();
   Tensor y = empty(x.shape(), x.dtype(), x.device());
@@ -60,6 +61,8 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& w, const Tensor& b, float ep
   check_param(w, x_in, "layer_norm", "weight");
   check_param(b, x_in, "layer_norm", "bias");
   TOY_CHECK(eps >= 0.0f, "[layer_norm] eps must be >= 0, got {}", eps);
+  if (!k_ln.available(x_in.device()) || !k_ln_bwd.available(x_in.device()))
+    return layer_norm_composite(x_in, w, b, eps);
   Tensor x = contiguous_nograd(x_in);
   Tensor wc = w.defined() ? contiguous_nograd(w) : Tensor();
   Tensor bc = b.defined() ? contiguous_nograd(b) : Tensor();
@@ -83,6 +86,7 @@ Tensor l2_norm(const Tensor& x_in, float eps) {
   check_float(x_in, "l2_norm", "x");
   TOY_CHECK(x_in.ndim() >= 1, "[l2_norm] x must have at least 1 dimension");
   TOY_CHECK(eps > 0.0f, "[l2_norm] eps must be > 0, got {}", eps);
+  if (!k_l2.available(x_in.device()) || !k_l2_bwd.available(x_in.device())) return l2_norm_composite(x_in, eps);
   Tensor x = contiguous_nograd(x_in);
   Tensor y = empty(x.shape(), x.dtype(), x.device());
   Tensor inv = empty(rows_shape(x), DType::F32, x.device());
@@ -99,10 +103,12 @@ Tensor l2_norm(const Tensor& x_in, float eps) {
 
 namespace detail {
 void define_norm_ops(Registry& r) {
-  r.define_op(primitive_op("rms_norm", {"rms_norm", "rms_norm_backward"}, "x / rms(x) * w over the last axis"));
-  r.define_op(primitive_op("layer_norm", {"layer_norm", "layer_norm_backward"},
-                           "(x - mean) / std * w + b over the last axis"));
-  r.define_op(primitive_op("l2_norm", {"l2_norm", "l2_norm_backward"}, "x / max(||x||, eps) over the last axis"));
+  r.define_op(fused_op("rms_norm", {"rms_norm", "rms_norm_backward"}, kCompositeKernels,
+                       "x / rms(x) * w over the last axis"));
+  r.define_op(fused_op("layer_norm", {"layer_norm", "layer_norm_backward"}, kCompositeKernels,
+                       "(x - mean) / std * w + b over the last axis"));
+  r.define_op(fused_op("l2_norm", {"l2_norm", "l2_norm_backward"}, kCompositeKernels,
+                       "x / max(||x||, eps) over the last axis"));
 }
 }  // namespace detail
 

@@ -27,6 +27,8 @@ Tensor softmax_impl(const char* name, bool log, const Tensor& x_in, float scale_
     maskf = mask.dtype() == DType::F32 ? mask : cast(mask, DType::F32);
     maskf = expand_view(maskf, x_in.shape());
   }
+  if (!k_softmax.available(x_in.device()) || !k_softmax_bwd.available(x_in.device()))
+    return softmax_composite(log, x_in, scale_, mask);
   Tensor x = contiguous_nograd(x_in);
   Tensor y = empty(x.shape(), x.dtype(), x.device());
   k_softmax(x.device())(x, maskf, scale_, log, y);
@@ -72,10 +74,10 @@ Tensor diag_mask_inf(const Tensor& x_in, int64_t n_past) {
 
 namespace detail {
 void define_softmax_ops(Registry& r) {
-  r.define_op(primitive_op("softmax", {"softmax", "softmax_backward", "unary"},
-                           "softmax(x * scale + mask) over the last axis"));
-  r.define_op(primitive_op("log_softmax", {"softmax", "softmax_backward", "unary"},
-                           "log_softmax(x * scale + mask) over the last axis"));
+  r.define_op(fused_op("softmax", {"softmax", "softmax_backward", "unary"}, kCompositeKernels,
+                       "softmax(x * scale + mask) over the last axis"));
+  r.define_op(fused_op("log_softmax", {"softmax", "softmax_backward", "unary"}, kCompositeKernels,
+                       "log_softmax(x * scale + mask) over the last axis"));
   r.define_op(primitive_op("diag_mask_inf", {"diag_mask_inf"}, "causal mask: -inf above diagonal n_past"));
 }
 }  // namespace detail
