@@ -15,7 +15,11 @@
 #include <thread>
 #include <set>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +28,8 @@
 #include "toy/core/allocator.h"
 #include "toy/core/pending_files.h"
 #include "toy/core/registry.h"
+#include "toy/core/runtime.h"
+#include "toy/core/storage.h"
 #include "toy/core/thread_pool.h"
 #include "toy/core/trace.h"
 #include "toy/ops/ops.h"
@@ -272,4 +278,84 @@ TEST(PendingFiles, ASignalDuringAGgufWriteLeavesNoTmpAndNoFile) {
   EXPECT_NE(::lstat(tmp.c_str(), &st), 0) << "the .tmp is left behind";
   EXPECT_NE(::lstat(path.c_str(), &st), 0) << "a half-written file under the final name";
   std::remove(tmp.c_str());
+}
+
+TEST(Layering, NothingAboveTheBackendsIncludesACpuOnlyHeader) {
+  // The host/device line: code above backend/ sees the host runtime through core/runtime.h;
+  // the CPU backend's headers (thread pool, CPUID, OpenBLAS core, its kernels) stay below.
+  namespace fs = std::filesystem;
+  const fs::path src = fs::path(TOY_FIXTURE_DIR) / ".." / ".." / "src" / "toy";
+  ASSERT_TRUE(fs::is_directory(src)) << src;
+  const std::vector<std::string> cpu_only = {"toy/core/thread_pool.h", "toy/core/cpu_features.h",
+                                             "toy/core/blas_core.h", "toy/backend/cpu/"};
+  int files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(src)) {
+    if (!e.is_regular_file()) continue;
+    const std::string rel = fs::relative(e.path(), src).string();
+    if (rel.rfind("backend/", 0) == 0 || rel.rfind("core/", 0) == 0) continue;
+    std::ifstream in(e.path());
+    ++files;
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("#include", 0) == 0)
+        for (const std::string& h : cpu_only) EXPECT_EQ(line.find(h), std::string::npos) << rel << ": " << line;
+  }
+  EXPECT_GT(files, 100);
+}
+
+TEST(HostMeasures, ParallelCopyAndSumCoverEveryByte) {
+  std::vector<uint64_t> words((1 << 18) + 3);
+  for (size_t i = 0; i < words.size(); ++i) words[i] = i * 3 + 1;
+  uint64_t want = 0;
+  for (uint64_t w : words) want += w;
+  EXPECT_EQ(host::parallel_sum(words.data(), words.size()), want);
+  std::vector<uint64_t> copy(words.size());
+  host::parallel_copy(copy.data(), words.data(), words.size() * 8);
+  EXPECT_EQ(copy, words);
+}
+
+TEST(Allocator, ABlockAnotherStreamUsedIsNotReusedBeforeThatStreamIsDone) {
+  // A device with streams, simulated on sim: events stay pending until the test says so.
+  struct Flag : StreamEvent {
+    std::shared_ptr<bool> flag;
+    bool done() const override { return *flag; }
+  };
+  struct Events : StreamEvents {
+    std::shared_ptr<bool> flag = std::make_shared<bool>(false);
+    std::vector<StreamId> recorded;
+    std::unique_ptr<StreamEvent> record(StreamId s) override {
+      recorded.push_back(s);
+      auto e = std::make_unique<Flag>();
+      e->flag = flag;
+      return e;
+    }
+  };
+  struct Installed {
+    explicit Installed(StreamEvents* e) { set_stream_events(Device::SIM, e); }
+    ~Installed() { set_stream_events(Device::SIM, nullptr); }
+  };
+  Events events;
+  Installed installed(&events);
+  Allocator& a = allocator(Device::SIM);
+  a.empty_cache();
+  void* first = nullptr;
+  {
+    Storage s(5000, Device::SIM);
+    first = s.data();
+  }
+  {
+    Storage s(5000, Device::SIM);  // used by stream 0 alone: reused at once
+    EXPECT_EQ(s.data(), first);
+    s.record_stream(3);            // then read by stream 3 (a transfer, a collective)
+  }
+  EXPECT_EQ(events.recorded, std::vector<StreamId>{3});
+  EXPECT_EQ(a.stats().blocks_awaiting_streams, 1);
+  {
+    Storage s(5000, Device::SIM);
+    EXPECT_NE(s.data(), first) << "reused while stream 3 may still read it";
+  }
+  *events.flag = true;  // stream 3 reached the event
+  Storage s(5000, Device::SIM);
+  EXPECT_EQ(s.data(), first);
+  EXPECT_EQ(a.stats().blocks_awaiting_streams, 0);
+  EXPECT_NE(error_of([&] { s.record_stream(64); }).find("stream 64"), std::string::npos);
 }

@@ -472,6 +472,32 @@ TEST(ServeCli, AppliesALoraAdapterAsGenerateDoes) {
   EXPECT_NE(toy::test::read_all(bad.err).find("toy:"), std::string::npos);
 }
 
+TEST(ServeCli, OnTheSimDeviceServesTheCpusText) {
+  // `toy serve --device sim`: the decode steps run on memory the host may not touch, with
+  // the CPU's bits: the same greedy text for the same requests, two of them at once.
+  const std::string model = init_tiny("llama");
+  auto texts = [&](const char* device) {
+    ServeProcess sp({"-m", model, "--device", device});
+    EXPECT_GT(sp.port, 0) << toy::test::read_all(sp.err);
+    std::vector<std::string> out(2);
+    std::vector<std::thread> clients;
+    for (int i = 0; i < 2; ++i)
+      clients.emplace_back([&, i] {
+        httplib::Client c("127.0.0.1", sp.port);
+        c.set_read_timeout(std::chrono::seconds(60));
+        auto r = c.Post("/v1/completions",
+                        json({{"prompt", i ? "the sim device" : "count 3"}, {"max_tokens", 12}, {"temperature", 0}}).dump(),
+                        "application/json");
+        if (r && r->status == 200) out[size_t(i)] = json::parse(r->body)["choices"][0]["text"];
+      });
+    for (auto& t : clients) t.join();
+    return out;
+  };
+  const std::vector<std::string> cpu = texts("cpu"), sim = texts("sim");
+  EXPECT_FALSE(cpu[0].empty());
+  EXPECT_EQ(sim, cpu);
+}
+
 // ---- robustness: a hostile crowd on loopback, bounded in count and time ---------------------
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -182,3 +182,43 @@ TEST(Sim, WarmStepsAndTokensAllocateNothingFromTheSystem) {
   EXPECT_EQ(allocator(Device::SIM).stats().system_allocs, sim1) << "decoded tokens";
   EXPECT_EQ(allocator(Device::CPU).stats().system_allocs, cpu1) << "decoded tokens (host side)";
 }
+
+TEST(Sim, AChunkedLossReadsNothingBack) {
+  // Past ~4M logits the loss runs in chunks; the count of counted targets comes from the host
+  // copy of the targets, so a device run reads nothing back for it, and gives the CPU's bits.
+  ModelConfig mc = ModelConfig::from_preset("llama");
+  mc.vocab = 4200, mc.layers = 1, mc.heads = 2, mc.kv_heads = 1, mc.dim = 16, mc.ctx = 64;
+  std::vector<int32_t> ids(16 * 64), targets(16 * 64);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i * 37 % 4200), targets[i] = i % 5 ? int32_t(i * 11 % 4200) : -100;
+  const Tensor x = from_vector(ids, Shape{16, 64}), y = from_vector(targets, Shape{16, 64});
+  auto loss_on = [&](Device d, int64_t* reads) {
+    DecoderLM m(mc);
+    m.init(7);
+    m.params().move_to(d);
+    NoGradGuard ng;
+    reset_device_traffic();
+    Tensor l = m.loss(x, y);
+    *reads = device_traffic().reads;
+    return l.item();
+  };
+  int64_t cpu_reads = 0, sim_reads = 0;
+  const double on_cpu = loss_on(Device::CPU, &cpu_reads), on_sim = loss_on(Device::SIM, &sim_reads);
+  EXPECT_EQ(sim_reads, 0);
+  EXPECT_EQ(on_sim, on_cpu);
+}
+
+TEST(Sim, IdsTheHostWritesIntoAgainAreCheckedAgain) {
+  // The check made before an upload marks the device copy, not the caller's host tensor: a
+  // batch buffer the host refills is checked on its next upload (no stale "checked" mark).
+  ModelConfig mc = ModelConfig::from_preset("llama");
+  mc.vocab = 20, mc.layers = 1, mc.heads = 2, mc.kv_heads = 1, mc.dim = 16, mc.ctx = 8;
+  DecoderLM m(mc);
+  m.init(2);
+  m.params().move_to(Device::SIM);
+  NoGradGuard ng;
+  Tensor ids = from_vector(std::vector<int32_t>{1, 2, 3}, Shape{1, 3});
+  EXPECT_EQ(m.hidden(ids).device(), Device::SIM);
+  ids.data<int32_t>()[1] = 5000;
+  const std::string e = error_of([&] { m.hidden(ids); });
+  EXPECT_NE(e.find("[model] ids [1] = 5000 is out of range [0, 20)"), std::string::npos) << e;
+}

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "helpers.h"
 #include "proc.h"
 #include "requirements.h"
@@ -17,6 +19,23 @@ namespace fs = std::filesystem;
 using namespace toy::test;
 
 namespace {
+// Each step of a run on sim read the device once (step events' device_reads); a CPU run's
+// events have no such field.
+void expect_one_read_per_step(const fs::path& run, bool on_sim) {
+  std::ifstream in(run / "events.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json e = nlohmann::json::parse(line);
+    if (e.at("event") != "step") continue;
+    ++steps;
+    if (on_sim)
+      EXPECT_EQ(e.value("device_reads", -1), 1) << run << " step " << e.at("step");
+    else
+      EXPECT_FALSE(e.contains("device_reads")) << run;
+  }
+  EXPECT_GT(steps, 0) << run;
+}
+
 std::vector<std::string> train_args(const std::string& data, const fs::path& out, const char* device) {
   return {"train", "--data", data, "--out", out.string(), "--layers", "2", "--heads", "2", "--dim", "32", "--ctx", "32",
           "--batch", "4", "--accum", "2", "--steps", "24", "--eval-every", "8", "--eval-batches", "2",
@@ -36,6 +55,8 @@ TEST(SimCli, TrainOnSimWritesTheCpusModelAndResumesAcrossDevices) {
   ASSERT_EQ(sim.status, 0) << describe(sim);
   EXPECT_EQ(read_all((dir / "sim" / "model.gguf").string()), read_all((dir / "cpu" / "model.gguf").string()));
   EXPECT_EQ(read_all((dir / "sim" / "last.gguf").string()), read_all((dir / "cpu" / "last.gguf").string()));
+  expect_one_read_per_step(dir / "sim", true);
+  expect_one_read_per_step(dir / "cpu", false);
   // Stopped on sim, continued on the CPU.
   std::vector<std::string> stop = train_args(data, dir / "mixed", "sim");
   stop.insert(stop.end(), {"--stop-after", "11"});
@@ -85,6 +106,7 @@ TEST(SimCli, FinetuneOnSimWritesTheCpusAdapterAndModel) {
     const fs::path cpu = dir / (std::string(arch) + "_cpu"), sim = dir / (std::string(arch) + "_sim");
     EXPECT_EQ(read_all((sim / "model.gguf").string()), read_all((cpu / "model.gguf").string())) << arch;
     if (lora) EXPECT_EQ(read_all((sim / "adapter.gguf").string()), read_all((cpu / "adapter.gguf").string()));
+    expect_one_read_per_step(sim, true);
   }
   fs::remove_all(dir);
 }
@@ -95,9 +117,11 @@ TEST(SimCli, VisionTrainOnSimWritesTheCpusModel) {
   const fs::path dir = fresh("vision");
   for (const char* device : {"cpu", "sim"}) {
     ProcResult r = run_toy({"vision", "train", "--data", data, "--out", (dir / device).string(), "--preset", "vit-digits",
-                            "--epochs", "1", "--batch", "64", "--threads", "2", "--quiet", "--device", device});
+                            "--epochs", "1", "--batch", "32", "--accum", "2", "--threads", "2", "--quiet", "--device",
+                            device});
     ASSERT_EQ(r.status, 0) << device << ": " << describe(r);
   }
   EXPECT_EQ(read_all((dir / "sim" / "model.gguf").string()), read_all((dir / "cpu" / "model.gguf").string()));
+  expect_one_read_per_step(dir / "sim", true);  // the training accuracy comes with the step's read
   fs::remove_all(dir);
 }

@@ -31,7 +31,7 @@
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
 #include "toy/core/error.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/models/shapes.h"
 #include "toy/obs/events.h"
 
@@ -46,6 +46,7 @@ struct FinetuneBenchOptions {
   bool json = false, no_peer = false;
   std::string python = "/usr/bin/python3";
   std::string data = "/usr/share/common-licenses/GPL-3";
+  Device device = Device::CPU;  // where toy's fine-tunes run (--device)
 };
 
 struct Child {
@@ -123,6 +124,7 @@ int run_finetune_bench(const FinetuneBenchOptions& o) {
     std::printf("toy bench finetune: %s %s (dim %lld, %lld layers), ctx %lld, batch %lld, %lld steps, %d threads, %s\n",
                 o.arch.c_str(), o.shape.c_str(), (long long)cfg.dim, (long long)cfg.layers, (long long)o.ctx,
                 (long long)o.batch, (long long)o.steps, threads, cpu_name().c_str());
+  if (!o.json && o.device != Device::CPU) std::printf("toy's fine-tunes on device %s\n", std::string(name(o.device)).c_str());
   struct Mode {
     std::string name, base, method, precision;
   };
@@ -147,7 +149,8 @@ int run_finetune_bench(const FinetuneBenchOptions& o) {
                          "--method", m.method, "--precision", m.precision, "--recompute", "--ctx",
                          std::to_string(o.ctx), "--batch", std::to_string(o.batch), "--steps", std::to_string(o.steps),
                          "--lora-rank", std::to_string(o.rank), "--val-fraction", "0", "--threads",
-                         std::to_string(threads), "--out", out, "--force", "--quiet", "--json"},
+                         std::to_string(threads), "--device", std::string(name(o.device)), "--out", out, "--force",
+                         "--quiet", "--json"},
                         (dir / (m.name + ".log")).string());
     const auto j = last_json(c.out);
     if (c.status != 0 || !j) fail_child("toy finetune (" + m.name + ")", c);
@@ -222,6 +225,7 @@ Run add_bench_finetune_command(CLI::App& bench) {
   cmd->add_option("--python", o->python, "Python with torch for the peer")->capture_default_str();
   cmd->add_flag("--no-peer", o->no_peer, "Skip the PyTorch peer");
   cmd->add_flag("--json", o->json, "One JSON object per line");
+  add_device(cmd, o->device);
   return [o]() { return run_finetune_bench(*o); };
 }
 

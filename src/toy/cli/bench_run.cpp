@@ -21,7 +21,7 @@
 #include "toy/cli/flags.h"
 #include "toy/core/rng.h"
 #include "toy/core/text.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/io/model_file.h"
 #include "toy/nn/kv_cache.h"
 #include "toy/obs/events.h"
@@ -49,19 +49,9 @@ double read_bandwidth_gbs() {
   const size_t words = size_t(512) << 20 >> 3;  // 512 MiB
   std::vector<uint64_t> buf(words);
   for (size_t i = 0; i < words; i += 512) buf[i] = i;  // touch every page
-  std::vector<uint64_t> sums(size_t(num_threads()) * 8);
-  const double s = median_seconds(
-      [&] {
-        parallel_for(0, int64_t(words), 1 << 16, [&](int64_t b, int64_t e) {
-          uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-          int64_t i = b;
-          for (; i + 4 <= e; i += 4) a0 += buf[size_t(i)], a1 += buf[size_t(i + 1)], a2 += buf[size_t(i + 2)], a3 += buf[size_t(i + 3)];
-          for (; i < e; ++i) a0 += buf[size_t(i)];
-          sums[size_t(b >> 16) % sums.size()] += a0 + a1 + a2 + a3;
-        });
-      },
-      5, 1);
-  volatile uint64_t keep = sums[0];
+  uint64_t total = 0;
+  const double s = median_seconds([&] { total += host::parallel_sum(buf.data(), words); }, 5, 1);
+  volatile uint64_t keep = total;
   (void)keep;
   return double(words * 8) / s / 1e9;
 }

@@ -29,7 +29,7 @@
 #include "toy/cli/flags.h"
 #include "toy/core/error.h"
 #include "toy/core/rng.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/io/model_file.h"
 #include "toy/serve/raw_http.h"
 

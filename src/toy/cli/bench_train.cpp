@@ -39,7 +39,7 @@
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
 #include "toy/core/error.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/data/batches.h"
 #include "toy/models/decoder_lm.h"
 #include "toy/train/optimizer.h"

@@ -21,7 +21,7 @@
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
 #include "toy/core/rng.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/models/vit.h"
 #include "toy/ops/ops.h"
 #include "toy/train/loop.h"
@@ -35,6 +35,7 @@ struct VisionBenchOptions {
   bool json = false, no_peer = false;
   int reps = 3, threads = 0;
   std::string only, python = "/usr/bin/python3", peer_script;
+  Device device = Device::CPU;
 };
 
 struct VisionCase {
@@ -56,10 +57,11 @@ double median(std::vector<double> v) {
 // training loop's (train/loop.h take_step) on that batch.
 class ToyVit : public TrainTask {
  public:
-  explicit ToyVit(const VisionCase& c) : cfg_(VitConfig::from_preset(c.preset)), batch_(c.batch) {
+  ToyVit(const VisionCase& c, Device device) : cfg_(VitConfig::from_preset(c.preset)), batch_(c.batch) {
     cfg_.classes = c.classes;
     model_ = std::make_unique<Vit>(cfg_);
     model_->init(1);
+    model_->params().move_to(device);  // the images and labels are uploaded each step, as training does
     Generator g(1, 99);
     std::vector<uint8_t> px(size_t(batch_ * cfg_.channels * cfg_.image * cfg_.image));
     for (size_t i = 0; i < px.size(); ++i) px[i] = uint8_t(g.block(i)[0]);
@@ -119,10 +121,12 @@ int run_vision_bench(const VisionBenchOptions& o) {
   if (o.no_peer) unavailable = "--no-peer given";
   else if (!std::filesystem::exists(o.python, ec)) unavailable = o.python + " not found (apt-get install python3-torch)";
   else if (!std::filesystem::exists(script, ec)) unavailable = "peer script " + script + " not found";
-  if (!o.json) std::printf("toy bench vision on %s, %d threads\n", cpu_name().c_str(), num_threads());
+  if (!o.json)
+    std::printf("toy bench vision on %s, %d threads%s\n", cpu_name().c_str(), num_threads(),
+                o.device == Device::CPU ? "" : fmt::format(", toy on device {}", name(o.device)).c_str());
   for (const VisionCase& c : kCases) {
     if (!o.only.empty() && o.only != c.name) continue;
-    ToyVit toy(c);
+    ToyVit toy(c, o.device);
     std::vector<double> toy_train, toy_infer;
     std::vector<std::vector<double>> peer_train(std::size(kPeerThreads)), peer_infer(std::size(kPeerThreads));
     std::string peer_error = unavailable;
@@ -200,6 +204,7 @@ Run add_bench_vision_command(CLI::App& bench) {
   cmd->add_option("--python", o->python, "The Python with torch for the peer")->capture_default_str();
   cmd->add_option("--peer-script", o->peer_script, "The peer script (default: bench/peers/vit_peer.py)");
   cmd->add_flag("--no-peer", o->no_peer, "toy only");
+  add_device(cmd, o->device);
   return [o]() -> int { return run_vision_bench(*o); };
 }
 

@@ -8,12 +8,11 @@
 #include <memory>
 
 #include "toy/autograd/backward.h"
-#include "toy/backend/cpu/cpu_kernels.h"
 #include "toy/cli/bench_util.h"
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
 #include "toy/core/rng.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/ops/ops.h"
 
 namespace toy::cli {
@@ -170,11 +169,7 @@ BenchResult bench_rowwise(const char* name, int reps, bool norm) {
   const char* src = static_cast<const char*>(x.raw_data());
   NoGradGuard ng;
   auto kernel = [&] { Tensor y = norm ? rms_norm(x, w) : softmax(x); };
-  auto copy = [&] {
-    parallel_for(0, int64_t(bytes), 1 << 20, [&](int64_t b, int64_t e) {
-      std::memcpy(dst.get() + b, src + b, size_t(e - b));
-    });
-  };
+  auto copy = [&] { host::parallel_copy(dst.get(), src, bytes); };
   auto [t, mt] = paired_median_seconds(kernel, copy, reps, 1);
   const double moved = 2.0 * double(bytes);  // read x, write y
   BenchResult r;
@@ -192,7 +187,7 @@ int run_ops_bench(const OpsBenchOptions& o) {
   if (o.threads) set_num_threads(o.threads);
   const int threads = num_threads();
   auto want = [&](const char* n) { return o.only.empty() || o.only == n; };
-  const double peak = cpu::measure_fma_peak_gflops(threads, 0.25);
+  const double peak = host::fma_peak_gflops(threads, 0.25);
   print_result({"fma_peak", peak, "GFLOP/s", peak, 1.0,
                 "itself (" + std::to_string(threads) + " threads, " + cpu_name() + ")", 0},
                o.json);

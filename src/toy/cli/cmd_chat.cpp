@@ -15,7 +15,7 @@
 #include "toy/cli/flags.h"
 #include "toy/cli/sampler_flags.h"
 #include "toy/core/text.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/infer/chat.h"
 #include "toy/infer/generate.h"
 #include "toy/io/model_file.h"

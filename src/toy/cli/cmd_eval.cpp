@@ -13,7 +13,7 @@
 #include "toy/cli/flags.h"
 #include "toy/cli/lora_flags.h"
 #include "toy/core/text.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/io/model_file.h"
 #include "toy/ops/ops.h"
 

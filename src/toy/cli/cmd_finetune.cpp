@@ -16,7 +16,7 @@
 #include "toy/cli/stop_signals.h"
 #include "toy/core/error.h"
 #include "toy/core/text.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/train/finetune.h"
 
 namespace fs = std::filesystem;

@@ -15,7 +15,7 @@
 #include "toy/cli/sampler_flags.h"
 #include "toy/infer/generate.h"
 #include "toy/infer/sampler.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/io/model_file.h"
 #include "toy/nn/kv_cache.h"
 

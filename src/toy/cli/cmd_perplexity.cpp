@@ -17,7 +17,7 @@
 #include "toy/cli/flags.h"
 #include "toy/core/files.h"
 #include "toy/core/text.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/io/model_file.h"
 #include "toy/ops/ops.h"
 

@@ -18,7 +18,7 @@
 #include "toy/cli/flags.h"
 #include "toy/cli/lora_flags.h"
 #include "toy/core/error.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/infer/chat.h"
 #include "toy/io/model_file.h"
 #include "toy/serve/engine.h"

@@ -12,7 +12,7 @@
 #include "toy/cli/flags.h"
 #include "toy/cli/stop_signals.h"
 #include "toy/core/text.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/data/images.h"
 #include "toy/io/vit_file.h"
 #include "toy/ops/ops.h"

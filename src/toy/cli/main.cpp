@@ -11,13 +11,11 @@
 
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
-#include "toy/core/blas_core.h"
+#include "toy/core/runtime.h"
 #include "toy/core/build_info.h"
-#include "toy/core/cpu_features.h"
 #include "toy/core/pending_files.h"
 #include "toy/core/error.h"
 #include "toy/core/text.h"
-#include "toy/core/thread_pool.h"
 #include "toy/core/trace.h"
 
 namespace {

@@ -22,8 +22,11 @@ size_t allocation_size_class(size_t bytes) {
 
 namespace {
 
+StreamEvents* g_stream_events[kNumDevices] = {nullptr, nullptr, nullptr};
+
 class CpuCachingAllocator final : public Allocator {
  public:
+  explicit CpuCachingAllocator(Device d) : device_(d) {}
   ~CpuCachingAllocator() override { empty_cache(); }
 
   void* allocate(size_t bytes, size_t* capacity) override {
@@ -31,6 +34,7 @@ class CpuCachingAllocator final : public Allocator {
     *capacity = cls;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      reap_pending();
       auto it = free_.find(cls);
       if (it != free_.end() && !it->second.empty()) {
         void* p = it->second.back();
@@ -54,11 +58,21 @@ class CpuCachingAllocator final : public Allocator {
     return p;
   }
 
-  void deallocate(void* p, size_t capacity) override {
+  void deallocate(void* p, size_t capacity, uint64_t other_streams) override {
+    StreamEvents* events = g_stream_events[int(device_)];
+    Pending pending{p, capacity, {}};
+    if (events)  // recorded outside the lock: a device's event call may take its own
+      for (StreamId s = 1; s < kMaxStreams; ++s)
+        if (other_streams >> s & 1) pending.events.push_back(events->record(s));
     std::lock_guard<std::mutex> lock(mu_);
     stats_.bytes_in_use -= int64_t(capacity);
     stats_.bytes_cached += int64_t(capacity);
-    free_[capacity].push_back(p);
+    if (pending.events.empty()) {
+      free_[capacity].push_back(p);
+    } else {
+      pending_.push_back(std::move(pending));
+      stats_.blocks_awaiting_streams = int64_t(pending_.size());
+    }
   }
 
   AllocatorStats stats() const override {
@@ -68,27 +82,53 @@ class CpuCachingAllocator final : public Allocator {
 
   void empty_cache() override {
     std::lock_guard<std::mutex> lock(mu_);
+    reap_pending();
     for (auto& [cls, list] : free_)
       for (void* p : list) std::free(p);
     free_.clear();
-    stats_.bytes_cached = 0;
+    int64_t waiting = 0;
+    for (const Pending& q : pending_) waiting += int64_t(q.capacity);
+    stats_.bytes_cached = waiting;  // blocks other streams may still read stay
   }
 
  private:
+  struct Pending {
+    void* p;
+    size_t capacity;
+    std::vector<std::unique_ptr<StreamEvent>> events;
+  };
+  // Blocks whose streams have finished with them join the free lists (under mu_).
+  void reap_pending() {
+    for (size_t i = 0; i < pending_.size();) {
+      bool done = true;
+      for (const auto& e : pending_[i].events) done = done && e->done();
+      if (!done) {
+        ++i;
+        continue;
+      }
+      free_[pending_[i].capacity].push_back(pending_[i].p);
+      pending_[i] = std::move(pending_.back());
+      pending_.pop_back();
+    }
+    stats_.blocks_awaiting_streams = int64_t(pending_.size());
+  }
+
   void note_use(size_t cls) {
     stats_.bytes_in_use += int64_t(cls);
     if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
   }
 
+  Device device_;
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;
+  std::vector<Pending> pending_;  // freed blocks other streams may still be reading
   AllocatorStats stats_;
 };
 
 class MissingAllocator final : public Allocator {
  public:
   void* allocate(size_t, size_t*) override { fail("[allocator] toy was built without CUDA"); }
-  void deallocate(void*, size_t) override {}
+  void deallocate(void*, size_t, uint64_t) override {}
   AllocatorStats stats() const override { return {}; }
   void empty_cache() override {}
 };
@@ -99,8 +139,8 @@ Allocator* g_allocators[kNumDevices] = {nullptr, nullptr, nullptr};
 
 Allocator& allocator(Device d) {
   // The CPU allocator lives forever: tensors in static storage may be freed at exit.
-  static CpuCachingAllocator* cpu = new CpuCachingAllocator();
-  static CpuCachingAllocator* sim = new CpuCachingAllocator();  // host memory of its own, its own stats
+  static CpuCachingAllocator* cpu = new CpuCachingAllocator(Device::CPU);
+  static CpuCachingAllocator* sim = new CpuCachingAllocator(Device::SIM);  // host memory of its own, its own stats
   static MissingAllocator* missing = new MissingAllocator();
   if (Allocator* a = g_allocators[int(d)]) return *a;
   if (d == Device::CPU) return *cpu;
@@ -109,5 +149,7 @@ Allocator& allocator(Device d) {
 }
 
 void set_allocator(Device d, Allocator* a) { g_allocators[int(d)] = a; }
+
+void set_stream_events(Device d, StreamEvents* events) { g_stream_events[int(d)] = events; }
 
 }  // namespace toy

@@ -8,17 +8,15 @@
 #pragma once
 #include <string>
 
+#include "toy/core/runtime.h"  // openblas_core, reexec_with_openblas_core
+
 namespace toy {
 
-// The core OpenBLAS runs ("Haswell", "Zen", "SkylakeX", "Prescott", ...).
-std::string openblas_core();
 // The core to ask for when OpenBLAS fell back to kernels older than this CPU (AVX-512 F, BW,
 // DQ and VL with the OS saving their state: SkylakeX; AVX2 + FMA: Zen on AMD, else Haswell);
 // "" when its choice stands or OPENBLAS_CORETYPE is set.
 std::string openblas_core_override();
-// When openblas_core_override() names a core: sets OPENBLAS_CORETYPE and re-executes this
-// program (the file /proc/self/exe points at, so `ps` still shows its name) with argv.
-// Returns only when there is nothing to do or the exec failed (the run goes on as it is).
-void reexec_with_openblas_core(char** argv);
+// reexec_with_openblas_core (runtime.h) re-executes the file /proc/self/exe points at, so
+// `ps` still shows its name.
 
 }  // namespace toy

@@ -3,10 +3,10 @@
 #pragma once
 #include <string>
 
+#include "toy/core/runtime.h"  // missing_cpu_features
+
 namespace toy {
 
-// Empty when the CPU has everything the kernels use, else the names of what is missing.
-std::string missing_cpu_features();
 // Throws toy::Error naming the missing features.
 void require_cpu_features();
 

@@ -1,6 +1,7 @@
 #include "toy/core/storage.h"
 
 #include "toy/core/allocator.h"
+#include "toy/core/error.h"
 
 namespace toy {
 
@@ -15,8 +16,13 @@ Storage::~Storage() {
   if (release_) {
     release_();
   } else if (data_) {
-    allocator(device_).deallocate(data_, capacity_);
+    allocator(device_).deallocate(data_, capacity_, other_streams_);
   }
+}
+
+void Storage::record_stream(StreamId s) {
+  TOY_CHECK(s < kMaxStreams, "[storage] stream {} is not below {}", s, kMaxStreams);
+  if (s != 0) other_streams_ |= uint64_t(1) << s;
 }
 
 }  // namespace toy

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 
+#include "toy/core/allocator.h"
 #include "toy/core/device.h"
 
 namespace toy {
@@ -21,12 +22,16 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // Marks the block as used by stream s (its memory is not reused until s is done with it;
+  // allocator.h). Stream 0, the compute stream it was allocated for, need not be marked.
+  void record_stream(StreamId s);
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   size_t capacity_ = 0;
   Device device_ = Device::CPU;
+  uint64_t other_streams_ = 0;     // bit s: stream s used the block
   std::function<void()> release_;  // set for external memory
 };
 

@@ -271,6 +271,10 @@ Tensor make_view(const Tensor& src, const Shape& shape, const Strides& strides, 
   impl->dtype = src.dtype();
   impl->device = src.device();
   impl->storage = src.storage();
+  // A view's elements are some of src's: an id check made on src holds for it.
+  impl->ids_checked_below = src.impl()->ids_checked_below;
+  impl->ids_checked_ignore = src.impl()->ids_checked_ignore;
+  impl->ids_checked_ignore_set = src.impl()->ids_checked_ignore_set;
   return Tensor(std::move(impl));
 }
 

@@ -4,21 +4,16 @@
 // the first chunk itself. Calls from inside a parallel region run serially (no nesting).
 // OpenBLAS is kept single-threaded and called inside our partitioning, so the two never
 // compete for the cores.
+// (The CPU backend's header: code above backend/ sets and reads the thread count through
+// core/runtime.h.)
 #pragma once
 #include <cstdint>
 #include <type_traits>
 
+#include "toy/core/runtime.h"  // num_threads, set_num_threads, env_threads, kMaxThreads
+
 namespace toy {
 
-inline constexpr int kMaxThreads = 1024;
-
-int num_threads();
-// 0 picks the default: TOY_THREADS if set, else the hardware concurrency. Throws toy::Error
-// when the system cannot start that many threads (none is left running).
-void set_num_threads(int n);
-// TOY_THREADS, parsed strictly (0 when unset); throws toy::Error naming it when it is not an
-// integer in 1..kMaxThreads.
-int env_threads();
 bool in_parallel_region();
 // The chunk of the parallel job the calling thread is running (0 .. num_threads() - 1), or -1
 // outside one (per-chunk scratch: backend/cpu/scratch.h).

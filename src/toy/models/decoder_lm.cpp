@@ -264,8 +264,8 @@ Tensor DecoderLM::hidden(const Tensor& ids_in, bool training, Generator* gen, nn
             describe(ids_in));
   const Device dev = device();
   // A batch made on the host is checked there (no read back on a device) and uploaded once.
-  if (!is_host(dev) && is_host(ids_in.device())) check_and_mark_ids(ids_in, cfg_.vocab, "model", "ids");
-  const Tensor ids = to(ids_in, dev);
+  const Tensor ids = !is_host(dev) && is_host(ids_in.device()) ? upload_checked_ids(ids_in, dev, cfg_.vocab, "model", "ids")
+                                                               : to(ids_in, dev);
   const int64_t T = ids.size(1);
   int64_t start = 0;
   if (cache) {
@@ -325,17 +325,27 @@ Tensor DecoderLM::logits(const Tensor& ids, bool training, Generator* gen, nn::K
 Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, Generator* gen,
                        const Packing* packing) {
   Tensor h = hidden(ids, training, gen, nullptr, packing);
-  if (!is_host(device()) && is_host(targets.device())) {
-    const int32_t ignore = CrossEntropyOptions{}.ignore_index;
-    check_and_mark_ids(targets, cfg_.vocab, "model", "targets", &ignore);
-  }
-  const Tensor targets_d = to(targets, device());
+  const int32_t ignore = CrossEntropyOptions{}.ignore_index;
+  const Tensor targets_d = !is_host(device()) && is_host(targets.device())
+                               ? upload_checked_ids(targets, device(), cfg_.vocab, "model", "targets", &ignore)
+                               : to(targets, device());
   const int64_t rows = h.numel() / cfg_.dim;
   // Past ~4M logits, compute the loss in chunks of rows (each a recomputation region) so
   // that no logits-sized buffer exists; below that one pass is faster.
   constexpr int64_t kChunkElements = int64_t(1) << 22;
-  if (rows * cfg_.vocab > kChunkElements)
-    return linear_cross_entropy(h, head_.weight, targets_d, std::max<int64_t>(1, kChunkElements / cfg_.vocab));
+  if (rows * cfg_.vocab > kChunkElements) {
+    // The batch's count of counted targets, from the host copy when there is one (a device
+    // run then reads nothing back for it).
+    CrossEntropyOptions o;
+    if (is_host(targets.device())) {
+      const Tensor t = contiguous(targets);
+      const int32_t* p = t.data<int32_t>();
+      int64_t counted = 0;
+      for (int64_t i = 0; i < t.numel(); ++i) counted += p[i] != o.ignore_index;
+      o.normalizer = counted > 0 ? float(counted) : 1.0f;
+    }
+    return linear_cross_entropy(h, head_.weight, targets_d, std::max<int64_t>(1, kChunkElements / cfg_.vocab), o);
+  }
   return cross_entropy(head_(h), targets_d);
 }
 

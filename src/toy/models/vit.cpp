@@ -213,7 +213,14 @@ Tensor Vit::logits(const Tensor& images_in) const {
 }
 
 Tensor classification_loss(const Tensor& logits, const Tensor& labels, float label_smoothing) {
-  Tensor ce = cross_entropy(logits, to(labels, logits.device()));
+  // Labels made on the host are checked there before their upload (the op on a device then
+  // need not read them back).
+  const int32_t ignore = CrossEntropyOptions{}.ignore_index;
+  const Tensor on_device = !is_host(logits.device()) && is_host(labels.device()) && logits.ndim() >= 1
+                               ? upload_checked_ids(labels, logits.device(), logits.size(logits.ndim() - 1), "vit",
+                                                    "labels", &ignore)
+                               : to(labels, logits.device());
+  Tensor ce = cross_entropy(logits, on_device);
   if (label_smoothing <= 0) return ce;
   Tensor uniform = neg(mean(log_softmax(logits)));
   return add(scale(ce, 1.0f - label_smoothing), scale(uniform, label_smoothing));

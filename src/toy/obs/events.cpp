@@ -6,9 +6,8 @@
 #include <ctime>
 #include <fstream>
 
-#include "toy/core/blas_core.h"
+#include "toy/core/runtime.h"
 #include "toy/core/error.h"
-#include "toy/core/thread_pool.h"
 #include "toy/version.h"
 
 namespace toy {

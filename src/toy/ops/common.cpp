@@ -117,18 +117,29 @@ OpInfo composite_op(const char* name, std::vector<std::string> uses, const char*
 
 namespace toy {
 
-void check_and_mark_ids(const Tensor& ids, int64_t below, const char* op, const char* what, const int32_t* ignore) {
+Tensor upload_checked_ids(const Tensor& ids, Device d, int64_t below, const char* op, const char* what,
+                          const int32_t* ignore) {
   TOY_CHECK(ids.dtype() == DType::I32 && is_host(ids.device()), "[{}] {} must be i32 on the host to be checked",
             op, what);
   const std::vector<int32_t> v = ids.to_i32_vector();
   for (size_t i = 0; i < v.size(); ++i)
     TOY_CHECK((ignore && v[i] == *ignore) || (v[i] >= 0 && v[i] < below), "[{}] {} [{}] = {} is out of range [0, {}){}",
               op, what, i, v[i], below, ignore ? fmt::format(" and is not the ignore index {}", *ignore) : "");
-  TensorImpl* t = ids.impl();
+  Tensor up = transfer(contiguous(ids), d);
+  if (up.is_same(ids)) up = contiguous_copy(ids);  // (d is the host: mark a copy, not the caller's tensor)
+  TensorImpl* t = up.impl();
   t->ids_checked_below = below;
   t->ids_checked_ignore_set = ignore != nullptr;
   t->ids_checked_ignore = ignore ? *ignore : 0;
+  return up;
 }
+
+namespace detail {
+void clear_ids_mark(Tensor& t) {
+  TensorImpl* i = t.impl();
+  i->ids_checked_below = 0, i->ids_checked_ignore_set = false, i->ids_checked_ignore = 0;
+}
+}  // namespace detail
 
 namespace detail {
 bool ids_known_in_range(const Tensor& ids, int64_t limit, const int32_t* ignore) {

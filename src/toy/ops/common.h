@@ -25,6 +25,8 @@ void check_ids(const Tensor& ids, int64_t limit, const char* op, const char* wha
 // Whether ids carry a host check (check_and_mark_ids in ops.h) that covers [0, limit) and,
 // if given, the ignore index: an op on a device then need not read them back.
 bool ids_known_in_range(const Tensor& ids, int64_t limit, const int32_t* ignore = nullptr);
+// An in-place write: whatever was known of dst's ids no longer holds.
+void clear_ids_mark(Tensor& t);
 
 // Broadcast view with zero strides (no tape record).
 Tensor expand_view(const Tensor& x, const Shape& s);

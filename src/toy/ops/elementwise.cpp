@@ -109,6 +109,7 @@ void add_(Tensor& dst, const Tensor& src) {
   TOY_CHECK(dst.shape() == src.shape(), "[add_] shapes differ: dst {} vs src {}", dst.shape().str(),
             src.shape().str());
   k_binary(dst.device())(BinaryOp::Add, dst, src, dst);
+  clear_ids_mark(dst);
 }
 
 void scale_(Tensor& dst, float s) {
@@ -117,6 +118,7 @@ void scale_(Tensor& dst, float s) {
   UnaryArgs a;
   a.alpha = s;
   k_unary(dst.device())(UnaryOp::Scale, dst, dst, a);
+  clear_ids_mark(dst);
 }
 
 Tensor add_scalar(const Tensor& x, float s) { return add(x, full(Shape{}, s, x.dtype(), x.device())); }

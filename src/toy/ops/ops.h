@@ -121,12 +121,13 @@ Tensor contiguous_copy(const Tensor& x);  // always a fresh tensor
 // x on device d (x itself when it is there): a counted transfer (core/device_access.h); the
 // gradient goes back to x's device.
 Tensor to(const Tensor& x, Device d);
-// Host-made ids (a batch, a prompt) checked before their upload: every element in [0, below)
-// (or equal to *ignore), else toy::Error naming op, what and the position; the tensor is then
-// marked (TensorImpl::ids_checked_below, carried by transfers) so that ops on a device do not
-// read the ids back to check them again.
-void check_and_mark_ids(const Tensor& ids, int64_t below, const char* op, const char* what,
-                        const int32_t* ignore = nullptr);
+// Host-made ids (a batch, a prompt) checked before their upload to device d: every element in
+// [0, below) (or equal to *ignore), else toy::Error naming op, what and the position. The
+// copy on d is marked (TensorImpl::ids_checked_below: views and transfers carry it, an
+// in-place write clears it) so that ops there do not read the ids back to check them again;
+// the host tensor is not marked (the host may write into it again).
+Tensor upload_checked_ids(const Tensor& ids, Device d, int64_t below, const char* op, const char* what,
+                          const int32_t* ignore = nullptr);
 Tensor concat(const std::vector<Tensor>& xs, int axis);
 // Elements start, start+step, ... < end along axis (negative start/end count from the end).
 Tensor slice(const Tensor& x, int axis, int64_t start, int64_t end, int64_t step = 1);

@@ -107,6 +107,7 @@ void set_rows_(Tensor& dst, const Tensor& ids, const Tensor& src) {
             "[set_rows_] in-place update of a tensor that requires grad; use set_rows or NoGradGuard");
   OpSpan span("set_rows", {&dst, &ids, &src});
   k_set(dst.device())(dst, contiguous_nograd(ids), src);
+  clear_ids_mark(dst);
 }
 
 namespace detail {

@@ -332,12 +332,14 @@ void copy_(Tensor& dst, const Tensor& src) {
   TOY_CHECK(!(grad_enabled() && (dst.requires_grad() || src.requires_grad())),
             "[copy_] in-place copy into or from a tensor that requires grad; use NoGradGuard");
   k_copy(dst.device())(src, dst);
+  clear_ids_mark(dst);
 }
 
 void fill_(Tensor& dst, double value) {
   check_defined(dst, "fill_", "dst");
   TOY_CHECK(!(grad_enabled() && dst.requires_grad()), "[fill_] tensor requires grad; use NoGradGuard");
   k_fill(dst.device())(dst, value);
+  clear_ids_mark(dst);
 }
 
 namespace detail {

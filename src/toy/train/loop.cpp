@@ -1,5 +1,7 @@
 #include "toy/train/loop.h"
 
+#include "toy/core/device_access.h"
+
 #include <filesystem>
 
 #include <fmt/core.h>
@@ -151,8 +153,26 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
     backward(k == 1.0f ? loss : scale(loss, k), Tensor(), bo);
   }
   if (s.dynamic_loss_scale) scale_grads(params, 1.0f / loss_scale.scale());
+  const size_t loss_reads = reads.size();
+  std::vector<int64_t> extra_sizes;
+  for (const Tensor& t : task.step_reads()) {
+    extra_sizes.push_back(t.numel());
+    Tensor flat = reshape(t.detach(), Shape{t.numel()});
+    reads.push_back(flat.dtype() == DType::F32 ? flat : cast(flat, DType::F32));
+  }
   if (Tensor norms = grad_square_norms(params); norms.defined()) reads.push_back(norms);
-  const std::vector<float> read = (reads.size() == 1 ? reads[0] : concat(reads, 0)).to_f32_vector();  // the read
+  std::vector<float> read = (reads.size() == 1 ? reads[0] : concat(reads, 0)).to_f32_vector();  // the read
+  if (!extra_sizes.empty()) {
+    // The task's values sit between the losses and the norms: hand them back, keep the rest.
+    std::vector<std::vector<float>> extra;
+    size_t at = loss_reads;
+    for (int64_t n : extra_sizes) {
+      extra.emplace_back(read.begin() + ptrdiff_t(at), read.begin() + ptrdiff_t(at + size_t(n)));
+      at += size_t(n);
+    }
+    read.erase(read.begin() + ptrdiff_t(loss_reads), read.begin() + ptrdiff_t(at));
+    task.read_back(extra);
+  }
   double loss_sum = 0;
   for (int64_t micro = 0; micro < s.accum; ++micro) {
     const double l = read[size_t(micro)];
@@ -254,8 +274,10 @@ bool TrainLoop::run(const std::function<nlohmann::json()>& end_fields) {
     const float lr = cosine_lr(st_.step, o_.warmup, end_step, o_.lr, min_lr);
     const float scale_used = st_.loss_scale.scale();
     StepDone d;
+    int64_t reads_before = 0;
     try {
       ss.step = st_.step;
+      reads_before = device_traffic().reads;
       d = take_step(task_, params_, opt_, st_.loss_scale, ss, lr);
     } catch (const Error& e) {
       fail_step(e.what(), end_fields);
@@ -272,6 +294,9 @@ bool TrainLoop::run(const std::function<nlohmann::json()>& end_fields) {
     }
     nlohmann::json ev = {{"step", d.step}, {"loss", d.loss}, {"lr", json_float(lr)}, {"grad_norm", d.grad_norm},
                          {setup_.rate_field, double(d.units) / std::max(d.seconds, 1e-9)}};
+    // On a device: how many times the step read it back (one, for the losses, the gradient
+    // norms and what the task asked for; step_reads).
+    if (!is_host(o_.device)) ev["device_reads"] = device_traffic().reads - reads_before;
     task_.after_step(d, ev);
     events_.emit("step", ev);
     const double rate = double(st_.units) / std::max(st_.seconds, 1e-9);

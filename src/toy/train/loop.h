@@ -130,6 +130,10 @@ class TrainTask {
   // The loss of micro-batch `mb` of the step being taken (the graph recorded for backward);
   // adds the tokens or images it trains on to `units`.
   virtual Tensor micro_loss(const MicroBatch& mb, int64_t& units) = 0;
+  // Device values the task wants with the step's one read (after the last micro-batch's
+  // backward: a training accuracy, say), each read as F32 and handed to read_back in order.
+  virtual std::vector<Tensor> step_reads() { return {}; }
+  virtual void read_back(const std::vector<std::vector<float>>& /*values*/) {}
   // After each step, before its event is written: the task's own accounting and event fields.
   virtual void after_step(const StepDone& /*done*/, nlohmann::json& /*event*/) {}
   // What is due after the step (evaluations, samples); runs before stop checks and saves.

@@ -19,7 +19,7 @@
 #include "toy/core/json_fields.h"
 #include "toy/core/machine.h"
 #include "toy/core/text.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/infer/generate.h"
 #include "toy/infer/sampler.h"
 #include "toy/io/model_file.h"

@@ -18,7 +18,7 @@
 #include "toy/core/json_fields.h"
 #include "toy/core/machine.h"
 #include "toy/core/text.h"
-#include "toy/core/thread_pool.h"
+#include "toy/core/runtime.h"
 #include "toy/data/labels.h"
 #include "toy/io/gguf.h"
 #include "toy/io/vit_file.h"
@@ -458,7 +458,7 @@ class VisionTask : public TrainTask {
     const int64_t step = mb.step, micro = mb.index;
     const int64_t epoch = step / r_.steps_per_epoch, in_epoch = step % r_.steps_per_epoch;
     const std::vector<int64_t>& order = epoch_order(r_, epoch);
-    if (micro == 0) correct_ = 0;
+    if (micro == 0) correct_ = 0, predictions_.clear(), labels_.clear();
     const int64_t pos = (in_epoch * r_.o.accum + micro) * r_.o.batch;
     std::span<const int64_t> idx(order.data() + pos, size_t(r_.o.batch));
     const std::vector<uint8_t> px = gather(r_, idx, epoch, pos);
@@ -467,10 +467,18 @@ class VisionTask : public TrainTask {
     Tensor logits = r_.model->logits(r_.model->input(px.data(), r_.o.batch));
     Tensor loss = classification_loss(logits, labels::class_ids(labels, r_.model->config().classes),
                                       r_.o.label_smoothing);
-    const std::vector<float> pred = argmax(logits.detach(), -1).to_f32_vector();
-    for (size_t i = 0; i < labels.size(); ++i) correct_ += int32_t(pred[i]) == labels[i];
+    // The predictions stay on the device until the step's one read (step_reads).
+    predictions_.push_back(argmax(logits.detach(), -1));
+    labels_.insert(labels_.end(), labels.begin(), labels.end());
     units += r_.o.batch;
     return loss;
+  }
+  std::vector<Tensor> step_reads() override { return predictions_; }
+  void read_back(const std::vector<std::vector<float>>& values) override {
+    size_t i = 0;
+    for (const std::vector<float>& micro : values)
+      for (float p : micro) correct_ += int32_t(p) == labels_[i++];
+    predictions_.clear();
   }
   void after_step(const StepDone& d, nlohmann::json&) override {
     r_.epoch_correct += correct_;
@@ -493,6 +501,8 @@ class VisionTask : public TrainTask {
   TrainLoop* loop_ = nullptr;
   VisionTrainResult res_;
   int64_t correct_ = 0;  // the step in progress
+  std::vector<Tensor> predictions_;  // its micro-batches' argmax (on the device)
+  std::vector<int32_t> labels_;      // and their labels
 };
 
 void VisionTask::end_of_epoch(int64_t epoch) {
