@@ -498,6 +498,23 @@ TEST(OpGrad, sgd) {
   EXPECT_FALSE(p.requires_grad());
 }
 
+TEST(OpGrad, optimizer_clock) {
+  // No gradient (an in-place step): the step advances by one and lr follows the warmup and
+  // cosine schedule at the step before, against the formulas in double.
+  const LrSchedule s{3, 11, 0.02f, 0.002f};
+  Tensor step = zeros(Shape{}), lr = zeros(Shape{});
+  NoGradGuard ng;
+  for (int t = 1; t <= 13; ++t) {
+    advance_optimizer_clock(step, lr, s);
+    EXPECT_EQ(step.item(), double(t));
+    const int i = t - 1;
+    const double want = i < 3 ? 0.02 * (i + 1) / 4.0
+                        : i >= 11 ? 0.002
+                                  : 0.002 + 0.5 * (1 + std::cos(M_PI * (i - 3) / 8.0)) * (0.02 - 0.002);
+    EXPECT_NEAR(lr.item(), want, 1e-7) << t;
+  }
+}
+
 TEST(OpGrad, adamw) {
   // Two steps against the formulas in double.
   const int n = 19;

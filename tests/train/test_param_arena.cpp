@@ -15,6 +15,7 @@
 
 #include "helpers.h"
 #include "toy/autograd/grad_mode.h"
+#include "toy/core/device_access.h"
 #include "toy/core/trace.h"
 #include "toy/nn/params.h"
 #include "toy/ops/ops.h"
@@ -236,4 +237,45 @@ TEST(InPlaceOps, AddAndScaleGiveTheOutOfPlaceBitsAndRefuseNonsense) {
   EXPECT_NE(error_of([&] { scale_(w, 2.0f); }).find("requires grad"), std::string::npos);
   Tensor strided = transpose(zeros(Shape{4, 2}), 0, 1);
   EXPECT_NE(error_of([&] { scale_(strided, 2.0f); }).find("contiguous"), std::string::npos);
+}
+
+TEST(OptimizerClock, StepAndLearningRateAdvanceOnTheDeviceWithTheHostsBits) {
+  // step_on_schedule: the step count and the schedule's learning rate are computed by a
+  // kernel on the device (nothing read back, nothing baked into a launch) and give the bits
+  // of step() with the host's cosine_lr; set_steps (a resume) resynchronises the clock.
+  ParamStore host_lr, device_lr;
+  fill_store(host_lr);
+  fill_store(device_lr);
+  host_lr.move_to(Device::SIM);
+  device_lr.move_to(Device::SIM);
+  const LrSchedule s{2, 8, 0.05f, 0.005f};
+  AdamW a(host_lr, {0.9f, 0.95f, 1e-8f, 0.1f}), b(device_lr, {0.9f, 0.95f, 1e-8f, 0.1f});
+  auto grads = [](ParamStore& ps, int step) {
+    for (Param& p : ps.all())
+      if (p.trainable)
+        p.value.set_grad(transfer(from_vector(counting(p.value.numel(), 0.2f * float(step), -0.05f), p.value.shape()),
+                                  Device::SIM));
+  };
+  for (int step = 0; step < 6; ++step) {
+    if (step == 4) a.set_steps(10), b.set_steps(10);
+    grads(host_lr, step);
+    grads(device_lr, step);
+    a.step(cosine_lr(a.steps(), s));
+    reset_device_traffic();
+    b.step_on_schedule(s);
+    EXPECT_EQ(device_traffic().reads, 0) << "step " << step;
+    EXPECT_EQ(b.steps(), a.steps());
+    for (const char* n : {"a", "c", "d"})
+      EXPECT_EQ(device_lr.get(n).to_f32_vector(), host_lr.get(n).to_f32_vector()) << n << " step " << step;
+    host_lr.zero_grad();
+    device_lr.zero_grad();
+  }
+  Tensor step = zeros(Shape{}), lr = zeros(Shape{});
+  NoGradGuard ng;
+  advance_optimizer_clock(step, lr, s);
+  advance_optimizer_clock(step, lr, s);
+  EXPECT_EQ(step.item(), 2.0);
+  EXPECT_EQ(float(lr.item()), cosine_lr(1, s));
+  EXPECT_NE(error_of([&] { advance_optimizer_clock(step, lr, LrSchedule{-1, 8, 0.1f, 0.01f}); }).find("optimizer_clock"),
+            std::string::npos);
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "toy/core/arena_range.h"
+#include "toy/core/lr_schedule.h"
 #include "toy/core/tensor.h"
 
 namespace toy::kern {
@@ -231,6 +232,9 @@ using toy::ArenaRange;
 // AdamW over the ranges of a parameter arena (values, grads, m, v: contiguous F32 [n]) in one
 // call; a.weight_decay applies to the ranges marked decay; elements outside every range are
 // left alone. Ranges are sorted and disjoint. Each element gets the bits AdamW gives it.
+// The optimizer's clock, one kernel per step: step (F32 scalar, the steps taken) += 1, then
+// lr (F32 scalar) = cosine_lr(step - 1, schedule) (core/lr_schedule.h).
+using OptimizerClock = void(Tensor& step, Tensor& lr, const LrSchedule& schedule);
 using AdamWRanges = void(Tensor& values, const Tensor& grads, Tensor& m, Tensor& v, const Tensor& lr,
                          const Tensor& step, const AdamWArgs& a, const std::vector<ArenaRange>& ranges);
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "toy/core/arena_range.h"
+#include "toy/core/lr_schedule.h"
 #include "toy/core/rng.h"
 #include "toy/core/tensor.h"
 
@@ -228,6 +229,9 @@ struct AdamWOptions {
 // Decoupled weight decay (param *= 1 - lr*wd), bias-corrected moments; step holds t >= 1.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& lr, const Tensor& step,
                 const AdamWOptions& o = {});
+// step += 1 and lr = cosine_lr(step - 1, s) on their device, in one kernel (F32 scalars):
+// the optimizer's clock, with nothing of the step baked into the launch.
+void advance_optimizer_clock(Tensor& step, Tensor& lr, const LrSchedule& s);
 // The same over the ranges of a parameter arena (values, grads, m, v: contiguous F32 [n] on
 // one device), in one kernel call: o.weight_decay applies to the ranges marked decay,
 // elements outside every range stay as they are. Ranges sorted, disjoint, within [0, n).

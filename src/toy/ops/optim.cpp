@@ -10,6 +10,7 @@ namespace {
 const KernelRef<kern::Sgd> k_sgd("sgd");
 const KernelRef<kern::AdamW> k_adamw("adamw");
 const KernelRef<kern::AdamWRanges> k_adamw_ranges("adamw_ranges");
+const KernelRef<kern::OptimizerClock> k_clock("optimizer_clock");
 
 void check_state(const Tensor& t, const Tensor& param, const char* op, const char* what) {
   check_dtype(t, DType::F32, op, what);
@@ -52,6 +53,17 @@ void check_adamw_step(const Tensor& step) {
     TOY_CHECK(step.item() >= 1.0, "[adamw] step must be >= 1 (bias correction), got {}", step.item());
 }
 }  // namespace
+
+void advance_optimizer_clock(Tensor& step, Tensor& lr, const LrSchedule& s) {
+  OpSpan span("optimizer_clock", {&step, &lr});
+  check_scalar(step, "optimizer_clock", "step");
+  check_scalar(lr, "optimizer_clock", "lr");
+  check_same_device(step, lr, "optimizer_clock");
+  TOY_CHECK(s.warmup >= 0 && s.total >= 1 && std::isfinite(s.lr) && std::isfinite(s.min_lr),
+            "[optimizer_clock] schedule warmup {} total {} lr {} min_lr {} makes no sense", s.warmup, s.total, s.lr,
+            s.min_lr);
+  k_clock(step.device())(step, lr, s);
+}
 
 void adamw_step_ranges(Tensor& values, const Tensor& grads, Tensor& m, Tensor& v, const Tensor& lr,
                        const Tensor& step, const AdamWOptions& o, const std::vector<ArenaRange>& ranges) {
@@ -96,6 +108,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const T
 namespace detail {
 void define_optim_ops(Registry& r) {
   r.define_op(primitive_op("sgd", {"sgd"}, "in-place SGD step (momentum, nesterov, weight decay)", false));
+  r.define_op(primitive_op("optimizer_clock", {"optimizer_clock"},
+                           "step += 1, lr = the warmup + cosine schedule at it (device scalars)", false));
   r.define_op(primitive_op("adamw", {"adamw", "adamw_ranges"}, "in-place AdamW step (decoupled decay, bias correction)", false));
 }
 }  // namespace detail

@@ -183,7 +183,14 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
   d.grad_norm = clip_grad_norm_from(params, std::vector<float>(read.begin() + s.accum, read.end()), s.clip);
   if (s.dynamic_loss_scale && !loss_scale.update(std::isfinite(d.grad_norm))) d.skipped = true;
   if (!d.skipped && !std::isfinite(d.grad_norm)) refuse(fmt::format("the gradient norm became {}", d.grad_norm));
-  if (!d.skipped) opt.step(lr);
+  if (!d.skipped) {
+    // (The device's clock counts optimizer steps: it gives the loop's lr while those are the
+    // loop's steps — always, unless F16 loss scaling skipped one.)
+    if (s.schedule && opt.steps() == s.step)
+      opt.step_on_schedule(*s.schedule);
+    else
+      opt.step(lr);
+  }
   params.zero_grad();
   d.loss = loss_sum / double(s.accum);
   return d;
@@ -265,13 +272,15 @@ bool TrainLoop::run(const std::function<nlohmann::json()>& end_fields) {
   ss.on_grad_ready = on_grad_ready_;
   const int64_t end_step = setup_.total_steps;
   const float min_lr = std::isnan(o_.min_lr) ? o_.lr / 10 : o_.min_lr;
+  const LrSchedule schedule{o_.warmup, end_step, o_.lr, min_lr};
+  if (!setup_.dynamic_loss_scale) ss.schedule = &schedule;
   bool stopped = false;
   auto last_save = Clock::now();
   // A stop requested during set-up still stops the run (after its first step); the request
   // is cleared once honoured.
   while (st_.step < end_step) {
     const auto t0 = Clock::now();
-    const float lr = cosine_lr(st_.step, o_.warmup, end_step, o_.lr, min_lr);
+    const float lr = cosine_lr(st_.step, schedule);
     const float scale_used = st_.loss_scale.scale();
     StepDone d;
     int64_t reads_before = 0;

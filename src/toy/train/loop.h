@@ -154,6 +154,9 @@ struct StepSettings {
   bool dynamic_loss_scale = false; // F16
   // Called as each trainable leaf's gradient of a backward pass is whole (BackwardOptions).
   std::function<void(const Tensor&)> on_grad_ready;
+  // When set, AdamW advances its step and learning rate on the device (step_on_schedule; the
+  // `lr` given to take_step is then what the host computed of the same schedule, for logs).
+  const LrSchedule* schedule = nullptr;
 };
 
 // One optimizer step: `accum` micro-batches of the task, clipping, AdamW at lr, gradients

@@ -28,14 +28,35 @@ void gather_grads_into_arena(ParamStore& params) {
 
 void AdamW::step(float lr) {
   NoGradGuard ng;
-  ++steps_;
   params_.pack();  // again after a parameter was added, replaced or (un)frozen
-  const ParamArena& a = *params_.arena();
-  // lr and step live on the parameters' device, filled there by a kernel each step.
-  const Device d = a.values.device();
-  if (!lr_.defined() || lr_.device() != d) lr_ = zeros(Shape{}, DType::F32, d), step_ = zeros(Shape{}, DType::F32, d);
+  clock_on(params_.arena()->values.device());
+  ++steps_;
   fill_(lr_, lr);
   fill_(step_, double(steps_));
+  update();
+}
+
+void AdamW::step_on_schedule(const LrSchedule& s) {
+  NoGradGuard ng;
+  params_.pack();
+  clock_on(params_.arena()->values.device());
+  ++steps_;
+  advance_optimizer_clock(step_, lr_, s);  // step_ = steps_, lr_ = the schedule at steps_ - 1
+  update();
+}
+
+void AdamW::clock_on(Device d) {
+  // lr and step live on the parameters' device; step holds the steps taken so far.
+  if (!lr_.defined() || lr_.device() != d) {
+    lr_ = zeros(Shape{}, DType::F32, d), step_ = zeros(Shape{}, DType::F32, d);
+    clock_synced_ = false;
+  }
+  if (!clock_synced_) fill_(step_, double(steps_));
+  clock_synced_ = true;
+}
+
+void AdamW::update() {
+  const ParamArena& a = *params_.arena();
   gather_grads_into_arena(params_);
   // The ranges of the parameters that have a gradient (one with none is left as it is).
   std::vector<ArenaRange> ranges;
@@ -95,14 +116,6 @@ void scale_grads(ParamStore& params, float s) {
   }
   for (Param& p : params.all())
     if (p.arena_offset < 0 && p.value.grad().defined()) p.value.set_grad(scale(p.value.grad(), s));
-}
-
-float cosine_lr(int64_t step, int64_t warmup, int64_t total, float lr, float min_lr) {
-  if (step < warmup) return lr * float(step + 1) / float(warmup + 1);
-  if (step >= total) return min_lr;
-  const double ratio = double(step - warmup) / double(std::max<int64_t>(1, total - warmup));
-  const double coeff = 0.5 * (1.0 + std::cos(M_PI * ratio));
-  return float(min_lr + coeff * (lr - min_lr));
 }
 
 }  // namespace toy

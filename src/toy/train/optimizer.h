@@ -5,6 +5,7 @@
 // not decayed, as in nanoGPT), bias correction from the step count. lr and step live in
 // scalar tensors that are filled in place each step (device scalars, no allocation per step).
 #pragma once
+#include "toy/core/lr_schedule.h"  // cosine_lr, LrSchedule
 #include "toy/nn/params.h"
 
 namespace toy {
@@ -16,17 +17,25 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(ParamStore& params, AdamWConfig cfg);
-  // One update of every parameter that has a gradient, with learning rate lr.
+  // One update of every parameter that has a gradient, with learning rate lr (from the host:
+  // filled into the device's lr scalar).
   void step(float lr);
+  // The same with the step count and the learning rate advanced on the device by one kernel
+  // (optimizer_clock: step + 1, then the schedule at it): nothing of the step is baked into a
+  // launch, as a captured graph needs. The bits of step(cosine_lr(steps(), s)).
+  void step_on_schedule(const LrSchedule& s);
   int64_t steps() const { return steps_; }
-  void set_steps(int64_t s) { steps_ = s; }
+  void set_steps(int64_t s) { steps_ = s, clock_synced_ = false; }
   const AdamWConfig& config() const { return cfg_; }
 
  private:
+  void clock_on(Device d);
+  void update();
   ParamStore& params_;
   AdamWConfig cfg_;
-  Tensor lr_, step_;
+  Tensor lr_, step_;      // device scalars: the learning rate and the steps taken
   int64_t steps_ = 0;
+  bool clock_synced_ = false;  // step_ holds steps_
 };
 
 // F16 mixed precision's dynamic loss scale: the loss is multiplied by scale() before backward
@@ -61,8 +70,5 @@ double clip_grad_norm(ParamStore& params, double max_norm);
 Tensor grad_square_norms(ParamStore& params);
 double clip_grad_norm_from(ParamStore& params, const std::vector<float>& square_norms, double max_norm);
 
-// Linear warmup over `warmup` steps (step + 1) / (warmup + 1) * lr, then cosine decay to
-// min_lr at `total` steps (nanoGPT's schedule); step counts from 0.
-float cosine_lr(int64_t step, int64_t warmup, int64_t total, float lr, float min_lr);
 
 }  // namespace toy

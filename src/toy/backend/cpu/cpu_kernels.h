@@ -56,6 +56,7 @@ kern::AddId add_id;
 kern::Sgd sgd;
 kern::AdamW adamw;
 kern::AdamWRanges adamw_ranges;
+kern::OptimizerClock optimizer_clock;
 
 // Peak single-precision FMA throughput of this machine (GFLOP/s) on `threads` threads,
 // measured by a register-only FMA loop (for benchmark ratios).

@@ -63,6 +63,7 @@ void install_cpu_backend(Registry& r) {
   sim::add_cpu_and_sim<kern::Sgd, &cpu::sgd>(r, "sgd");
   sim::add_cpu_and_sim<kern::AdamW, &cpu::adamw>(r, "adamw");
   sim::add_cpu_and_sim<kern::AdamWRanges, &cpu::adamw_ranges>(r, "adamw_ranges");
+  sim::add_cpu_and_sim<kern::OptimizerClock, &cpu::optimizer_clock>(r, "optimizer_clock");
 }
 
 }  // namespace toy
