@@ -52,6 +52,17 @@ void check_adamw_step(const Tensor& step) {
   if (step.device() == Device::CPU)
     TOY_CHECK(step.item() >= 1.0, "[adamw] step must be >= 1 (bias correction), got {}", step.item());
 }
+// What both forms check: the gradient and moments shaped like the parameter (or the arena:
+// `suffix` " arena"), lr and step scalars, the options.
+void check_adamw_state(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& lr,
+                       const Tensor& step, const AdamWOptions& o, const char* suffix) {
+  check_state(grad, param, "adamw", fmt::format("gradient{}", suffix).c_str());
+  check_state(m, param, "adamw", fmt::format("first moment{}", suffix).c_str());
+  check_state(v, param, "adamw", fmt::format("second moment{}", suffix).c_str());
+  check_scalar(lr, "adamw", "lr");
+  check_adamw_step(step);
+  check_adamw_options(o);
+}
 }  // namespace
 
 void advance_optimizer_clock(Tensor& step, Tensor& lr, const LrSchedule& s) {
@@ -72,12 +83,7 @@ void adamw_step_ranges(Tensor& values, const Tensor& grads, Tensor& m, Tensor& v
   check_dtype(values, DType::F32, op, "arena values");
   TOY_CHECK(values.is_contiguous() && values.ndim() == 1, "[adamw] the arena's values must be contiguous [n], got {}",
             describe(values));
-  check_state(grads, values, op, "gradient arena");
-  check_state(m, values, op, "first-moment arena");
-  check_state(v, values, op, "second-moment arena");
-  check_scalar(lr, op, "lr");
-  check_adamw_step(step);
-  check_adamw_options(o);
+  check_adamw_state(values, grads, m, v, lr, step, o, " arena");
   int64_t at = 0;
   for (const ArenaRange& r : ranges) {
     TOY_CHECK(r.begin >= at && r.begin < r.end && r.end <= values.numel(),
@@ -95,12 +101,7 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const T
   OpSpan span(op, {&param});
   check_dtype(param, DType::F32, op, "parameter");
   TOY_CHECK(param.is_contiguous(), "[adamw] parameter {} must be contiguous", param.name());
-  check_state(grad, param, op, "gradient");
-  check_state(m, param, op, "first moment");
-  check_state(v, param, op, "second moment");
-  check_scalar(lr, op, "lr");
-  check_adamw_step(step);
-  check_adamw_options(o);
+  check_adamw_state(param, grad, m, v, lr, step, o, "");
   kern::AdamWArgs a{o.beta1, o.beta2, o.eps, o.weight_decay};
   k_adamw(param.device())(param, grad, m, v, lr, step, a);
 }
