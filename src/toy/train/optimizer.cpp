@@ -11,8 +11,8 @@ namespace toy {
 AdamW::AdamW(ParamStore& params, AdamWConfig cfg) : params_(params), cfg_(cfg) { params.pack(); }
 
 namespace {
-// Whether every gradient the store holds accumulated in its arena range (true when the
-// engine filled them; a gradient set by hand is copied there first).
+// Brings every gradient into its arena range: the engine accumulates there already; a
+// gradient set by hand (set_grad) is copied in and the parameter's grad becomes that range.
 void gather_grads_into_arena(ParamStore& params) {
   NoGradGuard ng;
   for (Param& p : params.all()) {
