@@ -153,24 +153,21 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
     backward(k == 1.0f ? loss : scale(loss, k), Tensor(), bo);
   }
   if (s.dynamic_loss_scale) scale_grads(params, 1.0f / loss_scale.scale());
-  const size_t loss_reads = reads.size();
+  // One read: the micro-batches' losses, the gradients' squared norms, then the task's values.
+  const Tensor norms = grad_square_norms(params);
+  const size_t n_norms = norms.defined() ? size_t(norms.numel()) : 0;
+  if (norms.defined()) reads.push_back(norms);
   std::vector<int64_t> extra_sizes;
   for (const Tensor& t : task.step_reads()) {
     extra_sizes.push_back(t.numel());
     Tensor flat = reshape(t.detach(), Shape{t.numel()});
     reads.push_back(flat.dtype() == DType::F32 ? flat : cast(flat, DType::F32));
   }
-  if (Tensor norms = grad_square_norms(params); norms.defined()) reads.push_back(norms);
-  std::vector<float> read = (reads.size() == 1 ? reads[0] : concat(reads, 0)).to_f32_vector();  // the read
+  const std::vector<float> read = (reads.size() == 1 ? reads[0] : concat(reads, 0)).to_f32_vector();  // the read
   if (!extra_sizes.empty()) {
-    // The task's values sit between the losses and the norms: hand them back, keep the rest.
     std::vector<std::vector<float>> extra;
-    size_t at = loss_reads;
-    for (int64_t n : extra_sizes) {
-      extra.emplace_back(read.begin() + ptrdiff_t(at), read.begin() + ptrdiff_t(at + size_t(n)));
-      at += size_t(n);
-    }
-    read.erase(read.begin() + ptrdiff_t(loss_reads), read.begin() + ptrdiff_t(at));
+    auto at = read.begin() + ptrdiff_t(size_t(s.accum) + n_norms);
+    for (int64_t n : extra_sizes) extra.emplace_back(at, at + ptrdiff_t(n)), at += ptrdiff_t(n);
     task.read_back(extra);
   }
   double loss_sum = 0;
@@ -180,7 +177,8 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
       refuse(fmt::format("the loss became {}{}", l, s.accum > 1 ? fmt::format(" in micro-batch {}", micro + 1) : ""));
     loss_sum += l;
   }
-  d.grad_norm = clip_grad_norm_from(params, std::vector<float>(read.begin() + s.accum, read.end()), s.clip);
+  d.grad_norm = clip_grad_norm_from(
+      params, std::vector<float>(read.begin() + s.accum, read.begin() + ptrdiff_t(size_t(s.accum) + n_norms)), s.clip);
   if (s.dynamic_loss_scale && !loss_scale.update(std::isfinite(d.grad_norm))) d.skipped = true;
   if (!d.skipped && !std::isfinite(d.grad_norm)) refuse(fmt::format("the gradient norm became {}", d.grad_norm));
   if (!d.skipped) {
