@@ -191,7 +191,9 @@ TEST(Sft, PackedRowsEqualTheUnpackedBatch) {
 
 // --recompute: each block recomputed during backward gives the same loss and gradients —
 // with dropout and LoRA dropout drawing the same masks — and leaves the dropout generator
-// where the plain run leaves it.
+// where the plain run leaves it. The re-run does not use the caller's generator object: a
+// training step's generator is a local of its loss function, gone by the time backward runs
+// (here: overwritten before backward; the re-run once drew from whatever was there).
 TEST(Recompute, SameLossGradientsAndDropoutMasks) {
   ModelConfig c = ModelConfig::from_preset("llama");
   c.vocab = 30, c.dim = 32, c.layers = 3, c.heads = 4, c.kv_heads = 2, c.ctx = 16, c.ffn = 64, c.dropout = 0.2f;
@@ -207,8 +209,9 @@ TEST(Recompute, SameLossGradientsAndDropoutMasks) {
     for (int i = 0; i < 2 * 12; ++i) ids.push_back((i * 7 + 3) % 30), tg.push_back((i * 5 + 1) % 30);
     Generator gen(9, 2);
     Tensor loss = m.loss(from_vector(ids, Shape{2, 12}), from_vector(tg, Shape{2, 12}), true, &gen);
-    backward(loss);
     gen_after = gen.offset();
+    gen = Generator(1234, 99);
+    backward(loss);
     std::vector<std::vector<float>> out = {{float(loss.item())}};
     for (Param& p : m.params().all())
       if (p.value.grad().defined()) out.push_back(p.value.grad().to_f32_vector());

@@ -187,6 +187,64 @@ TEST(OpGrad, top_k) {
   EXPECT_EQ(i.to_i32_vector(), (std::vector<int32_t>{1, 0, 0, 1}));
 }
 
+TEST(OpGrad, sample_token) {
+  // No gradient. Against plain loops: greedy takes the first maximum; penalties act first;
+  // with a temperature the token is the inverse of the candidates' cumulative softmax(z / T)
+  // at the draw r; top-k keeps the k largest; a NaN logit comes back as -1 - its index.
+  const std::vector<float> z = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
+  const Tensor logits = from_vector(z, Shape{5});
+  auto token = [&](const SampleDraw& d, std::vector<int32_t> pen = {}) {
+    return int32_t(sample_token(logits, pen, d).item());
+  };
+  SampleDraw greedy;
+  EXPECT_EQ(token(greedy), 1);
+  greedy.repeat_penalty = 2.0f;  // 2.0 / 2 = 1.0 < 2.0: id 3 wins; count-0 pairs are padding
+  EXPECT_EQ(token(greedy, {1, 1, 0, 0, 0, 0}), 3);
+  greedy.repeat_penalty = 1.0f, greedy.presence_penalty = 0.5f, greedy.frequency_penalty = 0.25f;
+  EXPECT_EQ(token(greedy, {3, 2, 1, 1}), 1);  // id 1: 2 - 0.5 - 0.25 = 1.25; id 3: 2 - 0.5 - 0.5 = 1.0
+  EXPECT_EQ(token(greedy, {3, 2, 1, 3}), 3);  // id 1: 0.75; ids 3 and 4 at 1.0: the first
+  for (const float T : {0.7f, 1.3f}) {
+    for (const int k : {0, 2}) {
+      std::vector<int32_t> cand = {0, 1, 2, 3, 4};
+      if (k) cand = {1, 3};  // the two largest, ties by id
+      double total = 0;
+      std::vector<double> p;
+      for (int32_t i : cand) total += p.emplace_back(std::exp((double(z[size_t(i)]) - 2.0) / T));
+      for (const double r : {0.0, 0.2, 0.45, 0.7, 0.99}) {
+        double cum = 0;
+        int32_t want = cand.back();
+        for (size_t i = 0; i < cand.size(); ++i)
+          if (r < (cum += p[i] / total)) {
+            want = cand[i];
+            break;
+          }
+        SampleDraw d;
+        d.temperature = T, d.top_k = k, d.r = r;
+        EXPECT_EQ(token(d), want) << "T " << T << " k " << k << " r " << r;
+      }
+    }
+  }
+  const Tensor bad = from_vector(std::vector<float>{1, 2, NAN, NAN}, Shape{1, 4});
+  EXPECT_EQ(int32_t(sample_token(bad, {}, SampleDraw{}).item()), -1 - 2);
+  EXPECT_NE(error_of([&] { token(greedy, {7, 1}); }).find("outside the vocabulary"), std::string::npos);
+  EXPECT_NE(error_of([&] { token(greedy, {1}); }).find("pairs"), std::string::npos);
+  SampleDraw far;
+  far.r = 1.0;
+  EXPECT_NE(error_of([&] { token(far); }).find("[sample_token]"), std::string::npos);
+}
+
+TEST(OpGrad, step_clock) {
+  // No gradient: the I32 step advances by one on its device; anything else is refused.
+  Tensor step = zeros(Shape{}, DType::I32);
+  NoGradGuard ng;
+  for (int i = 1; i <= 3; ++i) {
+    advance_step_clock(step);
+    EXPECT_EQ(step.item(), double(i));
+  }
+  Tensor two = zeros(Shape{2}, DType::I32);
+  EXPECT_NE(error_of([&] { advance_step_clock(two); }).find("one-element"), std::string::npos);
+}
+
 // ---- norms / softmax ---------------------------------------------------------------------------
 
 TEST(OpGrad, rms_norm) {
@@ -500,19 +558,28 @@ TEST(OpGrad, sgd) {
 
 TEST(OpGrad, optimizer_clock) {
   // No gradient (an in-place step): the step advances by one and lr follows the warmup and
-  // cosine schedule at the step before, against the formulas in double.
+  // cosine schedule at the position (the loop's step clock, which step_clock advances by
+  // one), against the formulas in double. The position runs ahead of the step now and then,
+  // as when F16 loss scaling skips a step.
   const LrSchedule s{3, 11, 0.02f, 0.002f};
-  Tensor step = zeros(Shape{}), lr = zeros(Shape{});
+  Tensor step = zeros(Shape{}), lr = zeros(Shape{}), position = zeros(Shape{}, DType::I32);
   NoGradGuard ng;
-  for (int t = 1; t <= 13; ++t) {
-    advance_optimizer_clock(step, lr, s);
+  int i = 0;
+  for (int t = 1; t <= 13; ++t, ++i) {
+    if (t % 4 == 0) advance_step_clock(position), ++i;  // a skipped step
+    advance_optimizer_clock(step, lr, position, s);
     EXPECT_EQ(step.item(), double(t));
-    const int i = t - 1;
     const double want = i < 3 ? 0.02 * (i + 1) / 4.0
                         : i >= 11 ? 0.002
                                   : 0.002 + 0.5 * (1 + std::cos(M_PI * (i - 3) / 8.0)) * (0.02 - 0.002);
     EXPECT_NEAR(lr.item(), want, 1e-7) << t;
+    advance_step_clock(position);
+    EXPECT_EQ(position.item(), double(i + 1));
   }
+  Tensor f32_position = zeros(Shape{});
+  EXPECT_NE(error_of([&] { advance_step_clock(f32_position); }).find("[step_clock] step clock"), std::string::npos);
+  EXPECT_NE(error_of([&] { advance_optimizer_clock(step, lr, f32_position, s); }).find("[optimizer_clock]"),
+            std::string::npos);
 }
 
 TEST(OpGrad, adamw) {

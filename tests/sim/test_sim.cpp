@@ -85,6 +85,37 @@ TEST(Sim, ATrainingStepIsBitIdenticalToTheCpus) {
   for (size_t i = 0; i < cpu.second.size(); ++i) EXPECT_EQ(sim.second[i], cpu.second[i]) << "parameter " << i;
 }
 
+// Dropout addressed by a step held on the device (a training loop's StepClock): the masks of
+// the host-addressed generator at that step, forward and backward, with nothing read back;
+// advancing the clock on the device moves to the next step's masks. Such a generator does
+// not draw on the host.
+TEST(Sim, DropoutCountersStartAtTheStepOnTheDevice) {
+  Generator init(7, 1), gen(11, 3);
+  const Tensor host_x = randn(Shape{3, 37}, init);
+  StepClock clock;
+  clock.at(5, Device::SIM);
+  for (int64_t step : {5, 6}) {
+    if (step == 6) clock.advance();
+    Generator on_device = gen.for_micro_batch(clock.tensor(), 1), on_host = gen.for_micro_batch(step, 1);
+    Tensor xs = transfer(host_x, Device::SIM).requires_grad_(), xc = host_x.detach().requires_grad_();
+    reset_device_traffic();
+    Tensor a1 = dropout(xs, 0.4f, true, on_device), a2 = dropout(xs, 0.4f, true, on_device);
+    backward(sum(add(a1, mul(a2, a2))));
+    EXPECT_EQ(device_traffic().reads, 0);
+    Tensor b1 = dropout(xc, 0.4f, true, on_host), b2 = dropout(xc, 0.4f, true, on_host);
+    backward(sum(add(b1, mul(b2, b2))));
+    EXPECT_EQ(a1.to_f32_vector(), b1.to_f32_vector()) << "step " << step;
+    EXPECT_EQ(a2.to_f32_vector(), b2.to_f32_vector()) << "step " << step;
+    EXPECT_NE(a1.to_f32_vector(), a2.to_f32_vector());
+    EXPECT_EQ(xs.grad().to_f32_vector(), xc.grad().to_f32_vector()) << "step " << step;
+    EXPECT_NE(error_of([&] { on_device.block(0); }).find("draws in kernels"), std::string::npos);
+  }
+  EXPECT_EQ(clock.tensor().item(), 6.0);
+  Tensor on_cpu = host_x.detach();
+  Generator elsewhere = gen.for_micro_batch(clock.tensor(), 0);
+  EXPECT_NE(error_of([&] { dropout(on_cpu, 0.5f, true, elsewhere); }).find("[dropout]"), std::string::npos);
+}
+
 // A ViT step on sim: the same loss and weights as the CPU's.
 TEST(Sim, AVitStepIsBitIdenticalToTheCpus) {
   VitConfig c = VitConfig::from_preset("vit-mnist");
@@ -117,16 +148,23 @@ TEST(Sim, AVitStepIsBitIdenticalToTheCpus) {
 
 // Greedy generation on sim: the CPU's tokens, and one read back per generated token (the
 // token id; the logits stay on the device).
+// Greedy and sampled decoding (temperature, top-k, top-p, min-p, penalties): the sampler's
+// chain runs on the device and only the token comes back.
 TEST(Sim, GreedyDecodingReadsOnlyTheTokenIdPerToken) {
   ModelConfig mc = ModelConfig::from_preset("llama");
   mc.vocab = 40, mc.layers = 2, mc.heads = 2, mc.kv_heads = 1, mc.dim = 16, mc.ctx = 64;
   mc.resolve();
+  SamplerConfig sampled;
+  sampled.temperature = 1.5f, sampled.top_k = 30, sampled.top_p = 0.95f, sampled.min_p = 0.01f;
+  sampled.repeat_penalty = 1.2f, sampled.presence_penalty = 0.2f, sampled.frequency_penalty = 0.1f;
+  sampled.penalty_last_n = 8;
+  SamplerConfig chain = {0.0f, 0, 1.0f};
   auto run = [&](Device d, int64_t* reads) {
     DecoderLM m(mc);
     m.init(9);
     m.params().move_to(d);
     NoGradGuard ng;
-    Sampler greedy({0.0f, 0, 1.0f}, 1);
+    Sampler greedy(chain, 1);
     nn::KVCache cache = m.new_cache(1, 64);
     std::vector<int32_t> history = {1, 5, 7};
     Tensor logits = m.decode(cache, history);
@@ -138,11 +176,19 @@ TEST(Sim, GreedyDecodingReadsOnlyTheTokenIdPerToken) {
     *reads = device_traffic().reads;
     return history;
   };
-  int64_t cpu_reads = 0, sim_reads = 0;
-  const std::vector<int32_t> cpu = run(Device::CPU, &cpu_reads), sim = run(Device::SIM, &sim_reads);
-  EXPECT_EQ(sim, cpu);
-  EXPECT_EQ(cpu_reads, 0);
-  EXPECT_EQ(sim_reads, 12) << "one read per generated token";
+  for (const SamplerConfig& c : {chain, sampled}) {
+    chain = c;
+    int64_t cpu_reads = 0, sim_reads = 0;
+    const std::vector<int32_t> cpu = run(Device::CPU, &cpu_reads), sim = run(Device::SIM, &sim_reads);
+    EXPECT_EQ(sim, cpu);
+    EXPECT_EQ(cpu_reads, 0);
+    EXPECT_EQ(sim_reads, 12) << "one read per generated token";
+    if (c.temperature > 0) {  // the draws did draw: not the greedy tokens
+      chain = {0.0f, 0, 1.0f};
+      int64_t r = 0;
+      EXPECT_NE(run(Device::CPU, &r), cpu);
+    }
+  }
 }
 
 // Once warm, a training step and a decoded token take no memory from the system: every block

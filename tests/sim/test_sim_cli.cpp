@@ -1,5 +1,6 @@
 // `toy train --device sim`: a run on the simulated device writes the CPU run's model bit for
-// bit, and a run stopped on sim continues on the CPU (or the other way) to the same model.
+// bit, and a run stopped on sim continues on the CPU (or the other way) to the same model —
+// with dropout, whose counters start at the step the loop's clock holds on the device.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -39,7 +40,7 @@ void expect_one_read_per_step(const fs::path& run, bool on_sim) {
 std::vector<std::string> train_args(const std::string& data, const fs::path& out, const char* device) {
   return {"train", "--data", data, "--out", out.string(), "--layers", "2", "--heads", "2", "--dim", "32", "--ctx", "32",
           "--batch", "4", "--accum", "2", "--steps", "24", "--eval-every", "8", "--eval-batches", "2",
-          "--sample-tokens", "16", "--threads", "2", "--quiet", "--device", device};
+          "--sample-tokens", "16", "--dropout", "0.1", "--threads", "2", "--quiet", "--device", device};
 }
 }  // namespace
 

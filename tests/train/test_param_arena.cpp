@@ -20,6 +20,7 @@
 #include "toy/nn/params.h"
 #include "toy/ops/ops.h"
 #include "toy/train/optimizer.h"
+#include "toy/train/step_clock.h"
 
 using namespace toy;
 using namespace toy::test;
@@ -241,8 +242,10 @@ TEST(InPlaceOps, AddAndScaleGiveTheOutOfPlaceBitsAndRefuseNonsense) {
 
 TEST(OptimizerClock, StepAndLearningRateAdvanceOnTheDeviceWithTheHostsBits) {
   // step_on_schedule: the step count and the schedule's learning rate are computed by a
-  // kernel on the device (nothing read back, nothing baked into a launch) and give the bits
-  // of step() with the host's cosine_lr; set_steps (a resume) resynchronises the clock.
+  // kernel on the device (nothing read back, nothing baked into a launch) at the position of
+  // the run's StepClock, and give the bits of step() with the host's cosine_lr at the loop's
+  // step — also after a skipped step (F16 loss scaling: the clock moves, the optimizer does
+  // not); set_steps (a resume) resynchronises the optimizer's step, StepClock::at the loop's.
   ParamStore host_lr, device_lr;
   fill_store(host_lr);
   fill_store(device_lr);
@@ -256,13 +259,21 @@ TEST(OptimizerClock, StepAndLearningRateAdvanceOnTheDeviceWithTheHostsBits) {
         p.value.set_grad(transfer(from_vector(counting(p.value.numel(), 0.2f * float(step), -0.05f), p.value.shape()),
                                   Device::SIM));
   };
-  for (int step = 0; step < 6; ++step) {
-    if (step == 4) a.set_steps(10), b.set_steps(10);
+  StepClock clock;
+  for (int step = 0; step < 7; ++step) {
+    const int loop_step = step < 5 ? step : step + 4;  // a resume after step 4 at loop step 9
+    if (step == 5) a.set_steps(10), b.set_steps(10);
+    const Tensor& position = clock.at(loop_step, Device::SIM);
+    if (step == 2) {  // skipped: the clock advances, nothing else
+      clock.advance();
+      continue;
+    }
     grads(host_lr, step);
     grads(device_lr, step);
-    a.step(cosine_lr(a.steps(), s));
+    a.step(cosine_lr(loop_step, s));
     reset_device_traffic();
-    b.step_on_schedule(s);
+    b.step_on_schedule(s, position);
+    clock.advance();
     EXPECT_EQ(device_traffic().reads, 0) << "step " << step;
     EXPECT_EQ(b.steps(), a.steps());
     for (const char* n : {"a", "c", "d"})
@@ -270,12 +281,15 @@ TEST(OptimizerClock, StepAndLearningRateAdvanceOnTheDeviceWithTheHostsBits) {
     host_lr.zero_grad();
     device_lr.zero_grad();
   }
-  Tensor step = zeros(Shape{}), lr = zeros(Shape{});
+  EXPECT_EQ(clock.tensor().item(), 11.0);
+  Tensor step = zeros(Shape{}), lr = zeros(Shape{}), position = zeros(Shape{}, DType::I32);
   NoGradGuard ng;
-  advance_optimizer_clock(step, lr, s);
-  advance_optimizer_clock(step, lr, s);
+  advance_optimizer_clock(step, lr, position, s);
+  advance_step_clock(position);
+  advance_optimizer_clock(step, lr, position, s);
   EXPECT_EQ(step.item(), 2.0);
   EXPECT_EQ(float(lr.item()), cosine_lr(1, s));
-  EXPECT_NE(error_of([&] { advance_optimizer_clock(step, lr, LrSchedule{-1, 8, 0.1f, 0.01f}); }).find("optimizer_clock"),
+  EXPECT_NE(error_of([&] { advance_optimizer_clock(step, lr, position, LrSchedule{-1, 8, 0.1f, 0.01f}); })
+                .find("optimizer_clock"),
             std::string::npos);
 }

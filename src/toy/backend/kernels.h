@@ -13,6 +13,7 @@
 
 #include "toy/core/arena_range.h"
 #include "toy/core/lr_schedule.h"
+#include "toy/core/sampling.h"
 #include "toy/core/tensor.h"
 
 namespace toy::kern {
@@ -50,11 +51,14 @@ using Swiglu = void(const Tensor& a, const Tensor& b, Tensor& out);
 // da = g * b * silu'(a), db = g * silu(a).
 using SwigluBackward = void(const Tensor& a, const Tensor& b, const Tensor& g, Tensor& da, Tensor& db);
 
-// y = x * keep / (1 - p), keep drawn from Philox(seed, stream, counter + i / 4) > p.
-// The same call with x = g gives the backward (the mask is recomputed, never stored).
+// y = x * keep / (1 - p), keep drawn from Philox(seed, stream, counter + i / 4) > p, where
+// counter also counts from step * 2^32 when `step` (an I32 device scalar: the training step,
+// advanced by a kernel) is given. The same call with x = g gives the backward (the mask is
+// recomputed, never stored).
 struct DropoutArgs {
   float p;
   uint64_t seed, stream, counter;
+  const Tensor* step = nullptr;
 };
 using Dropout = void(const Tensor& x, Tensor& y, const DropoutArgs& a);
 
@@ -232,9 +236,21 @@ using toy::ArenaRange;
 // AdamW over the ranges of a parameter arena (values, grads, m, v: contiguous F32 [n]) in one
 // call; a.weight_decay applies to the ranges marked decay; elements outside every range are
 // left alone. Ranges are sorted and disjoint. Each element gets the bits AdamW gives it.
-// The optimizer's clock, one kernel per step: step (F32 scalar, the steps taken) += 1, then
-// lr (F32 scalar) = cosine_lr(step - 1, schedule) (core/lr_schedule.h).
-using OptimizerClock = void(Tensor& step, Tensor& lr, const LrSchedule& schedule);
+// The optimizer's clock, one kernel per step: step (F32 scalar, the optimizer steps taken)
+// += 1, lr (F32 scalar) = cosine_lr(position, schedule) (core/lr_schedule.h), position (I32
+// scalar) the training step being taken (it runs ahead of step when F16 loss scaling skips).
+using OptimizerClock = void(Tensor& step, Tensor& lr, const Tensor& position, const LrSchedule& schedule);
+// A training loop's step clock (I32 scalar) += 1.
+using StepClock = void(Tensor& step);
+
+// ---- sampling ---------------------------------------------------------------------------
+// The sampler's chain on one row of logits (infer/sampler.h): penalties for the recent
+// tokens (`penalized` I32 [n, 2]: token id and count, count 0 padding; undefined when none), then greedy
+// (temperature 0) or temperature, top-k, min-p and top-p cuts and a draw at `r` in [0, 1).
+// out I32 [1]: the token, or -1 - i when logit i is the first NaN. Only `out` comes back to
+// the host.
+using toy::SampleDraw;
+using SampleToken = void(const Tensor& logits, const Tensor& penalized, Tensor& out, const SampleDraw& a);
 using AdamWRanges = void(Tensor& values, const Tensor& grads, Tensor& m, Tensor& v, const Tensor& lr,
                          const Tensor& step, const AdamWArgs& a, const std::vector<ArenaRange>& ranges);
 

@@ -16,6 +16,20 @@ Generator Generator::for_micro_batch(int64_t step, int64_t micro) const {
   return g;
 }
 
+Generator Generator::for_micro_batch(const Tensor& device_step, int64_t micro) const {
+  TOY_CHECK(micro >= 0 && micro < (int64_t(1) << 32), "[rng] micro-batch {} must be in [0, 2^32)", micro);
+  TOY_CHECK(device_step.dtype() == DType::I32 && device_step.numel() == 1,
+            "[rng] a device step must be an I32 scalar, got {}", describe(device_step));
+  Generator g(seed_, stream_ + (uint64_t(micro) << 32));
+  g.device_step_ = &device_step;
+  return g;
+}
+
+void Generator::refuse_host_draw() const {
+  fail("[rng] this generator's counters start at a step held on the device: it draws in kernels (dropout), not on "
+       "the host");
+}
+
 std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t stream, uint64_t counter) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;

@@ -32,17 +32,31 @@ class Generator {
     offset_ += n;
     return o;
   }
-  std::array<uint32_t, 4> block(uint64_t counter) const { return philox4x32(seed_, stream_, counter); }
+  std::array<uint32_t, 4> block(uint64_t counter) const {
+    if (device_step_) refuse_host_draw();
+    return philox4x32(seed_, stream_, counter);
+  }
   // The generator micro-batch `micro` of step `step` draws from (its batch, its dropout
   // masks): stream + micro * 2^32, counters from step * 2^32. A pure function of (seed,
   // stream, step, micro): whichever process runs that micro-batch, in whatever order, draws
   // the same numbers; each has 2^32 counters (2^34 values) of its own. Steps and
   // micro-batches count below 2^32.
   Generator for_micro_batch(int64_t step, int64_t micro) const;
+  // The same numbers with the step read on the device: `device_step` is an I32 scalar holding
+  // the step (a training loop's StepClock, advanced by a kernel), and kernels that draw
+  // (dropout) start their counters at device_step * 2^32 + offset(); the offsets this
+  // generator hands out count from 0. Nothing of the step is baked into a launch, as a
+  // captured graph needs. Such a generator cannot draw on the host (block() throws): the
+  // host does not know the step without reading it back. `device_step` must outlive it.
+  Generator for_micro_batch(const Tensor& device_step, int64_t micro) const;
+  // The device scalar the counters start from (nullptr: offsets are absolute).
+  const Tensor* device_step() const { return device_step_; }
 
  private:
+  [[noreturn]] void refuse_host_draw() const;
   uint64_t seed_, stream_;
   uint64_t offset_ = 0;
+  const Tensor* device_step_ = nullptr;
 };
 
 // The process-wide generator used when no generator is passed.

@@ -26,7 +26,8 @@ struct SamplerConfig {
 class Sampler {
  public:
   Sampler(SamplerConfig cfg, uint64_t seed);  // throws on nonsense values
-  // logits [V] (F32) -> token id; `recent` are the tokens so far (for the penalties).
+  // logits [V] (any float type, on any device) -> token id; `recent` are the tokens so far
+  // (for the penalties). The chain runs where the logits are; only the token is read back.
   int32_t sample(const Tensor& logits, std::span<const int32_t> recent = {});
   Generator& generator() { return gen_; }
   const SamplerConfig& config() const { return cfg_; }
@@ -34,11 +35,8 @@ class Sampler {
  private:
   SamplerConfig cfg_;
   Generator gen_;
-  // Scratch reused from call to call, so sampling a token allocates nothing once warm.
-  std::vector<float> z_;
-  std::vector<int32_t> idx_;
-  std::vector<double> p_;
-  std::vector<std::pair<int32_t, int>> counts_;
+  // The recent tokens' counts, reused from call to call (the kernel keeps its own scratch).
+  std::vector<int32_t> counts_;  // (id, count) pairs
 };
 
 }  // namespace toy

@@ -296,21 +296,23 @@ Tensor DecoderLM::hidden(const Tensor& ids_in, bool training, Generator* gen, nn
       x = block(l, x, positions, segments, training, gen, cache);
       continue;
     }
-    // The re-run during backward draws the dropout masks of the first run (the generator is
-    // put back where the block began, then where it was), under the same training scope.
+    // The first run draws from the caller's generator (advancing it); the re-run during
+    // backward draws the same masks from a copy of it as the block began, under the same
+    // training scope. (A copy, not the caller's object: backward runs after the caller's
+    // generator may be gone — a micro-batch's generator is a local of its loss function.)
     Generator* g = training ? (gen ? gen : &default_generator()) : nullptr;
-    const uint64_t at = g ? g->offset() : 0;
+    auto replay = std::make_shared<std::optional<Generator>>();
+    if (g) replay->emplace(*g);
     auto first = std::make_shared<bool>(true);
     x = checkpoint(
-        [this, l, positions, segments, training, g, at, first](const std::vector<Tensor>& in) {
-          const uint64_t now = g ? g->offset() : 0;
-          if (g) g->set_offset(at);
-          std::optional<nn::TrainingScope> scope;
-          if (g) scope.emplace(*g);
-          Tensor y = block(l, in[0], positions, segments, training, g, nullptr);
-          if (g && !*first) g->set_offset(now);
+        [this, l, positions, segments, training, g, replay, first](const std::vector<Tensor>& in) {
+          Generator again;
+          Generator* draw = g;
+          if (g && !*first) again = **replay, draw = &again;
           *first = false;
-          return y;
+          std::optional<nn::TrainingScope> scope;
+          if (draw) scope.emplace(*draw);
+          return block(l, in[0], positions, segments, training, draw, nullptr);
         },
         {x});
   }

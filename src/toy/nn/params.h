@@ -100,6 +100,8 @@ class ParamStore {
   // Moves every parameter's memory (and AdamW's moments) to device d in place: the modules
   // holding them see the move. Weights are made (and initialised) on the CPU, then moved once.
   void move_to(Device d);
+  // Where the parameters live (the first's device; the CPU for an empty store).
+  Device device() const { return params_.empty() ? Device::CPU : params_.front().value.device(); }
   // Packs the trainable parameters into the arena (no-op when packed): their values, m and v
   // (zeros where undefined) and gradients are copied into it. Every trainable parameter must
   // be a contiguous F32 tensor, all on one device.

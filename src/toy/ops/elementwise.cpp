@@ -198,15 +198,25 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
   if (!training || p == 0.0f) return x;
   if (p == 1.0f) return mul(x, zeros(Shape{}, x.dtype(), x.device()));
   OpSpan span("dropout", {&x});
+  // A generator addressed by a device step: the kernel adds the step (read there) to the
+  // counter; the backward holds the scalar, whose value stays until the step ends.
+  Tensor step;
+  if (const Tensor* s = gen.device_step()) {
+    step = *s;
+    check_same_device(x, step, "dropout");
+  }
   kern::DropoutArgs a{p, gen.seed(), gen.stream(), gen.reserve(uint64_t(x.numel() + 3) / 4)};
+  a.step = step.defined() ? &step : nullptr;
   Tensor xc = contiguous_nograd(x);
   Tensor y = empty(x.shape(), x.dtype(), x.device());
   k_dropout(x.device())(xc, y, a);
   if (needs_grad({&x})) {
-    record("dropout", y, {x}, [a, dev = x.device()](const Tensor& g) -> Grads {
+    record("dropout", y, {x}, [a, step, dev = x.device()](const Tensor& g) -> Grads {
       Tensor gc = contiguous_nograd(g);
       Tensor dx = empty(g.shape(), g.dtype(), dev);
-      k_dropout(dev)(gc, dx, a);  // same counter: same mask
+      kern::DropoutArgs b = a;
+      b.step = step.defined() ? &step : nullptr;
+      k_dropout(dev)(gc, dx, b);  // same counter: same mask
       return {dx};
     });
   }

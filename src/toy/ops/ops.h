@@ -5,12 +5,14 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "toy/core/arena_range.h"
 #include "toy/core/lr_schedule.h"
 #include "toy/core/rng.h"
+#include "toy/core/sampling.h"
 #include "toy/core/tensor.h"
 
 namespace toy {
@@ -69,6 +71,13 @@ Tensor argsort(const Tensor& x, bool descending = false);            // I32, las
 std::pair<Tensor, Tensor> top_k(const Tensor& x, int64_t k);
 // Sums g (broadcast result) back to `shape` — the backward of broadcasting.
 Tensor sum_to(const Tensor& g, const Shape& shape);
+// One token drawn from one row of logits [V] (or [1, V]) on their device, by the sampler's
+// chain (infer/sampler.h): `penalized` (pairs of token id in [0, V) and its count in the
+// recent tokens, made on the host; count 0 is padding, so a caller can keep one size and the
+// allocator one block) uploaded, then penalties, greedy or temperature/top-k/
+// min-p/top-p and the draw at d.r. Returns an I32 scalar on the logits' device: the token,
+// or -1 - i when logit i is the first NaN — the one thing a caller reads back.
+Tensor sample_token(const Tensor& logits, std::span<const int32_t> penalized, const SampleDraw& d);
 
 // ---- norms (ops/norm.cpp): over the last axis -------------------------------------------
 Tensor rms_norm(const Tensor& x, const Tensor& w = Tensor(), float eps = 1e-6f);
@@ -229,9 +238,12 @@ struct AdamWOptions {
 // Decoupled weight decay (param *= 1 - lr*wd), bias-corrected moments; step holds t >= 1.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& lr, const Tensor& step,
                 const AdamWOptions& o = {});
-// step += 1 and lr = cosine_lr(step - 1, s) on their device, in one kernel (F32 scalars):
-// the optimizer's clock, with nothing of the step baked into the launch.
-void advance_optimizer_clock(Tensor& step, Tensor& lr, const LrSchedule& s);
+// step += 1 and lr = cosine_lr(position, s) on their device, in one kernel (step and lr F32
+// scalars, position the I32 scalar of a step clock): the optimizer's clock, with nothing of
+// the step baked into the launch.
+void advance_optimizer_clock(Tensor& step, Tensor& lr, const Tensor& position, const LrSchedule& s);
+// step (an I32 scalar: a training loop's step clock) += 1 on its device.
+void advance_step_clock(Tensor& step);
 // The same over the ranges of a parameter arena (values, grads, m, v: contiguous F32 [n] on
 // one device), in one kernel call: o.weight_decay applies to the ranges marked decay,
 // elements outside every range stay as they are. Ranges sorted, disjoint, within [0, n).

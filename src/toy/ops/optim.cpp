@@ -11,6 +11,7 @@ const KernelRef<kern::Sgd> k_sgd("sgd");
 const KernelRef<kern::AdamW> k_adamw("adamw");
 const KernelRef<kern::AdamWRanges> k_adamw_ranges("adamw_ranges");
 const KernelRef<kern::OptimizerClock> k_clock("optimizer_clock");
+const KernelRef<kern::StepClock> k_step_clock("step_clock");
 
 void check_state(const Tensor& t, const Tensor& param, const char* op, const char* what) {
   check_dtype(t, DType::F32, op, what);
@@ -23,6 +24,11 @@ void check_state(const Tensor& t, const Tensor& param, const char* op, const cha
 void check_scalar(const Tensor& t, const char* op, const char* what) {
   check_dtype(t, DType::F32, op, what);
   TOY_CHECK(t.numel() == 1, "[{}] {} must be a one-element tensor, got shape {}", op, what, t.shape().str());
+}
+void check_step_clock(const Tensor& t, const char* op) {
+  check_dtype(t, DType::I32, op, "step clock");
+  TOY_CHECK(t.numel() == 1 && t.is_contiguous(), "[{}] the step clock must be a one-element tensor, got shape {}", op,
+            t.shape().str());
 }
 }  // namespace
 
@@ -65,15 +71,23 @@ void check_adamw_state(const Tensor& param, const Tensor& grad, const Tensor& m,
 }
 }  // namespace
 
-void advance_optimizer_clock(Tensor& step, Tensor& lr, const LrSchedule& s) {
-  OpSpan span("optimizer_clock", {&step, &lr});
+void advance_optimizer_clock(Tensor& step, Tensor& lr, const Tensor& position, const LrSchedule& s) {
+  OpSpan span("optimizer_clock", {&step, &lr, &position});
   check_scalar(step, "optimizer_clock", "step");
   check_scalar(lr, "optimizer_clock", "lr");
+  check_step_clock(position, "optimizer_clock");
   check_same_device(step, lr, "optimizer_clock");
+  check_same_device(step, position, "optimizer_clock");
   TOY_CHECK(s.warmup >= 0 && s.total >= 1 && std::isfinite(s.lr) && std::isfinite(s.min_lr),
             "[optimizer_clock] schedule warmup {} total {} lr {} min_lr {} makes no sense", s.warmup, s.total, s.lr,
             s.min_lr);
-  k_clock(step.device())(step, lr, s);
+  k_clock(step.device())(step, lr, position, s);
+}
+
+void advance_step_clock(Tensor& step) {
+  OpSpan span("step_clock", {&step});
+  check_step_clock(step, "step_clock");
+  k_step_clock(step.device())(step);
 }
 
 void adamw_step_ranges(Tensor& values, const Tensor& grads, Tensor& m, Tensor& v, const Tensor& lr,
@@ -110,7 +124,8 @@ namespace detail {
 void define_optim_ops(Registry& r) {
   r.define_op(primitive_op("sgd", {"sgd"}, "in-place SGD step (momentum, nesterov, weight decay)", false));
   r.define_op(primitive_op("optimizer_clock", {"optimizer_clock"},
-                           "step += 1, lr = the warmup + cosine schedule at it (device scalars)", false));
+                           "step += 1, lr = the warmup + cosine schedule at the loop's step (device scalars)", false));
+  r.define_op(primitive_op("step_clock", {"step_clock"}, "a training loop's step += 1 (I32 device scalar)", false));
   r.define_op(primitive_op("adamw", {"adamw", "adamw_ranges"}, "in-place AdamW step (decoupled decay, bias correction)", false));
 }
 }  // namespace detail

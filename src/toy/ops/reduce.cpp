@@ -12,6 +12,7 @@ const KernelRef<kern::Reduce> k_reduce("reduce");
 const KernelRef<kern::Argsort> k_argsort("argsort");
 const KernelRef<kern::TopK> k_top_k("top_k");
 const KernelRef<kern::ScatterAddRows> k_scatter("get_rows_backward");
+const KernelRef<kern::SampleToken> k_sample("sample_token");
 
 Shape reduced_shape(const Shape& s, int axis, bool keepdim) {
   Shape o = s;
@@ -135,6 +136,35 @@ std::pair<Tensor, Tensor> top_k(const Tensor& x, int64_t k) {
   return {values, indices};
 }
 
+Tensor sample_token(const Tensor& logits, std::span<const int32_t> penalized, const SampleDraw& d) {
+  OpSpan span("sample_token", {&logits});
+  check_float(logits, "sample_token");
+  const int64_t V = logits.size(-1);
+  TOY_CHECK(V > 0 && V < (int64_t(1) << 31) && logits.numel() == V,
+            "[sample_token] needs one row of logits [V] or [1, V], got shape {}", logits.shape().str());
+  TOY_CHECK(d.temperature >= 0 && std::isfinite(d.temperature) && d.top_k >= 0 && d.top_p > 0 && d.top_p <= 1 &&
+                d.min_p >= 0 && d.min_p <= 1 && d.repeat_penalty > 0 && std::isfinite(d.repeat_penalty) &&
+                std::isfinite(d.presence_penalty) && std::isfinite(d.frequency_penalty) && d.r >= 0 && d.r < 1,
+            "[sample_token] temperature {} top-k {} top-p {} min-p {} penalties {}/{}/{} draw {}: out of range",
+            d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty, d.presence_penalty, d.frequency_penalty, d.r);
+  TOY_CHECK(penalized.size() % 2 == 0, "[sample_token] penalized tokens come as (id, count) pairs, got {} numbers",
+            penalized.size());
+  for (size_t i = 0; i < penalized.size(); i += 2)
+    TOY_CHECK(penalized[i] >= 0 && penalized[i] < V && penalized[i + 1] >= 0,
+              "[sample_token] penalized token {} (count {}) is outside the vocabulary of {}", penalized[i],
+              penalized[i + 1], V);
+  Tensor pen;
+  if (!penalized.empty()) {
+    pen = empty(Shape{int64_t(penalized.size() / 2), 2}, DType::I32);
+    std::copy(penalized.begin(), penalized.end(), pen.data<int32_t>());
+    if (logits.device() != Device::CPU) pen = transfer(pen, logits.device());
+  }
+  Tensor row = contiguous_nograd(logits.detach());
+  Tensor out = empty(Shape{}, DType::I32, logits.device());
+  k_sample(logits.device())(row, pen, out, d);
+  return out;
+}
+
 Tensor sum_to(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
   const int lead = g.ndim() - shape.ndim();
@@ -162,6 +192,9 @@ void define_reduce_ops(Registry& r) {
   r.define_op(primitive_op("argmax", {"reduce"}, "index of the first maximum (i32)", false));
   r.define_op(primitive_op("argsort", {"argsort"}, "stable sort order along the last axis (i32)", false));
   r.define_op(primitive_op("top_k", {"top_k"}, "k largest along the last axis, descending: values and indices", false));
+  r.define_op(primitive_op("sample_token", {"sample_token"},
+                           "one token from a row of logits: penalties, greedy or temperature/top-k/min-p/top-p, a draw",
+                           false));
 }
 }  // namespace detail
 

@@ -232,7 +232,7 @@ class FinetuneTask : public TrainTask {
       make_sft_batch(b, m.config().vocab, ids, targets);
       for (const SftExample* e : b) units += int64_t(e->tokens.size()) - 1;
     }
-    Generator dropout = r_.dropout_gen.for_micro_batch(mb.step, mb.index);
+    Generator dropout = mb.draws_from(r_.dropout_gen);
     return m.loss(ids, targets, true, &dropout, o.pack ? &packing : nullptr);
   }
   void after_step(const StepDone& d, nlohmann::json& ev) override {

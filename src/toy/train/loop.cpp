@@ -145,8 +145,11 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
   // gradients' squared norms. (A loss that is not finite gives gradients that are not either:
   // nothing is applied whichever is found first.)
   std::vector<Tensor> reads;
+  StepClock own_clock;
+  StepClock& clock = s.clock ? *s.clock : own_clock;
+  const Tensor& device_step = clock.at(s.step, params.device());
   for (int64_t micro = 0; micro < s.accum; ++micro) {
-    Tensor loss = task.micro_loss(MicroBatch{s.step, micro, s.accum}, d.units);
+    Tensor loss = task.micro_loss(MicroBatch{s.step, micro, s.accum, &device_step}, d.units);
     Tensor l = reshape(loss.detach(), Shape{1});
     reads.push_back(l.dtype() == DType::F32 ? l : cast(l, DType::F32));
     const float k = loss_scale.scale() / float(s.accum);
@@ -182,14 +185,13 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
   if (s.dynamic_loss_scale && !loss_scale.update(std::isfinite(d.grad_norm))) d.skipped = true;
   if (!d.skipped && !std::isfinite(d.grad_norm)) refuse(fmt::format("the gradient norm became {}", d.grad_norm));
   if (!d.skipped) {
-    // (The device's clock counts optimizer steps: it gives the loop's lr while those are the
-    // loop's steps — always, unless F16 loss scaling skipped one.)
-    if (s.schedule && opt.steps() == s.step)
-      opt.step_on_schedule(*s.schedule);
+    if (s.schedule)
+      opt.step_on_schedule(*s.schedule, device_step);
     else
       opt.step(lr);
   }
   params.zero_grad();
+  clock.advance();
   d.loss = loss_sum / double(s.accum);
   return d;
 }
@@ -271,7 +273,9 @@ bool TrainLoop::run(const std::function<nlohmann::json()>& end_fields) {
   const int64_t end_step = setup_.total_steps;
   const float min_lr = std::isnan(o_.min_lr) ? o_.lr / 10 : o_.min_lr;
   const LrSchedule schedule{o_.warmup, end_step, o_.lr, min_lr};
-  if (!setup_.dynamic_loss_scale) ss.schedule = &schedule;
+  ss.schedule = &schedule;
+  StepClock clock;
+  ss.clock = &clock;
   bool stopped = false;
   auto last_save = Clock::now();
   // A stop requested during set-up still stops the run (after its first step); the request

@@ -25,10 +25,12 @@
 #include <nlohmann/json.hpp>
 
 #include "toy/core/error.h"
+#include "toy/core/rng.h"
 #include "toy/nn/params.h"
 #include "toy/obs/events.h"
 #include "toy/obs/progress.h"
 #include "toy/train/optimizer.h"
+#include "toy/train/step_clock.h"
 
 namespace toy {
 
@@ -122,6 +124,14 @@ struct StepDone {
 // (Generator::for_micro_batch): the same numbers whichever process runs it, in any order.
 struct MicroBatch {
   int64_t step = 0, index = 0, count = 1;
+  // The step on the device (the loop's StepClock; null outside take_step): kernels that draw
+  // for the micro-batch (dropout) read their counters' base there.
+  const Tensor* device_step = nullptr;
+  // The generator the micro-batch's kernels draw from (its dropout masks): gen addressed by
+  // (step, index), with the step read on the device when there is one.
+  Generator draws_from(const Generator& gen) const {
+    return device_step ? gen.for_micro_batch(*device_step, index) : gen.for_micro_batch(step, index);
+  }
 };
 
 class TrainTask {
@@ -154,9 +164,14 @@ struct StepSettings {
   bool dynamic_loss_scale = false; // F16
   // Called as each trainable leaf's gradient of a backward pass is whole (BackwardOptions).
   std::function<void(const Tensor&)> on_grad_ready;
-  // When set, AdamW advances its step and learning rate on the device (step_on_schedule; the
-  // `lr` given to take_step is then what the host computed of the same schedule, for logs).
+  // When set, AdamW advances its step and learning rate on the device (step_on_schedule, at
+  // the step clock's position; the `lr` given to take_step is then what the host computed of
+  // the same schedule, for logs).
   const LrSchedule* schedule = nullptr;
+  // The run's step on the device (dropout counters, the schedule's position); take_step sets
+  // it to `step` when it does not hold it and advances it after the step. Null: a clock of
+  // the call's own.
+  StepClock* clock = nullptr;
 };
 
 // One optimizer step: `accum` micro-batches of the task, clipping, AdamW at lr, gradients

@@ -36,12 +36,12 @@ void AdamW::step(float lr) {
   update();
 }
 
-void AdamW::step_on_schedule(const LrSchedule& s) {
+void AdamW::step_on_schedule(const LrSchedule& s, const Tensor& position) {
   NoGradGuard ng;
   params_.pack();
   clock_on(params_.arena()->values.device());
   ++steps_;
-  advance_optimizer_clock(step_, lr_, s);  // step_ = steps_, lr_ = the schedule at steps_ - 1
+  advance_optimizer_clock(step_, lr_, position, s);  // step_ = steps_, lr_ = the schedule at position
   update();
 }
 

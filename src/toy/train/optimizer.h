@@ -21,9 +21,11 @@ class AdamW {
   // filled into the device's lr scalar).
   void step(float lr);
   // The same with the step count and the learning rate advanced on the device by one kernel
-  // (optimizer_clock: step + 1, then the schedule at it): nothing of the step is baked into a
-  // launch, as a captured graph needs. The bits of step(cosine_lr(steps(), s)).
-  void step_on_schedule(const LrSchedule& s);
+  // (optimizer_clock: step + 1, lr = the schedule at `position`, the I32 scalar of the run's
+  // StepClock): nothing of the step is baked into a launch, as a captured graph needs. The
+  // bits of step(cosine_lr(position, s)); position runs ahead of steps() when F16 loss scaling
+  // skipped a step.
+  void step_on_schedule(const LrSchedule& s, const Tensor& position);
   int64_t steps() const { return steps_; }
   void set_steps(int64_t s) { steps_ = s, clock_synced_ = false; }
   const AdamWConfig& config() const { return cfg_; }

@@ -7,7 +7,7 @@ namespace toy {
 
 Tensor WindowTask::micro_loss(const MicroBatch& mb, int64_t& units) {
   Generator data = data_gen_.for_micro_batch(mb.step, mb.index);
-  Generator dropout = dropout_gen_.for_micro_batch(mb.step, mb.index);
+  Generator dropout = mb.draws_from(dropout_gen_);
   Tensor x, y;
   batches_.sample(data, x, y);
   units += x.numel();

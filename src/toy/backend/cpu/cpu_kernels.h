@@ -57,6 +57,8 @@ kern::Sgd sgd;
 kern::AdamW adamw;
 kern::AdamWRanges adamw_ranges;
 kern::OptimizerClock optimizer_clock;
+kern::StepClock step_clock;
+kern::SampleToken sample_token;
 
 // Peak single-precision FMA throughput of this machine (GFLOP/s) on `threads` threads,
 // measured by a register-only FMA loop (for benchmark ratios).

@@ -371,9 +371,10 @@ void dropout(const Tensor& x, Tensor& y, const kern::DropoutArgs& a) {
     T* yd = y.data<T>();
     const float keep_scale = 1.0f / (1.0f - a.p);
     const uint32_t threshold = uint32_t(std::min(4294967295.0, double(a.p) * 4294967296.0));
+    const uint64_t counter = a.counter + (a.step ? uint64_t(uint32_t(a.step->data<int32_t>()[0])) << 32 : 0);
     parallel_for(0, (x.numel() + 3) / 4, kGrain / 4, [&](int64_t b, int64_t e) {
       for (int64_t blk = b; blk < e; ++blk) {
-        auto u = philox4x32(a.seed, a.stream, a.counter + uint64_t(blk));
+        auto u = philox4x32(a.seed, a.stream, counter + uint64_t(blk));
         for (int j = 0; j < 4; ++j) {
           int64_t i = blk * 4 + j;
           if (i >= x.numel()) break;

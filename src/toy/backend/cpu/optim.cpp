@@ -82,11 +82,12 @@ void adamw(Tensor& param, const Tensor& grad, Tensor& m_t, Tensor& v_t, const Te
                [&](int64_t b, int64_t e) { adamw_span(p, g, m, v, b, e, c, a.weight_decay); });
 }
 
-void optimizer_clock(Tensor& step_t, Tensor& lr_t, const LrSchedule& s) {
-  float& step = step_t.data<float>()[0];
-  step += 1.0f;
-  lr_t.data<float>()[0] = cosine_lr(int64_t(step) - 1, s);
+void optimizer_clock(Tensor& step_t, Tensor& lr_t, const Tensor& position, const LrSchedule& s) {
+  step_t.data<float>()[0] += 1.0f;
+  lr_t.data<float>()[0] = cosine_lr(int64_t(position.data<int32_t>()[0]), s);
 }
+
+void step_clock(Tensor& step) { step.data<int32_t>()[0] += 1; }
 
 void adamw_ranges(Tensor& values, const Tensor& grads, Tensor& m_t, Tensor& v_t, const Tensor& lr_t,
                   const Tensor& step_t, const kern::AdamWArgs& a, const std::vector<kern::ArenaRange>& ranges) {
