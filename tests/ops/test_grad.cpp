@@ -233,6 +233,56 @@ TEST(OpGrad, sample_token) {
   EXPECT_NE(error_of([&] { token(far); }).find("[sample_token]"), std::string::npos);
 }
 
+TEST(OpGrad, full) {
+  // No gradient. zeros / ones / full fill on the tensor's device (sim: the same bytes).
+  for (Device d : {Device::CPU, Device::SIM}) {
+    EXPECT_EQ(zeros(Shape{3}, DType::F32, d).to_f32_vector(), (std::vector<float>{0, 0, 0}));
+    EXPECT_EQ(ones(Shape{2}, DType::BF16, d).to_f32_vector(), (std::vector<float>{1, 1}));
+    EXPECT_EQ(full(Shape{2, 2}, -3.0, DType::I32, d).to_i32_vector(), (std::vector<int32_t>{-3, -3, -3, -3}));
+    EXPECT_EQ(zeros(Shape{0}, DType::F16, d).numel(), 0);
+    EXPECT_EQ(zeros(Shape{32}, DType::Q8_0, d).nbytes(), 34u);
+  }
+  EXPECT_NE(error_of([] { full(Shape{32}, 1.0, DType::Q8_0); }).find("[full] cannot fill a q8_0"), std::string::npos);
+}
+
+TEST(OpGrad, arange) {
+  // No gradient. 0..n-1 on any device, integer or float.
+  for (Device d : {Device::CPU, Device::SIM}) {
+    EXPECT_EQ(arange(4, DType::I32, d).to_i32_vector(), (std::vector<int32_t>{0, 1, 2, 3}));
+    EXPECT_EQ(arange(3, DType::F16, d).to_f32_vector(), (std::vector<float>{0, 1, 2}));
+    EXPECT_EQ(arange(0, DType::F32, d).numel(), 0);
+  }
+  EXPECT_NE(error_of([] { arange(-1); }).find("[arange]"), std::string::npos);
+  EXPECT_NE(error_of([] { arange(4, DType::Q4_0); }).find("[arange] not defined for q4_0"), std::string::npos);
+}
+
+TEST(OpGrad, random_fill) {
+  // No gradient. Element i is Philox's word i % 4 of block counter + i / 4 (uniform) or
+  // Box-Muller of words 2(i % 2), 2(i % 2) + 1 of block counter + i / 2 (normal), against
+  // plain loops; the same numbers on sim; the generator moves past what it drew.
+  for (Device d : {Device::CPU, Device::SIM}) {
+    Generator g(21, 4);
+    g.set_offset(10);
+    const std::vector<float> u = rand(Shape{9}, g, -1.0f, 3.0f, d).to_f32_vector();
+    EXPECT_EQ(g.offset(), 13u);
+    const std::vector<float> n = randn(Shape{5}, g, 0.5f, 2.0f, d).to_f32_vector();
+    EXPECT_EQ(g.offset(), 16u);
+    for (int i = 0; i < 9; ++i) {
+      const auto w = philox4x32(21, 4, 10 + uint64_t(i) / 4);
+      EXPECT_EQ(u[size_t(i)], -1.0f + 4.0f * uniform01(w[i % 4])) << i;
+    }
+    for (int i = 0; i < 5; ++i) {
+      const auto w = philox4x32(21, 4, 13 + uint64_t(i) / 2);
+      const int k = (i % 2) * 2;
+      const float u1 = (float(w[size_t(k)] >> 8) + 1.0f) * (1.0f / 16777216.0f), u2 = uniform01(w[size_t(k) + 1]);
+      EXPECT_EQ(n[size_t(i)], 0.5f + 2.0f * std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853071795864f * u2)) << i;
+    }
+  }
+  Tensor ints = zeros(Shape{4}, DType::I32);
+  Generator g(1);
+  EXPECT_NE(error_of([&] { fill_uniform_(ints, g, 0, 1); }).find("[random_fill]"), std::string::npos);
+}
+
 TEST(OpGrad, step_clock) {
   // No gradient: the I32 step advances by one on its device; anything else is refused.
   Tensor step = zeros(Shape{}, DType::I32);

@@ -41,6 +41,17 @@ using Binary = void(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
 using Copy = void(const Tensor& src, Tensor& dst);
 // Every element of dst (any layout) = value.
 using Fill = void(Tensor& dst, double value);
+// Random fill of a contiguous float tensor from Philox(seed, stream, counter + i / per), per
+// = 2 (normal: Box-Muller from words 2(i%2), 2(i%2)+1) or 4 (uniform in [a, b) from word i%4);
+// element i depends only on the arguments and i (core/rng.h).
+struct RandomFillArgs {
+  uint64_t seed = 0, stream = 0, counter = 0;
+  bool normal = false;
+  float a = 0, b = 1;  // mean and std, or lo and hi
+};
+using RandomFill = void(Tensor& dst, const RandomFillArgs& a);
+// dst[i] = i (a [n] tensor of F32/F16/BF16/I32).
+using Arange = void(Tensor& dst);
 
 // Packed rows: x [rows, 2F] -> out [rows, F] = silu(x[:, :F]) * x[:, F:] (x contiguous).
 using SwigluPacked = void(const Tensor& x, Tensor& out);

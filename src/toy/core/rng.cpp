@@ -4,7 +4,8 @@
 
 #include "toy/core/error.h"
 #include "toy/core/tensor.h"
-#include "toy/core/thread_pool.h"
+#include "toy/backend/kernels.h"
+#include "toy/core/registry.h"
 
 namespace toy {
 
@@ -57,64 +58,31 @@ Generator& default_generator() {
 void manual_seed(uint64_t seed) { default_generator() = Generator(seed); }
 
 namespace {
-template <class Store>
-void fill_with(Tensor& t, Store store, uint64_t per_block, Generator& gen, bool normal, float a, float b) {
-  TOY_CHECK(is_float(t.dtype()) && t.is_contiguous(), "[rng] fill needs a contiguous float tensor, got {}",
-            describe(t));
-  const int64_t n = t.numel();
-  const uint64_t base = gen.reserve((uint64_t(n) + per_block - 1) / per_block);
-  parallel_for(0, n, 16384, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      auto u = gen.block(base + uint64_t(i) / per_block);
-      float v;
-      if (normal) {
-        int w = int(i % 2) * 2;
-        // Box-Muller; u1 in (0, 1] keeps the log finite.
-        float u1 = (float(u[w] >> 8) + 1.0f) * (1.0f / 16777216.0f);
-        float u2 = uniform01(u[w + 1]);
-        v = a + b * std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853071795864f * u2);
-      } else {
-        v = a + (b - a) * uniform01(u[i % 4]);
-      }
-      store(i, v);
-    }
-  });
-}
+const KernelRef<kern::RandomFill> k_random_fill("random_fill");
 
-void fill_any(Tensor& t, Generator& gen, bool normal, float a, float b) {
-  uint64_t per = normal ? 2 : 4;
-  switch (t.dtype()) {
-    case DType::F32: {
-      float* d = t.data<float>();
-      fill_with(t, [d](int64_t i, float v) { d[i] = v; }, per, gen, normal, a, b);
-      break;
-    }
-    case DType::F16: {
-      f16* d = t.data<f16>();
-      fill_with(t, [d](int64_t i, float v) { d[i] = from_f32<f16>(v); }, per, gen, normal, a, b);
-      break;
-    }
-    case DType::BF16: {
-      bf16* d = t.data<bf16>();
-      fill_with(t, [d](int64_t i, float v) { d[i] = from_f32<bf16>(v); }, per, gen, normal, a, b);
-      break;
-    }
-    default: fail("[rng] cannot fill a {} tensor", name(t.dtype()));
-  }
+void fill_random(Tensor& t, Generator& gen, bool normal, float a, float b) {
+  TOY_CHECK(is_float(t.dtype()) && t.is_contiguous(), "[random_fill] needs a contiguous float tensor, got {}",
+            describe(t));
+  TOY_CHECK(!gen.device_step(), "[random_fill] the generator's counters start at a step held on the device; "
+            "random fills take a host-addressed generator");
+  const uint64_t per_block = normal ? 2 : 4;
+  kern::RandomFillArgs args{gen.seed(), gen.stream(), gen.reserve((uint64_t(t.numel()) + per_block - 1) / per_block),
+                            normal, a, b};
+  k_random_fill(t.device())(t, args);
 }
 }  // namespace
 
-void fill_normal_(Tensor& t, Generator& gen, float mean, float std) { fill_any(t, gen, true, mean, std); }
-void fill_uniform_(Tensor& t, Generator& gen, float lo, float hi) { fill_any(t, gen, false, lo, hi); }
+void fill_normal_(Tensor& t, Generator& gen, float mean, float std) { fill_random(t, gen, true, mean, std); }
+void fill_uniform_(Tensor& t, Generator& gen, float lo, float hi) { fill_random(t, gen, false, lo, hi); }
 
-Tensor randn(const Shape& shape, Generator& gen, float mean, float std) {
-  Tensor t = empty(shape);
+Tensor randn(const Shape& shape, Generator& gen, float mean, float std, Device device) {
+  Tensor t = empty(shape, DType::F32, device);
   fill_normal_(t, gen, mean, std);
   return t;
 }
 
-Tensor rand(const Shape& shape, Generator& gen, float lo, float hi) {
-  Tensor t = empty(shape);
+Tensor rand(const Shape& shape, Generator& gen, float lo, float hi, Device device) {
+  Tensor t = empty(shape, DType::F32, device);
   fill_uniform_(t, gen, lo, hi);
   return t;
 }

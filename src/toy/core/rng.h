@@ -8,6 +8,7 @@
 #include <vector>
 #include <cstdint>
 
+#include "toy/core/device.h"
 #include "toy/core/shape.h"
 
 namespace toy {
@@ -63,9 +64,10 @@ class Generator {
 Generator& default_generator();
 void manual_seed(uint64_t seed);
 
-// Fills (F32/F16/BF16) tensors; element i depends only on the generator state and i.
-Tensor randn(const Shape& shape, Generator& gen, float mean = 0.0f, float std = 1.0f);
-Tensor rand(const Shape& shape, Generator& gen, float lo = 0.0f, float hi = 1.0f);
+// Fills (F32/F16/BF16) tensors; element i depends only on the generator state and i. They run
+// as kernels on the tensor's device (random_fill): the same numbers on every device.
+Tensor randn(const Shape& shape, Generator& gen, float mean = 0.0f, float std = 1.0f, Device device = Device::CPU);
+Tensor rand(const Shape& shape, Generator& gen, float lo = 0.0f, float hi = 1.0f, Device device = Device::CPU);
 void fill_normal_(Tensor& t, Generator& gen, float mean, float std);
 void fill_uniform_(Tensor& t, Generator& gen, float lo, float hi);
 

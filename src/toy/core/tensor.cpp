@@ -2,7 +2,9 @@
 
 #include <cstring>
 
+#include "toy/backend/kernels.h"
 #include "toy/core/device_access.h"
+#include "toy/core/registry.h"
 #include "toy/core/quant.h"
 #include "toy/core/small_object_pool.h"
 #include "toy/core/strided.h"
@@ -12,27 +14,6 @@ namespace toy {
 namespace {
 size_t byte_offset(DType t, int64_t elems) {
   return is_block(t) ? row_bytes(t, elems) : size_t(elems) * element_size(t);
-}
-
-template <class T>
-void fill_typed(void* p, int64_t n, double v) {
-  T* d = static_cast<T*>(p);
-  T x;
-  if constexpr (std::is_same_v<T, int32_t>)
-    x = int32_t(v);
-  else
-    x = from_f32<T>(float(v));
-  for (int64_t i = 0; i < n; ++i) d[i] = x;
-}
-
-void fill(const Tensor& t, double v) {
-  switch (t.dtype()) {
-    case DType::F32: fill_typed<float>(t.raw_data(), t.numel(), v); break;
-    case DType::F16: fill_typed<f16>(t.raw_data(), t.numel(), v); break;
-    case DType::BF16: fill_typed<bf16>(t.raw_data(), t.numel(), v); break;
-    case DType::I32: fill_typed<int32_t>(t.raw_data(), t.numel(), v); break;
-    default: fail("[full] cannot fill a {} tensor", name(t.dtype()));
-  }
 }
 
 template <class T>
@@ -153,29 +134,28 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
 }
 
 namespace {
-// Sim's fill is the CPU's, run as a sim kernel; a device with memory of its own (CUDA) fills
-// with its own kernel, which its backend brings.
-void require_fillable(Device d, const char* who) {
-  TOY_CHECK(d == Device::CPU || d == Device::SIM, "[{}] cannot fill {} memory here (its backend is not built)", who,
-            name(d));
-}
+// Factories fill on the tensor's device, through its kernels (a device without them says so).
+const KernelRef<kern::Fill> k_fill("fill");
+const KernelRef<kern::Arange> k_arange("arange");
 }  // namespace
 
 Tensor zeros(const Shape& shape, DType dtype, Device device) {
-  require_fillable(device, "zeros");
   Tensor t = empty(shape, dtype, device);
-  KernelScope k(device);
-  std::memset(t.raw_data(), 0, t.nbytes());
+  if (is_block(dtype)) {  // (a fill writes elements; zero blocks are zero bytes)
+    KernelScope k(device);
+    std::memset(t.raw_data(), 0, t.nbytes());
+  } else if (t.numel() > 0) {
+    k_fill(device)(t, 0.0);
+  }
   return t;
 }
 
 Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
-  require_fillable(device, "full");
+  TOY_CHECK(!is_block(dtype), "[full] cannot fill a {} tensor", name(dtype));
   Tensor t = empty(shape, dtype, device);
-  KernelScope k(device);
-  fill(t, value);
+  if (t.numel() > 0) k_fill(device)(t, value);
   return t;
 }
 
@@ -249,17 +229,11 @@ Tensor from_vector(const std::vector<int32_t>& values, const Shape& shape) {
   return t;
 }
 
-Tensor arange(int64_t n, DType dtype) {
-  Tensor t = empty(Shape{n}, dtype);
-  for (int64_t i = 0; i < n; ++i) {
-    switch (dtype) {
-      case DType::F32: t.data<float>()[i] = float(i); break;
-      case DType::I32: t.data<int32_t>()[i] = int32_t(i); break;
-      case DType::F16: t.data<f16>()[i] = from_f32<f16>(float(i)); break;
-      case DType::BF16: t.data<bf16>()[i] = from_f32<bf16>(float(i)); break;
-      default: fail("[arange] not defined for {}", name(dtype));
-    }
-  }
+Tensor arange(int64_t n, DType dtype, Device device) {
+  TOY_CHECK(n >= 0, "[arange] n must be >= 0, got {}", n);
+  TOY_CHECK(dtype == DType::I32 || is_float(dtype), "[arange] not defined for {}", name(dtype));
+  Tensor t = empty(Shape{n}, dtype, device);
+  if (n > 0) k_arange(device)(t);
   return t;
 }
 

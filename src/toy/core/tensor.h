@@ -126,7 +126,7 @@ Tensor full(const Shape& shape, double value, DType dtype = DType::F32, Device d
 Tensor scalar(double value, DType dtype = DType::F32);  // 0-d tensor
 Tensor from_vector(const std::vector<float>& values, const Shape& shape, DType dtype = DType::F32);
 Tensor from_vector(const std::vector<int32_t>& values, const Shape& shape);
-Tensor arange(int64_t n, DType dtype = DType::F32);
+Tensor arange(int64_t n, DType dtype = DType::F32, Device device = Device::CPU);
 // A view of `src` with new geometry over the same storage (no checks beyond bounds).
 Tensor make_view(const Tensor& src, const Shape& shape, const Strides& strides, int64_t offset);
 // A fresh contiguous tensor with the same shape/dtype/device as t.

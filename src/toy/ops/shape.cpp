@@ -353,6 +353,11 @@ void define_shape_ops(Registry& r) {
   r.define_op(primitive_op("concat", {"copy"}, "joins tensors along an axis"));
   r.define_op(primitive_op("slice", {"copy", "fill"}, "start:end:step along an axis (view)"));
   r.define_op(primitive_op("pad", {"copy", "fill"}, "pads the last dims with a constant"));
+  r.define_op(primitive_op("full", {"fill"}, "zeros / ones / full / fill_: a constant, on the tensor's device", false));
+  r.define_op(primitive_op("arange", {"arange"}, "0, 1, ..., n - 1 on a device", false));
+  r.define_op(primitive_op("random_fill", {"random_fill"},
+                           "randn / rand / fill_normal_ / fill_uniform_: Philox by element index, on any device",
+                           false));
   r.define_op(primitive_op("repeat", {"copy", "reduce"}, "tiles a tensor (torch.Tensor.repeat)"));
   r.define_op(primitive_op("cast", {"copy"}, "converts dtype, including (de)quantizing block types"));
 }

@@ -59,6 +59,8 @@ kern::AdamWRanges adamw_ranges;
 kern::OptimizerClock optimizer_clock;
 kern::StepClock step_clock;
 kern::SampleToken sample_token;
+kern::RandomFill random_fill;
+kern::Arange arange;
 
 // Peak single-precision FMA throughput of this machine (GFLOP/s) on `threads` threads,
 // measured by a register-only FMA loop (for benchmark ratios).

@@ -18,6 +18,8 @@ void install_cpu_backend(Registry& r) {
   sim::add_cpu_and_sim<kern::Binary, &cpu::binary>(r, "binary");
   sim::add_cpu_and_sim<kern::Copy, &cpu::copy>(r, "copy");
   sim::add_cpu_and_sim<kern::Fill, &cpu::fill>(r, "fill");
+  sim::add_cpu_and_sim<kern::RandomFill, &cpu::random_fill>(r, "random_fill");
+  sim::add_cpu_and_sim<kern::Arange, &cpu::arange>(r, "arange");
   sim::add_cpu_and_sim<kern::Swiglu, &cpu::swiglu>(r, "swiglu");
   sim::add_cpu_and_sim<kern::SwigluBackward, &cpu::swiglu_backward>(r, "swiglu_backward");
   sim::add_cpu_and_sim<kern::SwigluPacked, &cpu::swiglu_packed>(r, "swiglu_packed");
