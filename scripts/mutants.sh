@@ -40,11 +40,11 @@ toy_train_tests
 ranges.push_back({b, e, p.decay});
 ranges.push_back({b, e, true});
 temperature-multiplied
-src/toy/infer/sampler.cpp
-toy_train_tests
-^Sampler\.
-(z[size_t(idx[i])] - mx) / cfg_.temperature
-(z[size_t(idx[i])] - mx) * cfg_.temperature
+src/toy/backend/cpu/sample.cpp
+toy_train_tests toy_op_tests
+^Sampler\.|^OpGrad\.sample_token
+(z[size_t(idx[i])] - mx) / a.temperature
+(z[size_t(idx[i])] - mx) * a.temperature
 accumulation-unscaled
 src/toy/train/loop.cpp
 toy toy_train_tests toy_finetune_tests
@@ -361,8 +361,8 @@ recompute-new-dropout-masks
 src/toy/models/decoder_lm.cpp
 toy_finetune_tests
 ^Recompute\.
-          if (g) g->set_offset(at);
-          (void)at;
+          if (g && !*first) again = **replay, draw = &again;
+          (void)replay;
 gradientless-parameters-move
 src/toy/train/optimizer.cpp
 toy_train_tests
@@ -919,8 +919,8 @@ accum-one-micro-batch
 src/toy/train/loop.cpp
 toy toy_finetune_tests
 ^FinetuneGaps\.
-for (int64_t micro = 0; micro < s.accum; ++micro) {\n    Tensor loss = task.micro_loss(MicroBatch{s.step, micro, s.accum}, d.units);
-for (int64_t micro = 0; micro < 1; ++micro) {\n    Tensor loss = task.micro_loss(MicroBatch{s.step, micro, s.accum}, d.units);
+for (int64_t micro = 0; micro < s.accum; ++micro) {\n    Tensor loss = task.micro_loss(MicroBatch{s.step, micro, s.accum, &device_step}, d.units);
+for (int64_t micro = 0; micro < 1; ++micro) {\n    Tensor loss = task.micro_loss(MicroBatch{s.step, micro, s.accum, &device_step}, d.units);
 lora-no-alpha-means-one
 src/toy/models/lora.cpp
 toy toy_finetune_tests
@@ -1111,8 +1111,8 @@ clock-lr-one-step-late
 src/toy/backend/cpu/optim.cpp
 toy_train_tests
 ^OptimizerClock\.
-  lr_t.data<float>()[0] = cosine_lr(int64_t(step) - 1, s);
-  lr_t.data<float>()[0] = cosine_lr(int64_t(step), s);
+  lr_t.data<float>()[0] = cosine_lr(int64_t(position.data<int32_t>()[0]), s);
+  lr_t.data<float>()[0] = cosine_lr(int64_t(step_t.data<float>()[0]) - 1, s);
 clock-not-resynced-on-resume
 src/toy/train/optimizer.h
 toy_train_tests
@@ -1137,6 +1137,60 @@ toy_core_tests
 ^Allocator\.
     if (pending.events.empty()) {
     if (true) {
+recompute-draws-from-callers-generator
+src/toy/models/decoder_lm.cpp
+toy_finetune_tests
+^Recompute\.
+          if (g && !*first) again = **replay, draw = &again;
+          if (g && !*first) *g = **replay, draw = g;
+dropout-ignores-device-step
+src/toy/backend/cpu/elementwise.cpp
+toy_sim_tests
+^Sim\.Dropout
+    const uint64_t counter = a.counter + (a.step ? uint64_t(uint32_t(a.step->data<int32_t>()[0])) << 32 : 0);
+    const uint64_t counter = a.counter;
+step-clock-not-advanced
+src/toy/train/step_clock.cpp
+toy_sim_tests toy_op_tests
+^Sim\.Dropout|^OptimizerClock\.
+  advance_step_clock(step_);
+  (void)step_;
+step-clock-not-resynced
+src/toy/train/step_clock.cpp
+toy_train_tests
+^OptimizerClock\.
+  if (holds_ != step) fill_(step_, double(step)), holds_ = step;
+  if (holds_ < 0) fill_(step_, double(step)), holds_ = step;
+skipped-step-stops-the-clock
+src/toy/train/loop.cpp
+toy_train_tests
+^Loop\.
+  params.zero_grad();\n  clock.advance();
+  params.zero_grad();\n  if (!d.skipped) clock.advance();
+sample-penalty-padding-applied
+src/toy/backend/cpu/sample.cpp
+toy_op_tests toy_train_tests
+^OpGrad\.sample_token|^Sampler\.
+    if (count == 0) continue;  // padding
+    (void)count;
+top-p-not-renormalised
+src/toy/backend/cpu/sample.cpp
+toy_op_tests toy_train_tests toy_sim_tests
+^OpGrad\.sample_token|^Sampler\.|^Generate\.|^Sim\.
+  for (double& v : p) v /= s;\n}
+  (void)s;\n}
+random-fill-per-block-off
+src/toy/backend/cpu/random.cpp
+toy_op_tests
+^OpGrad\.random_fill
+        const auto u = philox4x32(a.seed, a.stream, a.counter + uint64_t(i) / per);
+        const auto u = philox4x32(a.seed, a.stream, a.counter + uint64_t(i) / 4);
+arange-off-by-one
+src/toy/backend/cpu/random.cpp
+toy_op_tests
+^OpGrad\.arange
+    for (int64_t i = 0; i < t.numel(); ++i) d[i] = int32_t(i);
+    for (int64_t i = 0; i < t.numel(); ++i) d[i] = int32_t(i + 1);
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

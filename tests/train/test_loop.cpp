@@ -57,6 +57,9 @@ class QuadraticTask : public TrainTask {
     Tensor d = sub(p_.get("w"), target);
     Tensor l = scale(sum(mul(d, d)), 0.25f);
     if (step_now + 1 == poison_at) l = scale(l, NAN);
+    // A finite loss whose gradient is NaN (sqrt's slope at 0 times 0): F16 loss scaling skips
+    // such a step.
+    if (mb.step + 1 == grad_poison_at) l = add(l, sqrt(sum(square(sub(p_.get("w"), p_.get("w").detach())))));
     return l;
   }
   void after_step(const StepDone& d, nlohmann::json&) override { step_now = d.step; }
@@ -70,7 +73,7 @@ class QuadraticTask : public TrainTask {
 
   ParamStore& p_;
   TrainLoop* loop = nullptr;
-  int64_t step_now = 0, poison_at = -1, micro_calls = 0, final_evaluations = 0;
+  int64_t step_now = 0, poison_at = -1, grad_poison_at = -1, micro_calls = 0, final_evaluations = 0;
   std::vector<int64_t> cadence_steps, checkpoints;
   bool outputs_stopped = false;
 };
@@ -87,10 +90,11 @@ struct QuadraticRun {
     opt = std::make_unique<AdamW>(params, o.adamw());
     task = std::make_unique<QuadraticTask>(params);
   }
-  bool run(const fs::path& dir, int64_t steps) {
+  bool run(const fs::path& dir, int64_t steps, bool dynamic_loss_scale = false) {
     LoopSetup s;
     s.dir = dir.string();
     s.total_steps = steps;
+    s.dynamic_loss_scale = dynamic_loss_scale;
     TrainLoop loop(s, o, state, params, *opt, *task);
     task->loop = &loop;
     return loop.run({});
@@ -215,6 +219,33 @@ TEST(Loop, ARunCheckpointsOnItsCadenceAndEvaluatesAtTheEnd) {
   EXPECT_EQ(ev.back().at("event"), "run_end");
   EXPECT_EQ(ev.back().at("steps"), 10);
   EXPECT_EQ(ev.back().at("stopped"), false);
+  fs::remove_all(dir);
+}
+
+// Under F16 loss scaling a skipped step moves the schedule on (the loop's step clock, on the
+// device) but not AdamW's bias-correction count: the loop's weights are those of steps taken
+// one by one with the host's lr at each loop step.
+TEST(Loop, ASkippedStepKeepsTheScheduleOnTheLoopsStep) {
+  const fs::path dir = fresh_dir("skip");
+  QuadraticRun q;
+  q.o.warmup = 2;
+  q.task->grad_poison_at = 3;
+  q.state.loss_scale = DynamicLossScale(1024.0f);
+  EXPECT_FALSE(q.run(dir, 7, true));
+  EXPECT_EQ(q.state.skipped_steps, 1);
+  EXPECT_EQ(q.opt->steps(), 6);
+  // By hand: take_step with the host's lr at every loop step (no device clock).
+  QuadraticRun hand;
+  hand.task->grad_poison_at = 3;
+  DynamicLossScale scale(1024.0f);
+  const LrSchedule sched{2, 7, q.o.lr, q.o.min_lr};
+  for (int64_t step = 0; step < 7; ++step) {
+    StepSettings s;
+    s.step = step, s.accum = 2, s.dynamic_loss_scale = true;
+    const StepDone d = take_step(*hand.task, hand.params, *hand.opt, scale, s, cosine_lr(step, sched));
+    EXPECT_EQ(d.skipped, step == 2) << step;
+  }
+  EXPECT_EQ(q.params.get("w").to_f32_vector(), hand.params.get("w").to_f32_vector());
   fs::remove_all(dir);
 }
 
