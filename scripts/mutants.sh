@@ -1161,12 +1161,6 @@ toy_train_tests
 ^OptimizerClock\.
   if (holds_ != step) fill_(step_, double(step)), holds_ = step;
   if (holds_ < 0) fill_(step_, double(step)), holds_ = step;
-skipped-step-stops-the-clock
-src/toy/train/loop.cpp
-toy_train_tests
-^Loop\.
-  params.zero_grad();\n  clock.advance();
-  params.zero_grad();\n  if (!d.skipped) clock.advance();
 sample-penalty-padding-applied
 src/toy/backend/cpu/sample.cpp
 toy_op_tests toy_train_tests

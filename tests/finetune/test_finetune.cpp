@@ -212,6 +212,8 @@ TEST(Recompute, SameLossGradientsAndDropoutMasks) {
     gen_after = gen.offset();
     gen = Generator(1234, 99);
     backward(loss);
+    EXPECT_EQ(gen.seed(), 1234u) << "backward wrote into the caller's generator";
+    EXPECT_EQ(gen.offset(), 0u) << "backward drew from the caller's generator";
     std::vector<std::vector<float>> out = {{float(loss.item())}};
     for (Param& p : m.params().all())
       if (p.value.grad().defined()) out.push_back(p.value.grad().to_f32_vector());

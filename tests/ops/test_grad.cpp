@@ -203,6 +203,10 @@ TEST(OpGrad, sample_token) {
   greedy.repeat_penalty = 1.0f, greedy.presence_penalty = 0.5f, greedy.frequency_penalty = 0.25f;
   EXPECT_EQ(token(greedy, {3, 2, 1, 1}), 1);  // id 1: 2 - 0.5 - 0.25 = 1.25; id 3: 2 - 0.5 - 0.5 = 1.0
   EXPECT_EQ(token(greedy, {3, 2, 1, 3}), 3);  // id 1: 0.75; ids 3 and 4 at 1.0: the first
+  SampleDraw presence;  // padding pairs (0, 0) leave token 0 alone
+  presence.presence_penalty = 2.0f;
+  const Tensor lead = from_vector(std::vector<float>{3.0f, 2.5f, 2.9f}, Shape{3});
+  EXPECT_EQ(int32_t(sample_token(lead, std::vector<int32_t>{1, 1, 0, 0}, presence).item()), 0);
   for (const float T : {0.7f, 1.3f}) {
     for (const int k : {0, 2}) {
       std::vector<int32_t> cand = {0, 1, 2, 3, 4};
