@@ -24,5 +24,6 @@ Run add_quantize_command(CLI::App& app);
 Run add_vision_command(CLI::App& app);
 Run add_classify_command(CLI::App& app);
 Run add_serve_command(CLI::App& app);
+Run add_template_command(CLI::App& app);
 
 }  // namespace toy::cli

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   reg(toy::cli::add_perplexity_command(app));
   reg(toy::cli::add_eval_command(app));
   reg(toy::cli::add_tokenize_command(app));
+  reg(toy::cli::add_template_command(app));
   reg(toy::cli::add_inspect_command(app));
   reg(toy::cli::add_init_command(app));
   reg(toy::cli::add_quantize_command(app));
