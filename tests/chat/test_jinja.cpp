@@ -449,3 +449,13 @@ TEST_F(TemplateCli, ExitsOneWithTheTemplatesError) {
   EXPECT_EQ(r2.status, 1);
   EXPECT_NE(r2.err.find("not valid JSON"), std::string::npos) << r2.err;
 }
+
+// A render is bounded: a template that loops without end in practice, or builds an enormous
+// string, stops with an error naming the line instead of hanging a server.
+TEST(Jinja, RendersAreBounded) {
+  expect_error("\n{% for i in range(2000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}",
+               "line 2: the template runs more than 1000000 loop steps");
+  expect_error("{% set ns = namespace(s='x' * 1000000) %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+               "longer than 64 MiB");
+  expect_error("{{ 'x' * 100000000 }}", "repeated string too long");
+}

@@ -15,11 +15,6 @@ namespace {
 // Python's recursion limit stops a template that calls macros without end; toy stops earlier,
 // long before its own stack would.
 constexpr int kMaxCallDepth = 200;
-// A chat template renders a conversation, not a computation: a render that loops more than
-// this (all loops together) or writes more than this many bytes is stopped with an error, so a
-// hostile template in a model file cannot hang a server.
-constexpr int64_t kMaxLoopSteps = 1'000'000;
-constexpr size_t kMaxOutputBytes = size_t(64) << 20;
 
 struct Scope;
 using ScopePtr = std::shared_ptr<Scope>;
@@ -151,9 +146,9 @@ class Renderer {
     }
     auto last_changed = std::make_shared<std::optional<Value>>();
     for (size_t i = 0; i < items.size(); ++i) {
-      if (++loop_steps_ > kMaxLoopSteps || out.size() > kMaxOutputBytes)
+      if (++loop_steps_ > render_limits().loop_steps || out.size() > render_limits().text_bytes)
         fail("[template] line {}: the template runs more than {} loop steps or writes more than {} MiB (toy's "
-             "limit for a chat template)", s.line, kMaxLoopSteps, kMaxOutputBytes >> 20);
+             "limit for a chat template)", s.line, render_limits().loop_steps, render_limits().text_bytes >> 20);
       auto inner = std::make_shared<Scope>(scope);
       at_line(s.line, [&] { assign(s.target, items[i], *inner); });
       inner->vars["loop"] = loop_object(items, i, last_changed);
@@ -339,9 +334,9 @@ class Renderer {
       case ExprKind::Concat: {
         std::string s;
         for (const auto& x : e.items) s += to_str(eval(*x, scope));
-        if (s.size() > kMaxOutputBytes)
+        if (s.size() > render_limits().text_bytes)
           fail("[template] line {}: a string longer than {} MiB (toy's limit for a chat template)", e.line,
-               kMaxOutputBytes >> 20);
+               render_limits().text_bytes >> 20);
         return Value(std::move(s));
       }
       case ExprKind::Compare: return compare(e, scope);
@@ -402,6 +397,11 @@ class Renderer {
 }  // namespace
 
 Template::Template(std::string_view source) : body_(parse_template(source)) {}
+
+RenderLimits& render_limits() {
+  static RenderLimits limits;
+  return limits;
+}
 
 std::string Template::render(const Dict& variables) const {
   auto globals = std::make_shared<Scope>();

@@ -11,6 +11,16 @@
 
 namespace toy::jinja {
 
+// What one render may do (all loops together, bytes of text) before it is stopped with an
+// error: a chat template renders a conversation, not a computation, and a hostile template in
+// a model file must not hang a server. Process-wide; the fuzz target lowers the loop steps (a
+// sanitizer build runs ~10x slower and libFuzzer counts an input over 10 s as a finding).
+struct RenderLimits {
+  int64_t loop_steps = 1'000'000;
+  size_t text_bytes = size_t(64) << 20;
+};
+RenderLimits& render_limits();
+
 class Template {
  public:
   explicit Template(std::string_view source);  // throws toy::Error for a syntax error
