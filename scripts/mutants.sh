@@ -1185,6 +1185,24 @@ toy_op_tests
 ^OpGrad\.arange
     for (int64_t i = 0; i < t.numel(); ++i) d[i] = int32_t(i);
     for (int64_t i = 0; i < t.numel(); ++i) d[i] = int32_t(i + 1);
+tojson-compact-separators
+src/toy/chat/value_json.cpp
+toy_chat_tests
+^ChatReference\.|^Jinja\.
+    item_sep_ = !s.item_sep.empty() ? s.item_sep : s.has_indent ? "," : ", ";
+    item_sep_ = !s.item_sep.empty() ? s.item_sep : s.has_indent ? "," : ",";
+loop-last-off-by-one
+src/toy/chat/render.cpp
+toy_chat_tests
+^ChatReference\.|^Jinja\.
+    d.set(Value("last"), Value(k == n - 1));
+    d.set(Value("last"), Value(k == n));
+template-loops-unbounded
+src/toy/chat/render.cpp
+toy_chat_tests
+^Jinja\.RendersAreBounded
+      if (++loop_steps_ > render_limits().loop_steps || out.size() > render_limits().text_bytes)
+      if (false)
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------
