@@ -31,7 +31,7 @@ struct World {
     serve::ServerOptions o;
     o.api_key = (std::getenv("TOY_FUZZ_KEY") ? std::getenv("TOY_FUZZ_KEY") : "");
     o.max_body = 4096;
-    server = std::make_unique<serve::Server>(*tok, ChatTemplate{}, *engine, o);
+    server = std::make_unique<serve::Server>(*tok, ChatTemplate::from_text(kChatMLTemplate, "ChatML", *tok), *engine, o);
   }
 };
 }  // namespace

@@ -2,12 +2,14 @@
 // /v1/completions, /tokenize or /detokenize (the first byte picks which). Only ApiError may
 // escape the parser; a body it accepts gives sampling values the sampler takes, a chat that
 // renders (or fails with toy::Error, a 400) and an error object that always serialises.
+#include <memory>
 #include <string_view>
 
 #include "fuzz_common.h"
 #include "toy/infer/chat.h"
 #include "toy/infer/sampler.h"
 #include "toy/serve/openai.h"
+#include "toy/tokenizer/tokenizer.h"
 
 using namespace toy;
 
@@ -32,10 +34,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const std::string& s : r.stop) FUZZ_ASSERT(!s.empty());
     Sampler check(r.sampling, r.seed.value_or(0));  // a validated request never makes the sampler throw
     if (r.chat) {
+      // The messages render through ChatML (or fail with toy::Error, a 400) and tokenize.
+      static const std::unique_ptr<Tokenizer> tok = Tokenizer::train_fixed_size("a tiny corpus", "qwen2", 300);
+      static const ChatTemplate chatml = ChatTemplate::from_text(kChatMLTemplate, "ChatML", *tok);
       try {
-        ChatTemplate{}.render(r.messages, true);
+        const ChatText t = chatml.render(r.messages, true);
+        for (int32_t id : chatml.prompt_ids(*tok, t)) FUZZ_ASSERT(id >= 0 && id < tok->vocab_size());
       } catch (const Error&) {
-        // a role the format cannot spell: the server answers 400
       }
     }
     (void)serve::dump(nlohmann::json{{"text", r.prompt}});

@@ -1203,6 +1203,54 @@ toy_chat_tests
 ^Jinja\.RendersAreBounded
       if (++loop_steps_ > render_limits().loop_steps || out.size() > render_limits().text_bytes)
       if (false)
+chat-content-parsed-as-markers
+src/toy/infer/chat.cpp
+toy_chat_tests toy_serve_tests
+^ChatPrompt\.|^ServeHttp\.ChatMessagesAreText
+  const Masker masker(controls_, source_, {&messages, &tools});
+  const Masker masker({}, source_, {&messages, &tools});
+chat-plain-spans-ignored
+src/toy/tokenizer/tokenizer.cpp
+toy_chat_tests toy_serve_tests
+^ChatPrompt\.|^ServeHttp\.ChatMessagesAreText
+      if (text.substr(pos, s.text.size()) == s.text && !(s.control && overlaps_plain(pos, s.text.size()))) {
+      if (text.substr(pos, s.text.size()) == s.text) {
+chat-user-defined-tokens-plain-too
+src/toy/tokenizer/tokenizer.cpp
+toy_chat_tests
+^ChatPrompt\.
+      if (text.substr(pos, s.text.size()) == s.text && !(s.control && overlaps_plain(pos, s.text.size()))) {
+      if (text.substr(pos, s.text.size()) == s.text && !overlaps_plain(pos, s.text.size())) {
+chat-double-bos
+src/toy/infer/chat.cpp
+toy_chat_tests
+^ChatPrompt\.OneBos
+  strip_bos_ = tok.adds_bos() && !bos_.empty();
+  strip_bos_ = false;
+chat-users-bos-dropped
+src/toy/infer/chat.cpp
+toy_chat_tests
+^ChatPrompt\.OneBos
+  if (strip_bos_ && t.text.starts_with(bos_) && (t.plain.empty() || t.plain.front().begin >= bos_.size()))
+  if (strip_bos_ && t.text.starts_with(bos_))
+chat-tool-arguments-left-a-string
+src/toy/serve/openai.cpp
+toy toy_serve_tests
+^ServeCli\.ChatTemplateFlag
+        if (args.is_object()) call["function"]["arguments"] = std::move(args);
+        if (false) call["function"]["arguments"] = std::move(args);
+chat-template-flag-ignored
+src/toy/cli/cmd_serve.cpp
+toy toy_serve_tests
+^ServeCli\.ChatTemplateFlag
+  const ChatTemplate tmpl = ChatTemplate::choose(f.chat_template, reader, *lm.tokenizer);
+  const ChatTemplate tmpl = ChatTemplate::choose("", reader, *lm.tokenizer);
+finetune-template-not-carried
+src/toy/train/finetune_model.cpp
+toy toy_cli_tests
+^CliFinetune\.ChatTemplateFlag
+    r.chat_template = r.chat->source();
+    r.chat_template = chat_template_of(vocab_file);
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -115,6 +115,44 @@ TEST(CliFinetune, FullRunAndBadData) {
   EXPECT_FALSE(fs::exists(temp("empty_targets")));
 }
 
+// --chat-template renders "messages" records (tool calls included) and goes into model.gguf,
+// where toy chat then uses it; resuming with another template is refused.
+TEST(CliFinetune, ChatTemplateFlagRendersMessagesAndTravelsWithTheModel) {
+  const Fixture& fx = fixture();
+  const std::string tmpl = temp("tools.jinja"), data = temp("tools.jsonl"), out = temp("tools_run");
+  fs::remove_all(out);
+  const std::string text =
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls %}{% for c in m.tool_calls %}"
+      "<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}{% else %}{{ m.content }}{% endif %}<|im_end|>\n"
+      "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  std::ofstream(tmpl) << text;
+  {
+    std::ofstream f(data);
+    for (int i = 0; i < 8; ++i)
+      f << nlohmann::json::parse(R"({"messages": [{"role": "user", "content": "weather?"}, {"role": "assistant",
+            "tool_calls": [{"type": "function", "function": {"name": "weather", "arguments": {"city": "Paris"}}}]},
+            {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "It is sunny."}]})").dump()
+        << "\n";
+  }
+  auto r = run_toy({"finetune", "-m", fx.model, "--data", data, "--chat-template", tmpl, "--steps", "2", "--batch", "2",
+                    "--save-every", "1", "--out", out, "--json"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  auto inspect = run_toy({"inspect", out + "/model.gguf"});
+  EXPECT_NE(inspect.out.find("<tool_call>"), std::string::npos) << "model.gguf carries the template";
+  auto chat = run_toy({"chat", "-m", out + "/model.gguf", "-p", "hi", "-n", "2", "--temp", "0"});
+  EXPECT_EQ(chat.status, 0) << describe(chat);
+  // A template that cannot be read is an error naming the file.
+  std::ofstream(temp("broken.jinja")) << "{% if %}";
+  auto b = run_toy({"finetune", "-m", fx.model, "--data", data, "--chat-template", temp("broken.jinja"), "--steps", "1",
+                    "--out", temp("broken_run")});
+  EXPECT_EQ(b.status, 1) << describe(b);
+  EXPECT_NE(b.err.find("broken.jinja"), std::string::npos) << b.err;
+  // Resuming with another template is refused.
+  auto again = run_toy({"finetune", "--resume", out, "--chat-template", temp("broken.jinja"), "--steps", "3"});
+  EXPECT_EQ(again.status, 1) << describe(again);
+  EXPECT_NE(again.err.find("--chat-template cannot change"), std::string::npos) << again.err;
+}
+
 // A run whose outputs cannot be written (here model.gguf.tmp is a folder, as a full disk would
 // fail the write) says which checkpoint it can resume from, and the resume then finishes.
 TEST(CliFinetune, AFailedOutputWriteNamesTheCheckpointToResumeFrom) {

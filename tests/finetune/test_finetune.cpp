@@ -78,7 +78,7 @@ TEST(Sft, PromptCompletionCountsTheCompletionAndEos) {
 TEST(Sft, MessagesCountEachAssistantTurnThroughItsEndMarker) {
   gguf::Reader r(chatml_model());
   LoadedModel lm = load_model(r);
-  const ChatTemplate chat = ChatTemplate::from_model(r);
+  const ChatTemplate chat = ChatTemplate::from_model(r, *lm.tokenizer);
   const std::string rec = R"({"messages": [{"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
     {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Goodbye."}]})";
@@ -94,7 +94,7 @@ TEST(Sft, MessagesCountEachAssistantTurnThroughItsEndMarker) {
 TEST(Sft, BadRecordsNameTheirLine) {
   gguf::Reader r(chatml_model());
   LoadedModel lm = load_model(r);
-  const ChatTemplate chat = ChatTemplate::from_model(r);
+  const ChatTemplate chat = ChatTemplate::from_model(r, *lm.tokenizer);
   const std::string good = R"({"prompt": "a", "completion": "b"})";
   auto error_for = [&](const std::string& bad) {
     const std::string path = temp("bad.jsonl");
@@ -108,13 +108,24 @@ TEST(Sft, BadRecordsNameTheirLine) {
            {R"({"prompt": 3, "completion": "b"})", "must be a string"},
            {R"([1, 2])", "must be a JSON object"},
            {R"({})", "needs \"prompt\" and \"completion\", or \"messages\""},
-           {R"({"messages": [{"role": "robot", "content": "x"}]})", "role 'robot'"},
+           {R"({"messages": [{"role": "user"}, {"role": "assistant", "content": "x"}]})", "no \"content\" string"},
+           {R"({"messages": [{"role": 7, "content": "x"}]})", "a string \"role\""},
            {R"({"messages": [{"role": "user", "content": "x"}]})", "no assistant message"},
            {R"({"messages": []})", "non-empty array"}}) {
     const std::string e = error_for(bad);
     EXPECT_NE(e.find("line 3"), std::string::npos) << bad << ": " << e;
     EXPECT_NE(e.find(says), std::string::npos) << bad << ": " << e;
   }
+  // A template that refuses the conversation: its message, with the line.
+  const ChatTemplate refuses = ChatTemplate::from_text(
+      "{% for m in messages %}{% if m.role == 'robot' %}{{ raise_exception('no robots here') }}{% endif %}"
+      "{{ m.content }}{% endfor %}", "refuses", *lm.tokenizer);
+  const std::string path = temp("robot.jsonl");
+  write_file(path, R"({"messages": [{"role": "robot", "content": "x"}, {"role": "assistant", "content": "y"}]})"
+                   "\n");
+  const std::string e = error_of([&] { read_sft_data(path, *lm.tokenizer, &refuses, 64); });
+  EXPECT_NE(e.find("line 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("no robots here"), std::string::npos) << e;
   // A template toy does not render: messages records say so; prompt/completion ones work.
   EXPECT_NE(error_of([&] { parse_sft_record(R"({"messages": [{"role": "assistant", "content": "x"}]})",
                                             *lm.tokenizer, nullptr, "y"); })

@@ -90,7 +90,7 @@ struct TestServer {
   TestServer(const std::string& arch, serve::EngineOptions eo, serve::ServerOptions so) : lm(load_model(init_tiny(arch))) {
     engine = std::make_unique<serve::Engine>(*lm.model, *lm.tokenizer, eo);
     so.port = 0;
-    server = std::make_unique<serve::Server>(*lm.tokenizer, ChatTemplate{}, *engine, so);
+    server = std::make_unique<serve::Server>(*lm.tokenizer, ChatTemplate::from_text(kChatMLTemplate, "ChatML", *lm.tokenizer), *engine, so);
     port = server->bind();
     thread = std::thread([this] { server->run(); });
   }

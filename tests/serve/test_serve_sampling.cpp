@@ -53,7 +53,7 @@ struct Served {
     engine = std::make_unique<serve::Engine>(*lm.model, *lm.tokenizer, eo);
     serve::ServerOptions so;
     so.port = 0;
-    server = std::make_unique<serve::Server>(*lm.tokenizer, ChatTemplate{}, *engine, so);
+    server = std::make_unique<serve::Server>(*lm.tokenizer, ChatTemplate::from_text(kChatMLTemplate, "ChatML", *lm.tokenizer), *engine, so);
     port = server->bind();
     thread = std::thread([this] { server->run(); });
   }

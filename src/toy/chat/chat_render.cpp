@@ -44,7 +44,10 @@ bool truthy_json(const nlohmann::ordered_json& j) {
 
 }  // namespace
 
-std::string render_chat_template(std::string_view template_text, const nlohmann::ordered_json& conversation) {
+ChatRenderer::ChatRenderer(std::string_view template_text)
+    : template_(std::make_shared<const jinja::Template>(template_text)) {}
+
+std::string ChatRenderer::render(const nlohmann::ordered_json& conversation) const {
   TOY_CHECK(conversation.is_object(), "[chat] a conversation is a JSON object, got {}", conversation.type_name());
   TOY_CHECK(conversation.contains("messages") && conversation["messages"].is_array(),
             "[chat] the conversation needs a \"messages\" array");
@@ -61,10 +64,14 @@ std::string render_chat_template(std::string_view template_text, const nlohmann:
   std::optional<std::tm> now;
   if (conversation.contains("now")) now = parse_now(get_string("now"));
 
-  const jinja::Template tmpl(template_text);
   jinja::Dict vars;
   jinja::add_globals(vars, now);
   try {
+    // The caller's other keys first (template kwargs), so the named ones below win.
+    for (const auto& [key, value] : conversation.items())
+      if (key != "messages" && key != "tools" && key != "add_generation_prompt" && key != "bos_token" &&
+          key != "eos_token" && key != "now")
+        vars.set(jinja::Value(key), jinja::from_json(value));
     vars.set(jinja::Value("messages"), jinja::from_json(conversation["messages"]));
     // As HF's apply_chat_template: tools only when the request has some.
     if (conversation.contains("tools") && truthy_json(conversation["tools"]))
@@ -75,7 +82,14 @@ std::string render_chat_template(std::string_view template_text, const nlohmann:
   vars.set(jinja::Value("add_generation_prompt"), jinja::Value(get_bool("add_generation_prompt", true)));
   vars.set(jinja::Value("bos_token"), jinja::Value(get_string("bos_token")));
   vars.set(jinja::Value("eos_token"), jinja::Value(get_string("eos_token")));
-  return tmpl.render(vars);
+  return template_->render(vars);
+}
+
+std::string render_chat_template(std::string_view template_text, const nlohmann::ordered_json& conversation) {
+  TOY_CHECK(conversation.is_object(), "[chat] a conversation is a JSON object, got {}", conversation.type_name());
+  TOY_CHECK(conversation.contains("messages") && conversation["messages"].is_array(),
+            "[chat] the conversation needs a \"messages\" array");
+  return ChatRenderer(template_text).render(conversation);
 }
 
 }  // namespace toy

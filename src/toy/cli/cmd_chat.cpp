@@ -1,8 +1,8 @@
 // `toy chat -m M [--system TEXT] [-p TEXT]`: talk to a model through its chat template.
 // Interactive: each line read from stdin is a user turn; the reply streams to stdout and the
 // conversation goes on (/reset starts over, /exit or end of input ends). With -p, one turn:
-// exactly the reply on stdout. The template is recognised from tokenizer.chat_template
-// (ChatML or Llama 3's header format); a file with none gets ChatML, said on stderr.
+// exactly the reply on stdout. The model's own template (tokenizer.chat_template) renders the
+// conversation, or --chat-template FILE; a file with none gets ChatML, said on stderr.
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
 #include "toy/cli/sampler_flags.h"
+#include "toy/core/error.h"
 #include "toy/core/text.h"
 #include "toy/core/runtime.h"
 #include "toy/infer/chat.h"
@@ -25,7 +26,7 @@ namespace toy::cli {
 namespace {
 
 struct ChatFlags {
-  std::string model, prompt, system;
+  std::string model, prompt, system, chat_template;
   int64_t n = 512;
   SamplingFlags sampling;
   int threads = 0;
@@ -36,10 +37,7 @@ struct ChatFlags {
 // generated until the end of the turn; returns the reply text (also streamed to stdout).
 std::string reply(DecoderLM& m, const Tokenizer& tok, const ChatTemplate& tmpl, Sampler& sampler,
                   const std::vector<ChatMessage>& messages, const ChatFlags& f, int64_t capacity) {
-  std::vector<int32_t> ids;
-  if (tok.adds_bos()) ids.push_back(tok.bos_id());
-  const std::vector<int32_t> body = tok.encode_special(tmpl.render(messages, true));
-  ids.insert(ids.end(), body.begin(), body.end());
+  std::vector<int32_t> ids = tmpl.prompt_ids(tok, tmpl.render(messages, true));
   if (int64_t(ids.size()) >= capacity)
     std::fprintf(stderr, "toy chat: the conversation (%zu tokens) is longer than the context (%lld): the model sees "
                  "its end only; /reset starts over\n", ids.size(), static_cast<long long>(capacity));
@@ -55,8 +53,8 @@ std::string reply(DecoderLM& m, const Tokenizer& tok, const ChatTemplate& tmpl, 
 int run_chat(const ChatFlags& f) {
   gguf::Reader r(f.model);
   LoadedModel lm = load_model(r);
-  const ChatTemplate tmpl = ChatTemplate::from_model(r);
-  if (tmpl.defaulted) std::fprintf(stderr, "toy chat: the model has no chat template; using ChatML\n");
+  const ChatTemplate tmpl = ChatTemplate::choose(f.chat_template, r, *lm.tokenizer);
+  if (tmpl.defaulted()) std::fprintf(stderr, "toy chat: the model has no chat template; using ChatML\n");
   Sampler sampler(f.sampling.config, f.sampling.seed);
   const int64_t capacity = f.ctx ? f.ctx : std::min<int64_t>(lm.model->config().ctx, 4096);
   std::vector<ChatMessage> messages;
@@ -72,7 +70,7 @@ int run_chat(const ChatFlags& f) {
     return 0;
   }
   const bool tty = isatty(fileno(stdin));
-  if (tty) std::fprintf(stderr, "toy chat (%s template): type a message; /reset starts over, /exit ends\n", tmpl.name().c_str());
+  if (tty) std::fprintf(stderr, "toy chat (%s): type a message; /reset starts over, /exit ends\n", tmpl.name().c_str());
   std::string line;
   while (true) {
     if (tty) std::fprintf(stderr, "> ");
@@ -84,7 +82,16 @@ int run_chat(const ChatFlags& f) {
     }
     if (line.empty()) continue;
     messages.push_back({"user", line});
-    messages.push_back({"assistant", reply(*lm.model, *lm.tokenizer, tmpl, sampler, messages, f, capacity)});
+    std::string answer;
+    try {
+      answer = reply(*lm.model, *lm.tokenizer, tmpl, sampler, messages, f, capacity);
+    } catch (const Error& e) {
+      // The template refused the conversation (its raise_exception): say so, drop the turn.
+      std::fprintf(stderr, "toy chat: %s\n", e.what());
+      messages.pop_back();
+      continue;
+    }
+    messages.push_back({"assistant", answer});
     std::fputc('\n', stdout);
     std::fflush(stdout);
   }
@@ -100,6 +107,7 @@ Run add_chat_command(CLI::App& app) {
   cmd->add_option("-m,--model", f->model, "Model file (GGUF)")->required();
   cmd->add_option("-p,--prompt", f->prompt, "One user message: print the reply and exit");
   cmd->add_option("--system", f->system, "A system message first");
+  cmd->add_option("--chat-template", f->chat_template, "A chat template (.jinja) to use instead of the model's");
   add_int(cmd, "-n,--tokens", f->n, 1, int64_t(1) << 30, "Most tokens per reply (default 512)");
   add_sampling_flags(cmd, f->sampling);
   add_int(cmd, "--threads", f->threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");

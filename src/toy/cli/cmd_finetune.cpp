@@ -47,6 +47,7 @@ const std::map<std::string, ResumeRule>& resume_rules() {
   static const std::map<std::string, ResumeRule> rules = {
       {"--model", {OnResume::Path, "model"}},
       {"--data", {OnResume::Path, "data"}},
+      {"--chat-template", {OnResume::Path, "chat_template"}},
       {"--donor-embeddings", {OnResume::Path, "donor_embeddings"}},
       {"--out", {OnResume::NotSaved}},  // must name the --resume folder (checked below)
       {"--method", {OnResume::Fixed, "method"}},
@@ -176,6 +177,8 @@ Run add_finetune_command(CLI::App& app) {
                   "the shape flags");
   cmd->add_option("--data", o.data,
                   "Training data: .jsonl records ({\"prompt\",\"completion\"} or {\"messages\": [...]}) or plain text");
+  cmd->add_option("--chat-template", o.chat_template,
+                  "A chat template (.jinja) for \"messages\" records instead of the model's; model.gguf carries it");
   cmd->add_option("--out", o.out,
                   "Run folder: model.gguf (merged), adapter.gguf (LoRA), checkpoint.gguf, events.jsonl, report.html");
   auto* resume_opt = cmd->add_option("--resume", f->resume, "Continue the run in this folder from its checkpoint");

@@ -29,7 +29,7 @@ namespace toy::cli {
 namespace {
 
 struct ServeFlags {
-  std::string model, host = "127.0.0.1", api_key, cache_type = "f32", name;
+  std::string model, host = "127.0.0.1", api_key, cache_type = "f32", name, chat_template;
   LoraFlags lora;
   int port = 8080, parallel = 4, threads = 0;
   Device device = Device::CPU;
@@ -48,7 +48,7 @@ int run_serve(const ServeFlags& f) {
   LoadedModel lm = load_model(reader);
   apply_lora_flags(f.lora, lm);
   lm.model->params().move_to(f.device);  // the weights copied once; the slots' caches follow the model
-  const ChatTemplate tmpl = ChatTemplate::from_model(reader);
+  const ChatTemplate tmpl = ChatTemplate::choose(f.chat_template, reader, *lm.tokenizer);
   TOY_CHECK(f.cache_type == "f32" || f.cache_type == "f16", "[serve] --cache-type must be f32 or f16, got {}",
             f.cache_type);
   serve::EngineOptions eo;
@@ -78,7 +78,7 @@ int run_serve(const ServeFlags& f) {
   const int port = server.bind();
   std::printf("toy serve: http://%s:%d/ (model %s, %d slots of %lld tokens%s%s)\n", f.host.c_str(), port,
               so.model_name.c_str(), engine.parallel(), static_cast<long long>(engine.slot_ctx()),
-              tmpl.defaulted ? ", ChatML template" : "", so.api_key.empty() ? "" : ", API key required");
+              tmpl.defaulted() ? ", ChatML template" : "", so.api_key.empty() ? "" : ", API key required");
   std::fflush(stdout);
   std::thread http([&] { server.run(); });
   while (!g_signals) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -107,6 +107,7 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or set TOY_API_KEY)");
   cmd->add_option("--cache-type", f->cache_type, "KV cache dtype: f32 (default) or f16 (half the memory)");
   cmd->add_option("--name", f->name, "Model name the API reports (default: the file name)");
+  cmd->add_option("--chat-template", f->chat_template, "A chat template (.jinja) to use instead of the model's");
   add_int(cmd, "-t,--threads", f->threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
   add_device(cmd, f->device);
   return [f]() {

@@ -15,10 +15,10 @@ namespace toy {
 
 namespace {
 
-// Appends a text piece's tokens (special tokens' text parsed as those tokens).
-void append(SftExample& e, const Tokenizer& tok, const std::string& text, bool trained) {
-  if (text.empty()) return;
-  const std::vector<int32_t> ids = tok.encode_special(text);
+// Appends a piece of a rendered conversation's tokens (the template's markers special).
+void append(SftExample& e, const Tokenizer& tok, const ChatTemplate& chat, const ChatText& piece, bool trained) {
+  if (piece.text.empty()) return;
+  const std::vector<int32_t> ids = chat.tokenize(tok, piece);
   e.tokens.insert(e.tokens.end(), ids.begin(), ids.end());
   e.trained.insert(e.trained.end(), ids.size(), uint8_t(trained));
 }
@@ -35,23 +35,25 @@ const std::string& string_field(const nlohmann::json& j, const char* key, const 
   return it->get_ref<const std::string&>();
 }
 
-SftExample from_messages(const nlohmann::json& msgs, const Tokenizer& tok, const ChatTemplate& chat,
+// A conversation's record: each assistant turn counted (its content or tool calls through the
+// template's end of turn), everything else context. The messages go to the template as they
+// are (tool calls, tool results, reasoning_content: whatever it renders).
+SftExample from_messages(const nlohmann::ordered_json& msgs, const Tokenizer& tok, const ChatTemplate& chat,
                          const std::string& where) {
   TOY_CHECK(msgs.is_array() && !msgs.empty(), "{}: \"messages\" must be a non-empty array", where);
-  std::vector<ChatMessage> all;
   bool any_assistant = false;
   for (size_t i = 0; i < msgs.size(); ++i) {
     const std::string at = fmt::format("{} message {}", where, i + 1);
-    TOY_CHECK(msgs[i].is_object(), "{}: must be an object with \"role\" and \"content\"", at);
-    ChatMessage m{string_field(msgs[i], "role", at), string_field(msgs[i], "content", at)};
-    TOY_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant",
-              "{}: role '{}' is not one the {} template knows (system, user, assistant)", at, printable(m.role),
-              chat.name());
-    if (m.role == "assistant") {
-      TOY_CHECK(!m.content.empty(), "{}: an empty assistant reply", at);
+    const auto& m = msgs[i];
+    TOY_CHECK(m.is_object() && m.contains("role") && m["role"].is_string(),
+              "{}: must be an object with a string \"role\"", at);
+    const bool has_calls = m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty();
+    TOY_CHECK(has_calls || (m.contains("content") && m["content"].is_string()),
+              "{}: no \"content\" string (nor \"tool_calls\")", at);
+    if (m["role"] == "assistant") {
+      TOY_CHECK(has_calls || !m["content"].get_ref<const std::string&>().empty(), "{}: an empty assistant reply", at);
       any_assistant = true;
     }
-    all.push_back(std::move(m));
   }
   TOY_CHECK(any_assistant, "{}: no assistant message, so nothing to learn", where);
   SftExample e;
@@ -59,19 +61,25 @@ SftExample from_messages(const nlohmann::json& msgs, const Tokenizer& tok, const
   // Each assistant turn is the text between the conversation rendered up to it (with the
   // opening of the assistant's turn) and rendered through it.
   std::string covered;
-  auto next_piece = [&](const std::string& rendered, bool trained) {
-    TOY_CHECK(rendered.compare(0, covered.size(), covered) == 0,
-              "{}: the {} template does not render this conversation incrementally", where, chat.name());
-    append(e, tok, rendered.substr(covered.size()), trained);
-    covered = rendered;
+  auto next_piece = [&](const ChatText& rendered, bool trained) {
+    TOY_CHECK(rendered.text.compare(0, covered.size(), covered) == 0,
+              "{}: {} does not render this conversation incrementally (an earlier turn renders differently once "
+              "later turns follow)", where, chat.name());
+    append(e, tok, chat, rendered.tail(covered.size()), trained);
+    covered = rendered.text;
   };
-  std::vector<ChatMessage> upto;
-  for (const ChatMessage& m : all) {
-    if (m.role == "assistant") next_piece(chat.render(upto, true), false);
-    upto.push_back(m);
-    if (m.role == "assistant") next_piece(chat.render(upto, false), true);
+  try {
+    nlohmann::ordered_json upto = nlohmann::ordered_json::array();
+    for (const auto& m : msgs) {
+      const bool assistant = m["role"] == "assistant";
+      if (assistant) next_piece(chat.render(upto, true), false);
+      upto.push_back(m);
+      if (assistant) next_piece(chat.render(upto, false), true);
+    }
+    next_piece(chat.render(msgs, false), false);
+  } catch (const Error& ex) {
+    fail("{}: {}", where, ex.what());
   }
-  next_piece(chat.render(all, false), false);
   return e;
 }
 
@@ -91,7 +99,7 @@ bool fit(SftExample& e, int64_t ctx, SftData& d) {
 }  // namespace
 
 SftExample parse_sft_record(const std::string& line, const Tokenizer& tok, const ChatTemplate* chat,
-                            const std::string& where) {
+                            const std::string& where, std::string_view no_template_why) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
@@ -102,9 +110,10 @@ SftExample parse_sft_record(const std::string& line, const Tokenizer& tok, const
   if (j.contains("messages")) {
     TOY_CHECK(!j.contains("prompt") && !j.contains("completion"),
               "{}: a record has either \"messages\" or \"prompt\"/\"completion\", not both", where);
-    TOY_CHECK(chat != nullptr, "{}: a \"messages\" record needs the model's chat template, which is not one toy "
-              "renders (ChatML or Llama 3)", where);
-    return from_messages(j["messages"], tok, *chat, where);
+    TOY_CHECK(chat != nullptr, "{}: a \"messages\" record needs a chat template ({}; --chat-template FILE gives one)",
+              where, no_template_why.empty() ? "none was given" : no_template_why);
+    // Again with keys in the record's order: a template's tojson prints them so.
+    return from_messages(nlohmann::ordered_json::parse(line)["messages"], tok, *chat, where);
   }
   TOY_CHECK(j.contains("prompt") || j.contains("completion"),
             "{}: a record needs \"prompt\" and \"completion\", or \"messages\"", where);
@@ -120,7 +129,8 @@ SftExample parse_sft_record(const std::string& line, const Tokenizer& tok, const
   return e;
 }
 
-SftData read_sft_data(const std::string& path, const Tokenizer& tok, const ChatTemplate* chat, int64_t ctx) {
+SftData read_sft_data(const std::string& path, const Tokenizer& tok, const ChatTemplate* chat, int64_t ctx,
+                      std::string_view no_template_why) {
   TOY_CHECK(ctx >= 1, "[finetune] --ctx must be at least 1, got {}", ctx);
   const std::string shown = printable(path);
   const std::string text = read_regular_file(path, "[finetune] --data");
@@ -150,7 +160,7 @@ SftData read_sft_data(const std::string& path, const Tokenizer& tok, const ChatT
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const std::string where = fmt::format("[finetune] '{}' line {}", shown, line_no);
-    SftExample e = parse_sft_record(line, tok, chat, where);
+    SftExample e = parse_sft_record(line, tok, chat, where, no_template_why);
     e.line = line_no;
     if (fit(e, ctx, d)) d.examples.push_back(std::move(e));
   }

@@ -36,11 +36,13 @@ struct SftData {
 };
 
 // Reads path for a model with this tokenizer and chat template (nullptr: the model's template
-// is not one toy renders, so "messages" records are an error), context ctx.
-SftData read_sft_data(const std::string& path, const Tokenizer& tok, const ChatTemplate* chat, int64_t ctx);
+// is one toy cannot read, `no_template_why` says why, so "messages" records are an error),
+// context ctx.
+SftData read_sft_data(const std::string& path, const Tokenizer& tok, const ChatTemplate* chat, int64_t ctx,
+                      std::string_view no_template_why = {});
 // Parses one JSONL record (text of one line) into an example; `where` names it in errors.
 SftExample parse_sft_record(const std::string& line, const Tokenizer& tok, const ChatTemplate* chat,
-                            const std::string& where);
+                            const std::string& where, std::string_view no_template_why = {});
 
 // A seeded split: `fraction` of the examples (at least one when there are two or more, never
 // all) go to validation.

@@ -1,15 +1,23 @@
-// Chat templates: the conversation as the text a model was tuned on. toy does not run the
-// Jinja in tokenizer.chat_template; it recognises the family the template belongs to and
-// renders that format exactly, as llama.cpp's built-in templates do:
-//   chatml  — <|im_start|>role\ncontent<|im_end|>\n ... (Qwen, SmolLM2, and files with no
-//             template, as llama.cpp falls back to it)
-//   llama3  — <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> ... (Llama 3.x;
-//             the BOS comes from the vocabulary's add_bos_token, not the text)
-// Any other template is an error naming what toy knows, never a guess.
+// Chat prompts: a conversation rendered by the model's own chat template
+// (tokenizer.chat_template, run by toy's Jinja engine as Hugging Face's apply_chat_template
+// runs it, toy/chat/chat_render.h) and tokenized as llama.cpp tokenizes a chat prompt, with
+// two differences that keep a conversation what it says:
+// - the messages' own text is text: a control token's text a user writes in `content`
+//   ("<|im_end|><|im_start|>system") stays text; only the template's markers (and bos_token)
+//   become special tokens;
+// - the BOS follows the vocabulary: added when tokenizer.ggml.add_bos_token says so, and a
+//   BOS the template writes at the start is not doubled.
+// A file without a template gets ChatML, as llama.cpp assumes; `--chat-template FILE`
+// replaces the model's.
 #pragma once
+#include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "toy/chat/chat_render.h"
+#include "toy/tokenizer/tokenizer.h"
 
 namespace toy::gguf {
 class Reader;
@@ -17,27 +25,57 @@ class Reader;
 
 namespace toy {
 
-enum class ChatFormat { ChatML, Llama3 };
-
 struct ChatMessage {
-  std::string role;  // system, user, assistant (or any role the format can spell)
+  std::string role;  // system, user, assistant, tool ... (what the template knows)
   std::string content;
 };
 
-struct ChatTemplate {
-  ChatFormat format = ChatFormat::ChatML;
-  bool defaulted = false;  // the file has no template: ChatML, as llama.cpp assumes
+// A rendered conversation: its text (after the BOS the vocabulary adds by itself) and the
+// byte ranges in it where the messages' text spelled a control token (to be tokenized as text).
+struct ChatText {
+  std::string text;
+  std::vector<Tokenizer::Span> plain;
 
-  // Recognises `jinja` (a tokenizer.chat_template value); throws toy::Error for a template
-  // of another family.
-  static ChatTemplate recognise(std::string_view jinja);
-  // The model file's template (tokenizer.chat_template), or ChatML when it has none.
-  static ChatTemplate from_model(const gguf::Reader& r);
-
-  std::string name() const;
-  // The conversation as text; with add_generation_prompt, the opening of the assistant's turn.
-  // Throws for a role with a line break or a format marker in it.
-  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  ChatText tail(size_t from) const;  // the text from byte `from` on, its spans moved along
 };
+
+class ChatTemplate {
+ public:
+  // The model file's template, or ChatML when it has none.
+  static ChatTemplate from_model(const gguf::Reader& r, const Tokenizer& tok);
+  // A template from a .jinja file (--chat-template FILE).
+  static ChatTemplate from_file(const std::string& path, const Tokenizer& tok);
+  // --chat-template FILE when `path` is not empty, else the model's.
+  static ChatTemplate choose(const std::string& path, const gguf::Reader& r, const Tokenizer& tok);
+  // Template text given directly (`name` says where it came from in messages).
+  static ChatTemplate from_text(std::string text, std::string name, const Tokenizer& tok);
+
+  bool defaulted() const { return defaulted_; }  // the model has none: ChatML
+  const std::string& name() const { return name_; }
+  const std::string& source() const { return source_; }  // the Jinja text
+
+  // `messages` a JSON array of message objects (role, content, and what the template reads:
+  // tool_calls, reasoning_content ...), `tools` an array or null. Throws toy::Error (the
+  // template's own message when it refuses the conversation).
+  ChatText render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                  const nlohmann::ordered_json& tools = nullptr) const;
+  ChatText render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // Tokens of a rendered text (no BOS), and the whole prompt (BOS when the vocabulary adds one).
+  std::vector<int32_t> tokenize(const Tokenizer& tok, const ChatText& t) const;
+  std::vector<int32_t> prompt_ids(const Tokenizer& tok, const ChatText& t) const;
+
+ private:
+  ChatTemplate(std::string text, std::string name, bool defaulted, const Tokenizer& tok);
+
+  std::string source_, name_;
+  bool defaulted_ = false;
+  ChatRenderer renderer_;
+  std::string bos_, eos_;             // the vocabulary's, as the template's bos_token/eos_token
+  bool strip_bos_ = false;            // the vocabulary adds a BOS: one the template writes first goes
+  std::vector<std::string> controls_;  // control tokens' texts (what a message may not spell)
+};
+
+// The template llama.cpp assumes for a file without one.
+extern const char* const kChatMLTemplate;
 
 }  // namespace toy

@@ -21,6 +21,9 @@ Sampler::Sampler(SamplerConfig cfg, uint64_t seed) : cfg_(cfg), gen_(seed, 0x5a3
   TOY_CHECK(std::isfinite(cfg.presence_penalty) && std::isfinite(cfg.frequency_penalty),
             "[sample] presence and frequency penalties must be finite");
   TOY_CHECK(cfg.penalty_last_n >= 0, "[sample] penalty window must be >= 0, got {}", cfg.penalty_last_n);
+  for (const auto& [id, bias] : cfg.logit_bias)
+    TOY_CHECK(id >= 0 && std::isfinite(bias), "[sample] logit bias {} for token {}: needs a token id >= 0 and a finite bias",
+              bias, id);
 }
 
 int32_t Sampler::sample(const Tensor& logits, std::span<const int32_t> recent) {
@@ -57,7 +60,19 @@ int32_t Sampler::sample(const Tensor& logits, std::span<const int32_t> recent) {
     d.r = double((uint64_t(u[0]) << 21) ^ u[1]) / 9007199254740992.0;  // ~uniform [0, 1)
   }
   NoGradGuard ng;
-  const int32_t got = int32_t(sample_token(reshape(logits.detach(), Shape{-1}), counts, d).item());
+  Tensor row = reshape(logits.detach(), Shape{-1});
+  if (!cfg_.logit_bias.empty()) {
+    if (!bias_.defined() || bias_.numel() != V || bias_.device() != row.device()) {
+      std::vector<float> dense(size_t(V), 0.0f);
+      for (const auto& [id, bias] : cfg_.logit_bias) {
+        TOY_CHECK(id < V, "[sample] logit bias for token {}: outside the vocabulary of {}", id, V);
+        dense[size_t(id)] += bias;
+      }
+      bias_ = to(from_vector(dense, Shape{V}), row.device());
+    }
+    row = add(cast(row, DType::F32), bias_);
+  }
+  const int32_t got = int32_t(sample_token(row, counts, d).item());
   TOY_CHECK(got >= 0, "[sample] logit {} is NaN (did the model diverge?)", -1 - int64_t(got));
   return got;
 }

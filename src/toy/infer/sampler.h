@@ -1,4 +1,5 @@
-// Next-token sampling, a chain as llama.cpp's: repetition / presence / frequency penalties
+// Next-token sampling, a chain as llama.cpp's: logit biases (OpenAI's logit_bias), then
+// repetition / presence / frequency penalties
 // over the recent tokens, then temperature (0 = greedy argmax), top-k, top-p (nucleus) and
 // min-p cuts, then a draw from a counter-based generator — the same seed gives the same text.
 #pragma once
@@ -21,6 +22,9 @@ struct SamplerConfig {
   float presence_penalty = 0.0f;   // subtracted once from each recent token's logit
   float frequency_penalty = 0.0f;  // subtracted per occurrence in the recent tokens
   int penalty_last_n = 64;     // how many recent tokens the penalties look at
+  // (token id, bias) added to those tokens' logits before anything else; -100 bans a token in
+  // practice, +100 all but forces it (OpenAI's range).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 class Sampler {
@@ -37,6 +41,7 @@ class Sampler {
   Generator gen_;
   // The recent tokens' counts, reused from call to call (the kernel keeps its own scratch).
   std::vector<int32_t> counts_;  // (id, count) pairs
+  Tensor bias_;                  // logit_bias as a dense [V] row on the logits' device (made once)
 };
 
 }  // namespace toy

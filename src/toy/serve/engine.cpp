@@ -151,7 +151,10 @@ void Engine::start(Slot& s) {
   job.cached_tokens = int64_t(s.cached.size());
   std::span<const int32_t> rest = std::span<const int32_t>(prompt).subspan(s.cached.size());
   s.cached.insert(s.cached.end(), rest.begin(), rest.end());
+  const auto t0 = Job::Clock::now();
   s.logits = model_.decode(s.cache, rest);
+  prompt_us_ += std::chrono::duration_cast<std::chrono::microseconds>(Job::Clock::now() - t0).count();
+  prompt_tokens_ += int64_t(rest.size());
   s.history = prompt;
   s.sampler.emplace(job.params.sampling, job.params.seed);
   s.decoder.emplace(tok_);
@@ -170,6 +173,10 @@ void Engine::release(Slot& s, const std::string& reason, const std::string& erro
   s.filter.reset(), s.decoder.reset(), s.sampler.reset();
   s.last_used = ++use_clock_;
   --active_;  // before the client hears of the end: a request it sends next finds the slot free
+  predicted_ += job->completion_tokens;
+  (reason == "stop" ? finished_stop_ : reason == "length" ? finished_length_ : reason == "cancelled"
+                                                                                 ? finished_cancelled_
+                                                                                 : finished_error_)++;
   job->finish(reason, error);
 }
 
@@ -204,6 +211,17 @@ void Engine::sample(Slot& s) {
   s.feed = id;
 }
 
+EngineMetrics Engine::metrics() const {
+  EngineMetrics m;
+  m.prompt_tokens = prompt_tokens_.load(), m.prompt_seconds = double(prompt_us_.load()) * 1e-6;
+  m.predicted_tokens = predicted_.load(), m.decode_seconds = double(decode_us_.load()) * 1e-6;
+  m.decode_steps = steps_.load(), m.busy_slot_steps = busy_slot_steps_.load();
+  m.finished_stop = finished_stop_.load(), m.finished_length = finished_length_.load();
+  m.finished_cancelled = finished_cancelled_.load(), m.finished_error = finished_error_.load();
+  m.processing = active_.load(), m.waiting = waiting();
+  return m;
+}
+
 void Engine::loop() {
   NoGradGuard ng;
   std::vector<nn::KVCache*> caches;
@@ -219,6 +237,7 @@ void Engine::loop() {
         std::shared_ptr<Job> job = queue_.front();
         if (job->cancelled()) {
           queue_.pop_front();
+          ++finished_cancelled_;
           job->finish("cancelled");
           continue;
         }
@@ -249,7 +268,10 @@ void Engine::loop() {
     }
     if (stepping.empty()) continue;
     try {
+      const auto t0 = Job::Clock::now();
       Tensor logits = model_.decode_step(caches, ids);  // [N, V]
+      decode_us_ += std::chrono::duration_cast<std::chrono::microseconds>(Job::Clock::now() - t0).count();
+      busy_slot_steps_ += int64_t(stepping.size());
       const int64_t V = logits.size(1);
       for (size_t i = 0; i < stepping.size(); ++i) {
         Slot& s = *stepping[i];

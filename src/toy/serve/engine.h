@@ -76,6 +76,18 @@ class Job {
   std::atomic<bool> cancelled_{false};
 };
 
+// What the engine has done since it started (GET /metrics): totals, read without a lock.
+struct EngineMetrics {
+  int64_t prompt_tokens = 0;     // prompt tokens computed (a cached prefix is not)
+  double prompt_seconds = 0;     // spent computing them
+  int64_t predicted_tokens = 0;  // tokens generated
+  double decode_seconds = 0;     // spent in batched decode steps
+  int64_t decode_steps = 0;
+  int64_t busy_slot_steps = 0;   // slots carried, summed over the steps
+  int64_t finished_stop = 0, finished_length = 0, finished_cancelled = 0, finished_error = 0;
+  int64_t processing = 0, waiting = 0;
+};
+
 struct EngineOptions {
   int parallel = 4;        // slots decoding together
   int64_t ctx = 0;         // tokens per slot (0: the model's context, at most 4096)
@@ -106,6 +118,7 @@ class Engine {
   // Batched steps run and the most sequences one step carried (tests check batching happens).
   int64_t steps() const { return steps_.load(); }
   int64_t widest_step() const { return widest_.load(); }
+  EngineMetrics metrics() const;
 
  private:
   struct Slot;
@@ -127,6 +140,9 @@ class Engine {
   bool stopping_ = false;
   std::string stop_reason_;
   std::atomic<int64_t> active_{0}, steps_{0}, widest_{0};
+  // Metrics (written by the engine thread, read by any).
+  std::atomic<int64_t> prompt_tokens_{0}, prompt_us_{0}, predicted_{0}, decode_us_{0}, busy_slot_steps_{0};
+  std::atomic<int64_t> finished_stop_{0}, finished_length_{0}, finished_cancelled_{0}, finished_error_{0};
   uint64_t use_clock_ = 0;  // orders slots by last use (engine thread only)
   std::thread thread_;
 };

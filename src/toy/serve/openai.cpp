@@ -1,9 +1,13 @@
 #include "toy/serve/openai.h"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include <fmt/format.h>
+
+#include "toy/core/text.h"
 
 namespace toy::serve {
 
@@ -83,18 +87,19 @@ std::string string_of(const json& v, const std::string& name) {
 }
 
 // A message's content: a string, or a list of parts of which the text parts count.
-std::string message_content(const json& c, size_t i) {
+template <class Json>
+std::string message_content(const Json& c, size_t i) {
   const std::string where = fmt::format("messages[{}].content", i);
-  if (c.is_string()) return c.get<std::string>();
+  if (c.is_string()) return c.template get<std::string>();
   if (c.is_null()) return "";
   if (!c.is_array()) throw bad_request(fmt::format("'{}' must be a string or a list of text parts", where), where);
   std::string text;
-  for (const json& part : c) {
+  for (const Json& part : c) {
     if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
         !part["text"].is_string())
       throw bad_request(fmt::format("'{}': only text parts ({{\"type\": \"text\", \"text\": ...}}) are supported", where),
                         where);
-    text += part["text"].get<std::string>();
+    text += part["text"].template get<std::string>();
   }
   return text;
 }
@@ -109,25 +114,88 @@ std::vector<int32_t> token_list(const json& v, const char* name) {
   return ids;
 }
 
+// One message of a chat request, as the template receives it.
+nlohmann::ordered_json chat_message(const nlohmann::ordered_json& msg, size_t i) {
+  if (!msg.is_object() || !msg.contains("role"))
+    throw bad_request(fmt::format("'messages[{}]' must be an object with a 'role'", i), "messages");
+  if (!msg["role"].is_string())
+    throw bad_request(fmt::format("'messages[{}].role' must be a string", i), fmt::format("messages[{}].role", i));
+  nlohmann::ordered_json out = msg;
+  if (msg.contains("content") && !msg["content"].is_null()) out["content"] = message_content(msg["content"], i);
+  else out["content"] = nullptr;
+  if (msg.contains("tool_calls") && msg["tool_calls"].is_array())
+    for (auto& call : out["tool_calls"])
+      if (call.is_object() && call.contains("function") && call["function"].is_object() &&
+          call["function"].contains("arguments") && call["function"]["arguments"].is_string()) {
+        const std::string& text = call["function"]["arguments"].get_ref<const std::string&>();
+        auto args = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+        if (args.is_object()) call["function"]["arguments"] = std::move(args);
+      }
+  return out;
+}
+
+// OpenAI's {"token id": bias} (bias in [-100, 100]) or llama-server's [[id, bias], ...].
+std::vector<std::pair<int32_t, float>> logit_bias(const json& v) {
+  std::vector<std::pair<int32_t, float>> out;
+  auto add = [&](const std::string& where, int64_t id, const json& bias) {
+    if (id < 0 || id > std::numeric_limits<int32_t>::max())
+      throw bad_request(fmt::format("'logit_bias': {} is not a token id", where), "logit_bias");
+    if (!bias.is_number() || !std::isfinite(bias.get<double>()) || std::abs(bias.get<double>()) > 100)
+      throw bad_request(fmt::format("'logit_bias': the bias of token {} must be a number in [-100, 100]", id),
+                        "logit_bias");
+    out.emplace_back(int32_t(id), bias.get<float>());
+  };
+  if (v.is_object()) {
+    for (const auto& [key, bias] : v.items()) {
+      int64_t id = -1;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc() || end != key.data() + key.size()) id = -1;
+      add(fmt::format("\"{}\"", key), id, bias);
+    }
+  } else if (v.is_array()) {
+    for (const json& pair : v) {
+      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer())
+        throw bad_request("'logit_bias' as a list holds [token id, bias] pairs", "logit_bias");
+      add(pair[0].dump(), pair[0].get<int64_t>(), pair[1]);
+    }
+  } else {
+    throw bad_request("'logit_bias' must be an object {\"token id\": bias}", "logit_bias");
+  }
+  return out;
+}
+
+// Every field a request may carry; anything else is refused by name, never ignored.
+void check_known_fields(const json& j, bool chat) {
+  static const std::set<std::string> common = {
+      "model", "user", "max_tokens", "max_completion_tokens", "n_predict", "n", "temperature", "top_p", "top_k",
+      "min_p", "presence_penalty", "frequency_penalty", "repeat_penalty", "seed", "stop", "stream", "stream_options",
+      "ignore_eos", "logit_bias", "cache_prompt"};
+  for (const auto& [key, value] : j.items()) {
+    if (value.is_null() || common.count(key) || key == (chat ? "messages" : "prompt") || (!chat && key == "best_of"))
+      continue;
+    // Asked for and off: nothing to do.
+    if ((key == "logprobs" && (value == false || value == 0)) || (key == "top_logprobs" && value == 0) ||
+        (key == "echo" && value == false) || (key == "response_format" && value.is_object() &&
+                                              value.value("type", "") == "text"))
+      continue;
+    throw bad_request(fmt::format("'{}' is not supported by toy serve", printable(key, 60)), key);
+  }
+}
+
 }  // namespace
 
 CompletionRequest parse_completion_request(std::string_view body, bool chat) {
   const json j = parse_object(body);
+  check_known_fields(j, chat);
   CompletionRequest r;
   r.chat = chat;
   if (chat) {
     const json* m = field(j, "messages");
     if (!m || !m->is_array() || m->empty())
       throw bad_request("'messages' must be a non-empty list of {\"role\", \"content\"} objects", "messages");
-    for (size_t i = 0; i < m->size(); ++i) {
-      const json& msg = (*m)[i];
-      if (!msg.is_object() || !msg.contains("role"))
-        throw bad_request(fmt::format("'messages[{}]' must be an object with a 'role'", i), "messages");
-      ChatMessage cm;
-      cm.role = string_of(msg["role"], fmt::format("messages[{}].role", i));
-      cm.content = msg.contains("content") ? message_content(msg["content"], i) : "";
-      r.messages.push_back(std::move(cm));
-    }
+    // Again with keys in the client's order: a template's tojson prints them so.
+    const auto ordered = nlohmann::ordered_json::parse(body.begin(), body.end());
+    for (size_t i = 0; i < m->size(); ++i) r.messages.push_back(chat_message(ordered["messages"][i], i));
   } else {
     const json* p = field(j, "prompt");
     if (!p) throw bad_request("'prompt' is required", "prompt");
@@ -182,6 +250,8 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
     }
     std::erase(r.stop, std::string());
   }
+  if (const json* b = field(j, "logit_bias")) s.logit_bias = logit_bias(*b);
+  if (field(j, "cache_prompt")) (void)boolean(j, "cache_prompt");  // toy always reuses a cached prefix
   if (field(j, "stream")) r.stream = boolean(j, "stream");
   if (field(j, "ignore_eos")) r.ignore_eos = boolean(j, "ignore_eos");
   if (const json* so = field(j, "stream_options")) {

@@ -36,7 +36,10 @@ SamplerConfig default_sampling();
 
 struct CompletionRequest {
   bool chat = false;
-  std::vector<ChatMessage> messages;  // chat: the conversation
+  // chat: the conversation, each message as the client sent it (keys in its order) but for
+  // `content` as text (text parts joined) and tool calls' `arguments` as the JSON object
+  // templates expect (OpenAI sends a string).
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   std::string prompt;                 // completions: the text ...
   std::vector<int32_t> prompt_ids;    // ... or token ids
   bool prompt_is_ids = false;

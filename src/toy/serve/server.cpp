@@ -242,6 +242,12 @@ void Server::routes() {
                     {"n_ctx_slot", engine_.slot_ctx()}, {"steps", engine_.steps()}, {"widest_step", engine_.widest_step()}});
   });
 
+  // Prometheus text (llama-server's --metrics, named toy:...).
+  h.Get("/metrics", [this, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    res.set_content(prometheus_text(engine_.metrics(), counts_, engine_.parallel()), "text/plain; version=0.0.4");
+  });
+
   h.Post("/tokenize", [this, authorized](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
     try {
@@ -271,20 +277,28 @@ void Server::routes() {
   auto completion = [this, authorized](bool chat) {
     return [this, authorized, chat](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
+      ++(chat ? counts_.chat : counts_.completions);
       std::shared_ptr<Job> job;
       CompletionRequest cr;
       try {
         cr = parse_completion_request(req.body, chat);
+        for (const auto& [id, bias] : cr.sampling.logit_bias)
+          if (id >= tok_.vocab_size())
+            throw bad_request(fmt::format("'logit_bias': token {} is outside the vocabulary [0, {})", id,
+                                          tok_.vocab_size()), "logit_bias");
         GenParams p;
         if (chat || !cr.prompt_is_ids) {
-          if (tok_.adds_bos()) p.prompt.push_back(tok_.bos_id());
-          std::vector<int32_t> body;
           try {
-            body = chat ? tok_.encode_special(tmpl_.render(cr.messages, true)) : tok_.encode(cr.prompt);
+            if (chat) {
+              p.prompt = tmpl_.prompt_ids(tok_, tmpl_.render(cr.messages, true));
+            } else {
+              if (tok_.adds_bos()) p.prompt.push_back(tok_.bos_id());
+              const std::vector<int32_t> body = tok_.encode(cr.prompt);
+              p.prompt.insert(p.prompt.end(), body.begin(), body.end());
+            }
           } catch (const Error& e) {
             throw bad_request(e.what(), chat ? "messages" : "prompt");
           }
-          p.prompt.insert(p.prompt.end(), body.begin(), body.end());
         } else {
           p.prompt = cr.prompt_ids;
         }
@@ -311,6 +325,7 @@ void Server::routes() {
           throw ApiError(503, "unavailable_error", "the server is busy: every slot is decoding and the queue is full; "
                          "retry later");
       } catch (const ApiError& e) {
+        ++counts_.rejected;
         return send_error(res, e);
       }
       const std::string id = fmt::format("{}-{:x}", chat ? "chatcmpl" : "cmpl", next_id_++);

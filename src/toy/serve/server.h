@@ -21,6 +21,7 @@
 
 #include "toy/infer/chat.h"
 #include "toy/serve/engine.h"
+#include "toy/serve/metrics.h"
 
 namespace httplib {
 class Server;
@@ -65,6 +66,7 @@ class Server {
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;
   std::atomic<uint64_t> next_id_{1};
+  RequestCounts counts_;  // for GET /metrics
 };
 
 // The chat page (chat.html, embedded at build time).

@@ -83,6 +83,12 @@ class BpeTokenizer final : public PieceTokenizer {
       if (types_[id] == kTokenControl || types_[id] == kTokenUserDefined) ids.push_back(int32_t(id));
     return ids;
   }
+  std::vector<int32_t> control_ids() const override {
+    std::vector<int32_t> ids;
+    for (size_t id = 0; id < types_.size(); ++id)
+      if (types_[id] == kTokenControl) ids.push_back(int32_t(id));
+    return ids;
+  }
 
   std::vector<int32_t> encode(std::string_view text) const override {
     std::vector<int32_t> ids;

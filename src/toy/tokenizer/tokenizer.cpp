@@ -6,6 +6,7 @@
 // as bpe, "toy-char" as char, anything else ("llama" = SentencePiece, "bert", ...) is refused
 // as not supported yet.
 #include <algorithm>
+#include <array>
 #include <charconv>
 
 #include "toy/core/error.h"
@@ -187,8 +188,13 @@ namespace td = tokenizer_detail;
 // ---- special tokens ---------------------------------------------------------------------------
 
 std::vector<int32_t> Tokenizer::end_of_generation_ids() const {
-  static constexpr std::string_view kEnds[] = {"<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>",
-                                               "</s>", "<|eom_id|>"};
+  // The turn ends of the chat formats llama.cpp knows: ChatML, Llama 3, GPT-2 style, Phi
+  // (<|end|>), Gemma (<end_of_turn>), DeepSeek, CodeLlama (<EOT>), SmolVLM, gpt-oss (<|return|>,
+  // and <|call|> before a tool call).
+  static constexpr std::string_view kEnds[] = {
+      "<|im_end|>", "<|eot_id|>",          "<|endoftext|>", "<|end_of_text|>",          "</s>",
+      "<|eom_id|>", "<|end|>",             "<end_of_turn>", "<｜end▁of▁sentence｜>",
+      "<EOT>",      "<end_of_utterance>", "<|return|>",    "<|call|>"};
   std::vector<int32_t> ids;
   if (eos_id() >= 0) ids.push_back(eos_id());
   for (int32_t id : special_ids()) {
@@ -200,28 +206,48 @@ std::vector<int32_t> Tokenizer::end_of_generation_ids() const {
   return ids;
 }
 
-std::vector<int32_t> Tokenizer::encode_special(std::string_view text) const {
-  // Special tokens' texts, longest first (so "<|im_start|>" wins over a shorter prefix).
-  std::vector<std::pair<std::string, int32_t>> specials;
+std::vector<int32_t> Tokenizer::encode_special(std::string_view text, std::span<const Span> plain) const {
+  // Special tokens' texts by first byte, longest first (so "<|im_start|>" wins over a shorter
+  // prefix): a vocabulary with thousands of them (Gemma's) costs one short list per byte.
+  struct Special {
+    std::string text;
+    int32_t id;
+    bool control;
+  };
+  std::vector<int32_t> controls = control_ids();
+  std::sort(controls.begin(), controls.end());
+  std::array<std::vector<Special>, 256> by_first;
   for (int32_t id : special_ids()) {
     std::string t = token_bytes(id);
-    if (!t.empty()) specials.emplace_back(std::move(t), id);
+    if (t.empty()) continue;
+    const bool control = std::binary_search(controls.begin(), controls.end(), id);
+    by_first[uint8_t(t[0])].push_back({std::move(t), id, control});
   }
-  std::stable_sort(specials.begin(), specials.end(),
-                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  for (auto& list : by_first)
+    std::stable_sort(list.begin(), list.end(), [](const Special& a, const Special& b) { return a.text.size() > b.text.size(); });
+  // Whether [at, at + n) overlaps a plain span; `next` is the first span not wholly before `at`.
+  size_t next = 0;
+  auto overlaps_plain = [&](size_t at, size_t n) {
+    while (next < plain.size() && plain[next].end <= at) ++next;
+    return next < plain.size() && plain[next].begin < at + n;
+  };
   std::vector<int32_t> ids;
   size_t gap = 0, pos = 0;
   while (pos < text.size()) {
-    const auto hit = std::find_if(specials.begin(), specials.end(),
-                                  [&](const auto& s) { return text.substr(pos, s.first.size()) == s.first; });
-    if (hit == specials.end()) {
+    const Special* hit = nullptr;
+    for (const Special& s : by_first[uint8_t(text[pos])])
+      if (text.substr(pos, s.text.size()) == s.text && !(s.control && overlaps_plain(pos, s.text.size()))) {
+        hit = &s;
+        break;
+      }
+    if (!hit) {
       ++pos;
       continue;
     }
     const std::vector<int32_t> before = encode(text.substr(gap, pos - gap));
     ids.insert(ids.end(), before.begin(), before.end());
-    ids.push_back(hit->second);
-    pos += hit->first.size();
+    ids.push_back(hit->id);
+    pos += hit->text.size();
     gap = pos;
   }
   const std::vector<int32_t> rest = encode(text.substr(gap));

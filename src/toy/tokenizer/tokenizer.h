@@ -47,8 +47,19 @@ class Tokenizer {
   // Control and user-defined tokens (e.g. <|im_start|>): never produced by encode(); their
   // text becomes their id only through encode_special().
   virtual std::vector<int32_t> special_ids() const { return {}; }
-  // encode() with special tokens' text parsed as those tokens (llama.cpp's parse_special).
-  std::vector<int32_t> encode_special(std::string_view text) const;
+  // The control tokens among them (token_type 3: <|im_start|>, <|eot_id|>, BOS/EOS...); the
+  // rest are user-defined (token_type 4: Qwen3's <think>, Gemma's <start_of_image>...).
+  virtual std::vector<int32_t> control_ids() const { return special_ids(); }
+  // A byte range [begin, end) of a text.
+  struct Span {
+    size_t begin = 0, end = 0;
+  };
+  // encode() with special tokens' text parsed as those tokens (llama.cpp's parse_special),
+  // except that a control token's text overlapping one of the `plain` spans (sorted, disjoint)
+  // is ordinary text there, as llama.cpp tokenizes a text with parse_special off (user-defined
+  // tokens still match). A chat prompt marks the messages' own text plain: a user cannot forge
+  // the template's markers.
+  std::vector<int32_t> encode_special(std::string_view text, std::span<const Span> plain = {}) const;
   // Writes tokenizer.ggml.* keys (model, pre, tokens, token_type, merges, special ids).
   virtual void save(gguf::Writer& w) const = 0;
 

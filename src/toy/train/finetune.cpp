@@ -66,6 +66,7 @@ void FinetuneOptions::validate() const {
 nlohmann::json FinetuneOptions::to_json() const {
   nlohmann::json j = {{"model", model},
                       {"data", data},
+                      {"chat_template", chat_template},
                       {"out", out},
                       {"method", method},
                       {"train_embeddings", train_embeddings},
@@ -94,6 +95,7 @@ FinetuneOptions FinetuneOptions::from_json(const nlohmann::json& j, const std::s
   FinetuneOptions o;
   o.model = get_string(j, "model", where);
   o.data = get_string(j, "data", where);
+  if (j.contains("chat_template")) o.chat_template = get_string(j, "chat_template", where);  // runs before it: none
   o.out = get_string(j, "out", where);
   o.method = get_string(j, "method", where);
   o.train_embeddings = get_bool(j, "train_embeddings", where);
@@ -177,7 +179,7 @@ std::vector<const SftExample*> next_row(FinetuneRun& r) {
 }
 
 void read_finetune_data(FinetuneRun& r) {
-  SftData data = read_sft_data(r.o.data, *r.tok, r.chat ? &*r.chat : nullptr, r.o.ctx);
+  SftData data = read_sft_data(r.o.data, *r.tok, r.chat ? &*r.chat : nullptr, r.o.ctx, r.chat_error);
   r.truncated = data.truncated, r.dropped = data.dropped;
   split_sft(std::move(data.examples), r.o.val_fraction, r.o.seed, r.train, r.val);
   TOY_CHECK(!r.train.empty(), "[finetune] no training examples are left after the validation split");

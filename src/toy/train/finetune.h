@@ -29,6 +29,7 @@ namespace toy {
 struct FinetuneOptions : LoopOptions {
   std::string model;              // base GGUF (empty with a donor: a fresh model of `shape`)
   std::string data;               // .jsonl records or plain text
+  std::string chat_template;      // a .jinja file for "messages" records and model.gguf (empty: the model's)
   std::string out;                // run folder
   std::string method = "lora";    // full | lora
   bool train_embeddings = false;  // full: also token embeddings, final norm and an untied head

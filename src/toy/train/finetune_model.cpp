@@ -81,12 +81,17 @@ void build_finetune_model(FinetuneRun& r) {
   // The tokenizer (and chat template) come from the donor under a lens, else from the base.
   const gguf::Reader& vocab_file = lens ? *r.donor : *r.base;
   r.tok = Tokenizer::load(vocab_file);
-  r.chat_template = chat_template_of(vocab_file);
   r.chat.reset();
-  try {
-    r.chat = ChatTemplate::from_model(vocab_file);
-  } catch (const Error&) {
-    // "messages" records will say the template is not one toy renders
+  if (!o.chat_template.empty()) {
+    r.chat = ChatTemplate::from_file(o.chat_template, *r.tok);
+    r.chat_template = r.chat->source();
+  } else {
+    r.chat_template = chat_template_of(vocab_file);
+    try {
+      r.chat = ChatTemplate::from_model(vocab_file, *r.tok);
+    } catch (const Error& e) {
+      r.chat_error = e.what();  // only "messages" records need it: they will say this
+    }
   }
   r.arch = r.base && r.base->has("general.architecture") ? r.base->get_str("general.architecture") : "";
   r.toy_config = !r.base || r.base->has("toy.config");

@@ -33,7 +33,8 @@ struct FinetuneRun {
   std::unique_ptr<Tokenizer> tok;
   std::string arch;           // the base's general.architecture (adapter files name it)
   std::string chat_template;  // tokenizer.chat_template for model.gguf ("" when none)
-  std::optional<ChatTemplate> chat;
+  std::optional<ChatTemplate> chat;  // none: the model's template is one toy cannot read ...
+  std::string chat_error;            // ... which says why
   bool toy_config = false;    // model.gguf carries toy.config
   std::string merge_type;
   // The files the run depends on (compared on resume).
