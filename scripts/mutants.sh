@@ -1215,12 +1215,6 @@ toy_chat_tests toy_serve_tests
 ^ChatPrompt\.|^ServeHttp\.ChatMessagesAreText
       if (text.substr(pos, s.text.size()) == s.text && !(s.control && overlaps_plain(pos, s.text.size()))) {
       if (text.substr(pos, s.text.size()) == s.text) {
-chat-user-defined-tokens-plain-too
-src/toy/tokenizer/tokenizer.cpp
-toy_chat_tests
-^ChatPrompt\.
-      if (text.substr(pos, s.text.size()) == s.text && !(s.control && overlaps_plain(pos, s.text.size()))) {
-      if (text.substr(pos, s.text.size()) == s.text && !overlaps_plain(pos, s.text.size())) {
 chat-double-bos
 src/toy/infer/chat.cpp
 toy_chat_tests
