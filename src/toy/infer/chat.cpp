@@ -157,7 +157,8 @@ ChatText ChatText::tail(size_t from) const {
 }
 
 ChatTemplate::ChatTemplate(std::string text, std::string name, bool defaulted, const Tokenizer& tok)
-    : source_(std::move(text)), name_(std::move(name)), defaulted_(defaulted), renderer_(source_) {
+    : source_(std::move(text)), name_(std::move(name)), defaulted_(defaulted), renderer_(source_),
+      syntax_(ChatSyntax::detect(source_)) {
   if (tok.bos_id() >= 0) bos_ = tok.token_bytes(tok.bos_id());
   if (tok.eos_id() >= 0) eos_ = tok.token_bytes(tok.eos_id());
   strip_bos_ = tok.adds_bos() && !bos_.empty();

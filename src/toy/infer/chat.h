@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "toy/chat/chat_render.h"
+#include "toy/infer/chat_output.h"
 #include "toy/tokenizer/tokenizer.h"
 
 namespace toy::gguf {
@@ -53,6 +54,8 @@ class ChatTemplate {
   bool defaulted() const { return defaulted_; }  // the model has none: ChatML
   const std::string& name() const { return name_; }
   const std::string& source() const { return source_; }  // the Jinja text
+  // How replies in this template's format spell tool calls and reasoning (chat_output.h).
+  const ChatSyntax& syntax() const { return syntax_; }
 
   // `messages` a JSON array of message objects (role, content, and what the template reads:
   // tool_calls, reasoning_content ...), `tools` an array or null. Throws toy::Error (the
@@ -70,6 +73,7 @@ class ChatTemplate {
   std::string source_, name_;
   bool defaulted_ = false;
   ChatRenderer renderer_;
+  ChatSyntax syntax_;
   std::string bos_, eos_;             // the vocabulary's, as the template's bos_token/eos_token
   bool strip_bos_ = false;            // the vocabulary adds a BOS: one the template writes first goes
   std::vector<std::string> controls_;  // control tokens' texts (what a message may not spell)

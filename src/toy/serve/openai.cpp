@@ -134,6 +134,21 @@ nlohmann::ordered_json chat_message(const nlohmann::ordered_json& msg, size_t i)
   return out;
 }
 
+// OpenAI's tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}].
+nlohmann::ordered_json tool_list(const nlohmann::ordered_json& tools) {
+  if (!tools.is_array()) throw bad_request("'tools' must be a list of {\"type\": \"function\", \"function\": ...}", "tools");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const auto& t = tools[i];
+    const bool ok = t.is_object() && t.value("type", "") == "function" && t.contains("function") &&
+                    t["function"].is_object() && t["function"].contains("name") && t["function"]["name"].is_string() &&
+                    (!t["function"].contains("parameters") || t["function"]["parameters"].is_object());
+    if (!ok)
+      throw bad_request(fmt::format("'tools[{}]' must be {{\"type\": \"function\", \"function\": {{\"name\": ..., "
+                                    "\"parameters\": {{...}}}}}}", i), "tools");
+  }
+  return tools.empty() ? nlohmann::ordered_json(nullptr) : tools;
+}
+
 // OpenAI's {"token id": bias} (bias in [-100, 100]) or llama-server's [[id, bias], ...].
 std::vector<std::pair<int32_t, float>> logit_bias(const json& v) {
   std::vector<std::pair<int32_t, float>> out;
@@ -173,6 +188,7 @@ void check_known_fields(const json& j, bool chat) {
   for (const auto& [key, value] : j.items()) {
     if (value.is_null() || common.count(key) || key == (chat ? "messages" : "prompt") || (!chat && key == "best_of"))
       continue;
+    if (chat && (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls")) continue;
     // Asked for and off: nothing to do.
     if ((key == "logprobs" && (value == false || value == 0)) || (key == "top_logprobs" && value == 0) ||
         (key == "echo" && value == false) || (key == "response_format" && value.is_object() &&
@@ -196,6 +212,18 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
     // Again with keys in the client's order: a template's tojson prints them so.
     const auto ordered = nlohmann::ordered_json::parse(body.begin(), body.end());
     for (size_t i = 0; i < m->size(); ++i) r.messages.push_back(chat_message(ordered["messages"][i], i));
+    if (field(j, "tools")) r.tools = tool_list(ordered["tools"]);
+    if (const json* c = field(j, "tool_choice")) {
+      const bool named = c->is_object() && c->value("type", "") == "function";
+      if (named || *c == "required")
+        throw bad_request("tool_choice 'required' or a named function needs constrained decoding, which toy serve does "
+                          "not do yet: use 'auto' (the default) or 'none'", "tool_choice");
+      if (*c != "auto" && *c != "none")
+        throw bad_request("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", ...}",
+                          "tool_choice");
+      r.tool_choice = c->get<std::string>();
+    }
+    if (field(j, "parallel_tool_calls")) r.parallel_tool_calls = boolean(j, "parallel_tool_calls");
   } else {
     const json* p = field(j, "prompt");
     if (!p) throw bad_request("'prompt' is required", "prompt");

@@ -40,6 +40,11 @@ struct CompletionRequest {
   // `content` as text (text parts joined) and tool calls' `arguments` as the JSON object
   // templates expect (OpenAI sends a string).
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  // chat: the functions the model may call (OpenAI's `tools`, passed to the template; null:
+  // none), whether it may ("auto"; "none": not offered), and whether more than one per reply.
+  nlohmann::ordered_json tools = nullptr;
+  std::string tool_choice = "auto";
+  bool parallel_tool_calls = true;
   std::string prompt;                 // completions: the text ...
   std::vector<int32_t> prompt_ids;    // ... or token ids
   bool prompt_is_ids = false;

@@ -197,8 +197,13 @@ std::vector<int32_t> Tokenizer::end_of_generation_ids() const {
       "<EOT>",      "<end_of_utterance>", "<|return|>",    "<|call|>"};
   std::vector<int32_t> ids;
   if (eos_id() >= 0) ids.push_back(eos_id());
+  // gpt-oss ends a message with <|end|> and goes on (<|start|>assistant...): its reply ends at
+  // <|return|> or <|call|>, as llama.cpp decides for a vocabulary with both.
+  bool harmony = false;
+  for (int32_t id : special_ids()) harmony = harmony || token_bytes(id) == "<|return|>";
   for (int32_t id : special_ids()) {
     const std::string t = token_bytes(id);
+    if (harmony && t == "<|end|>") continue;
     if (std::find(std::begin(kEnds), std::end(kEnds), t) != std::end(kEnds) &&
         std::find(ids.begin(), ids.end(), id) == ids.end())
       ids.push_back(id);

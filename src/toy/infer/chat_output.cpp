@@ -1,0 +1,622 @@
+#include "toy/infer/chat_output.h"
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+namespace toy {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+using std::string_view;
+constexpr size_t npos = string_view::npos;
+
+bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+size_t skip_space(string_view s, size_t i) {
+  while (i < s.size() && is_space(s[i])) ++i;
+  return i;
+}
+
+string_view trim(string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && is_space(s[b])) ++b;
+  while (e > b && is_space(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+string_view trim_end(string_view s) {
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+bool starts_at(string_view s, size_t i, string_view what) { return i <= s.size() && s.substr(i).starts_with(what); }
+
+// The longest end of `s` that begins `marker` (an unfinished marker, held back while streaming).
+size_t unfinished_marker(string_view s, string_view marker) {
+  for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n)
+    if (marker.starts_with(s.substr(s.size() - n))) return n;
+  return 0;
+}
+
+// The end of the JSON value at i (after whitespace): past its closing bracket or quote, or of
+// its scalar; npos when it does not end inside s.
+size_t json_end(string_view s, size_t i) {
+  i = skip_space(s, i);
+  if (i >= s.size()) return npos;
+  if (s[i] == '{' || s[i] == '[' || s[i] == '"') {
+    int depth = 0;
+    bool in_string = false;
+    for (size_t k = i; k < s.size(); ++k) {
+      const char c = s[k];
+      if (in_string) {
+        if (c == '\\') ++k;
+        else if (c == '"') {
+          in_string = false;
+          if (depth == 0) return k + 1;
+        }
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if (c == '}' || c == ']') {
+        if (--depth == 0) return k + 1;
+      }
+    }
+    return npos;
+  }
+  size_t k = i;
+  while (k < s.size() && (std::isalnum(static_cast<unsigned char>(s[k])) || s[k] == '-' || s[k] == '+' || s[k] == '.'))
+    ++k;
+  return k == s.size() || k == i ? npos : k;
+}
+
+bool parse_json(string_view s, Json& out) {
+  out = Json::parse(s.begin(), s.end(), nullptr, /*allow_exceptions=*/false);
+  return !out.is_discarded();
+}
+
+// OpenAI's arguments: the JSON text of an object (a string holding JSON is taken as that JSON).
+bool arguments_of(const Json& v, std::string& out) {
+  if (v.is_object()) {
+    out = v.dump();
+    return true;
+  }
+  if (v.is_string()) {
+    Json inner;
+    if (parse_json(v.get_ref<const std::string&>(), inner) && inner.is_object()) {
+      out = inner.dump();
+      return true;
+    }
+  }
+  return false;
+}
+
+// A call written as a JSON object: {"name"|"tool_name", "arguments"|"parameters", "id"|"tool_call_id"?},
+// or Apertus's {NAME: {arguments}}.
+bool call_from_object(const Json& o, ToolCall& c) {
+  if (!o.is_object()) return false;
+  const Json* name = o.contains("name") ? &o["name"] : o.contains("tool_name") ? &o["tool_name"] : nullptr;
+  const Json* args = o.contains("arguments") ? &o["arguments"] : o.contains("parameters") ? &o["parameters"] : nullptr;
+  if (name && name->is_string()) {
+    c.name = name->get<std::string>();
+    if (!args) c.arguments = "{}";
+    else if (!arguments_of(*args, c.arguments)) return false;
+    for (const char* k : {"id", "tool_call_id"})
+      if (o.contains(k) && o[k].is_string()) c.id = o[k].get<std::string>();
+    return !c.name.empty();
+  }
+  if (o.size() == 1 && o.begin().value().is_object()) {
+    c.name = o.begin().key();
+    c.arguments = o.begin().value().dump();
+    return !c.name.empty();
+  }
+  return false;
+}
+
+// A parameter's value in the XML formats: JSON when it is a number, boolean, null, list or
+// object written as JSON; else the text itself.
+Json xml_value(string_view v) {
+  Json j;
+  if (parse_json(v, j) && !j.is_string()) return j;
+  return Json(std::string(v));
+}
+
+// What parsing found: the calls from `start` (the first marker) to `end`.
+struct Calls {
+  size_t start = npos, end = npos;
+  std::vector<ToolCall> calls;
+  bool ok = false;  // every call finished and well formed
+};
+
+// A sequence "OPEN body CLOSE" repeated (whitespace between): body parsed by `one`.
+Calls repeated(string_view s, string_view open, string_view close,
+               const std::function<bool(string_view body, std::vector<ToolCall>&)>& one) {
+  Calls r;
+  r.start = s.find(open);
+  if (r.start == npos) return r;
+  size_t at = r.start;
+  while (starts_at(s, at, open)) {
+    const size_t body = at + open.size();
+    const size_t end = close.empty() ? npos : s.find(close, body);
+    if (end == npos) return r;
+    if (!one(s.substr(body, end - body), r.calls)) return r;
+    at = skip_space(s, end + close.size());
+  }
+  r.end = at;
+  r.ok = true;
+  return r;
+}
+
+// A JSON list of call objects after `open` (and before `close`, when there is one).
+Calls json_list(string_view s, string_view open, string_view close) {
+  Calls r;
+  r.start = s.find(open);
+  if (r.start == npos) return r;
+  const size_t from = r.start + open.size();
+  const size_t end = json_end(s, from);
+  if (end == npos) return r;
+  Json list;
+  if (!parse_json(s.substr(from, end - from), list)) return r;
+  if (list.is_object()) list = Json::array({list});
+  if (!list.is_array()) return r;
+  for (const Json& o : list) {
+    ToolCall c;
+    if (!call_from_object(o, c)) return r;
+    r.calls.push_back(std::move(c));
+  }
+  size_t at = skip_space(s, end);
+  if (!close.empty()) {
+    if (!starts_at(s, at, close)) return r;
+    at += close.size();
+  }
+  r.end = at;
+  r.ok = true;
+  return r;
+}
+
+bool json_body(string_view body, std::vector<ToolCall>& out) {
+  Json o;
+  ToolCall c;
+  if (!parse_json(trim(body), o) || !call_from_object(o, c)) return false;
+  out.push_back(std::move(c));
+  return true;
+}
+
+// <function=NAME><parameter=K>V</parameter>...</function> and its kin: the opening of a
+// function / parameter up to its name, and what ends the name.
+struct XmlSpelling {
+  string_view function_open, name_end, function_close, param_open, param_name_end, param_close;
+};
+
+bool xml_function(string_view body, const XmlSpelling& x, std::vector<ToolCall>& out) {
+  size_t at = skip_space(body, 0);
+  bool any = false;
+  while (starts_at(body, at, x.function_open)) {
+    const size_t name = at + x.function_open.size(), name_end = body.find(x.name_end, name);
+    if (name_end == npos) return false;
+    const size_t close = body.find(x.function_close, name_end);
+    if (close == npos) return false;
+    Json args = Json::object();
+    size_t p = skip_space(body, name_end + x.name_end.size());
+    while (starts_at(body, p, x.param_open) && p < close) {
+      const size_t k = p + x.param_open.size(), k_end = body.find(x.param_name_end, k);
+      if (k_end == npos) return false;
+      const size_t v = k_end + x.param_name_end.size(), v_end = body.find(x.param_close, v);
+      if (v_end == npos) return false;
+      string_view value = body.substr(v, v_end - v);
+      if (value.starts_with('\n')) value.remove_prefix(1);
+      if (value.ends_with('\n')) value.remove_suffix(1);
+      args[std::string(body.substr(k, k_end - k))] = xml_value(value);
+      p = skip_space(body, v_end + x.param_close.size());
+    }
+    if (p != close) return false;
+    out.push_back({"", std::string(trim(body.substr(name, name_end - name))), args.dump()});
+    any = true;
+    at = skip_space(body, close + x.function_close.size());
+  }
+  return any && at == body.size();
+}
+
+// GLM: NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>... inside <tool_call>...</tool_call>.
+bool glm_call(string_view body, std::vector<ToolCall>& out) {
+  const size_t first = body.find("<arg_key>");
+  ToolCall c;
+  c.name = std::string(trim(body.substr(0, first)));
+  if (c.name.empty() || c.name.find('{') != std::string::npos) return false;
+  Json args = Json::object();
+  size_t at = first == npos ? body.size() : first;
+  while (starts_at(body, at, "<arg_key>")) {
+    const size_t k_end = body.find("</arg_key>", at);
+    if (k_end == npos) return false;
+    const size_t v = skip_space(body, k_end + 10);
+    if (!starts_at(body, v, "<arg_value>")) return false;
+    const size_t v_end = body.find("</arg_value>", v);
+    if (v_end == npos) return false;
+    args[std::string(body.substr(at + 9, k_end - at - 9))] = xml_value(body.substr(v + 11, v_end - v - 11));
+    at = skip_space(body, v_end + 12);
+  }
+  if (at != body.size()) return false;
+  c.arguments = args.dump();
+  out.push_back(std::move(c));
+  return true;
+}
+
+// Mistral Small 3.2 / Devstral: ([TOOL_CALLS]NAME([CALL_ID]ID)?[ARGS]{json})+
+Calls mistral_args(string_view s) {
+  Calls r;
+  r.start = s.find("[TOOL_CALLS]");
+  if (r.start == npos) return r;
+  size_t at = r.start;
+  while (starts_at(s, at, "[TOOL_CALLS]")) {
+    const size_t name = at + 12, args = s.find("[ARGS]", name);
+    if (args == npos) return r;
+    ToolCall c;
+    string_view head = s.substr(name, args - name);
+    if (const size_t id = head.find("[CALL_ID]"); id != npos) {
+      c.id = std::string(head.substr(id + 9));
+      head = head.substr(0, id);
+    }
+    c.name = std::string(trim(head));
+    const size_t end = json_end(s, args + 6);
+    Json j;
+    if (end == npos || !parse_json(s.substr(args + 6, end - args - 6), j) || !arguments_of(j, c.arguments)) return r;
+    r.calls.push_back(std::move(c));
+    at = skip_space(s, end);
+  }
+  r.end = at;
+  r.ok = true;
+  return r;
+}
+
+// NAME SEP {json} in a call's body (DeepSeek V3.1, Kimi), NAME cleaned by `name_of`.
+bool name_then_json(string_view body, string_view sep, std::vector<ToolCall>& out,
+                    const std::function<std::string(string_view)>& name_of) {
+  const size_t at = body.find(sep);
+  if (at == npos) return false;
+  ToolCall c;
+  c.name = name_of(trim(body.substr(0, at)));
+  Json j;
+  if (c.name.empty() || !parse_json(trim(body.substr(at + sep.size())), j) || !arguments_of(j, c.arguments)) return false;
+  out.push_back(std::move(c));
+  return true;
+}
+
+// DeepSeek's calls sit in a section: <｜tool▁calls▁begin｜> calls <｜tool▁calls▁end｜>.
+Calls deepseek(string_view s, bool r1) {
+  static constexpr string_view kBegin = "<｜tool▁calls▁begin｜>", kEnd = "<｜tool▁calls▁end｜>",
+                               kCall = "<｜tool▁call▁begin｜>", kCallEnd = "<｜tool▁call▁end｜>", kSep = "<｜tool▁sep｜>";
+  Calls r;
+  r.start = s.find(kBegin);
+  if (r.start == npos) return r;
+  const size_t end = s.find(kEnd, r.start);
+  const size_t stop = end == npos ? s.size() : end;
+  Calls inner = repeated(s.substr(0, stop), kCall, kCallEnd, [&](string_view body, std::vector<ToolCall>& out) {
+    if (!r1) return name_then_json(body, kSep, out, [](string_view n) { return std::string(n); });
+    // function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+    const size_t sep = body.find(kSep);
+    if (sep == npos) return false;
+    string_view rest = body.substr(sep + kSep.size());
+    const size_t fence = rest.find("```json");
+    if (fence == npos) return false;
+    ToolCall c;
+    c.name = std::string(trim(rest.substr(0, fence)));
+    string_view json = rest.substr(fence + 7);
+    if (const size_t close = json.rfind("```"); close != npos) json = json.substr(0, close);
+    Json j;
+    if (c.name.empty() || !parse_json(trim(json), j) || !arguments_of(j, c.arguments)) return false;
+    out.push_back(std::move(c));
+    return true;
+  });
+  r.calls = std::move(inner.calls);
+  if (!inner.ok || end == npos || skip_space(s, inner.end) != end) return r;
+  r.end = end + kEnd.size();
+  r.ok = true;
+  return r;
+}
+
+Calls kimi(string_view s) {
+  static constexpr string_view kBegin = "<|tool_calls_section_begin|>", kEnd = "<|tool_calls_section_end|>";
+  Calls r;
+  r.start = s.find(kBegin);
+  if (r.start == npos) return r;
+  const size_t end = s.find(kEnd, r.start);
+  const size_t stop = end == npos ? s.size() : end;
+  Calls inner = repeated(s.substr(0, stop), "<|tool_call_begin|>", "<|tool_call_end|>",
+                         [](string_view body, std::vector<ToolCall>& out) {
+                           // functions.NAME:INDEX<|tool_call_argument_begin|>{...}
+                           return name_then_json(body, "<|tool_call_argument_begin|>", out, [](string_view n) {
+                             if (n.starts_with("functions.")) n.remove_prefix(10);
+                             if (const size_t colon = n.rfind(':'); colon != npos) n = n.substr(0, colon);
+                             return std::string(n);
+                           });
+                         });
+  r.calls = std::move(inner.calls);
+  if (!inner.ok || end == npos || skip_space(s, inner.end) != end) return r;
+  r.end = end + kEnd.size();
+  r.ok = true;
+  return r;
+}
+
+// Llama 3.x: the whole reply is {"name": ..., "parameters": {...}} (after <|python_tag|>, maybe).
+Calls llama3(string_view s) {
+  Calls r;
+  size_t at = skip_space(s, 0);
+  if (starts_at(s, at, "<|python_tag|>")) at = skip_space(s, at + 14);
+  if (!starts_at(s, at, "{")) return r;
+  r.start = 0;
+  const size_t end = json_end(s, at);
+  Json o;
+  ToolCall c;
+  if (end == npos || !parse_json(s.substr(at, end - at), o) || !call_from_object(o, c)) return r;
+  r.calls.push_back(std::move(c));
+  r.end = end;
+  r.ok = true;
+  return r;
+}
+
+// Functionary v3.2: segments after >>> (the prompt ends with the first): NAME\nBODY, where
+// NAME "all" is text and any other name a call with JSON arguments.
+ChatReply functionary(string_view s, bool partial) {
+  ChatReply out;
+  size_t at = 0;
+  std::vector<ToolCall> calls;
+  while (at <= s.size()) {
+    size_t next = s.find(">>>", at);
+    const string_view seg = s.substr(at, next == npos ? npos : next - at);
+    const size_t nl = seg.find('\n');
+    if (nl == npos) {  // no name yet: unfinished, or plain text
+      if (!partial) out.content += std::string(seg);
+      break;
+    }
+    const string_view name = trim(seg.substr(0, nl)), body = seg.substr(nl + 1);
+    if (name == "all") {
+      out.content += std::string(body);
+    } else {
+      Json j;
+      ToolCall c;
+      c.name = std::string(name);
+      if (parse_json(trim(body), j) && arguments_of(j, c.arguments)) calls.push_back(std::move(c));
+      else if (!partial) out.content += std::string(seg);
+    }
+    if (next == npos) break;
+    at = next + 3;
+  }
+  out.tool_calls = std::move(calls);
+  return out;
+}
+
+// gpt-oss (harmony): messages <|channel|>HEADER<|message|>BODY separated by <|end|><|start|>assistant;
+// analysis is reasoning, final and plain commentary are the answer, "to=functions.NAME" a call.
+ChatReply gpt_oss(string_view s, bool with_tools, bool partial) {
+  ChatReply out;
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t msg = s.find("<|message|>", at);
+    if (msg == npos) {
+      if (!partial && s.substr(at).find("<|channel|>") == npos) out.content += std::string(s.substr(at));
+      break;
+    }
+    const string_view header = s.substr(at, msg - at);
+    size_t end = npos, end_len = 0;  // the message ends at <|end|> (or <|call|>, <|return|>: the reply's end)
+    for (string_view mark : {"<|end|>", "<|call|>", "<|return|>"})
+      if (const size_t e = s.find(mark, msg); e < end) end = e, end_len = mark.size();
+    const string_view body = s.substr(msg + 11, end == npos ? npos : end - msg - 11);
+    const size_t to = header.find("to=functions.");
+    if (to != npos && with_tools) {
+      string_view name = header.substr(to + 13);
+      name = name.substr(0, std::min(name.find_first_of(" <"), name.size()));
+      Json j;
+      ToolCall c;
+      c.name = std::string(name);
+      if (parse_json(trim(body), j) && arguments_of(j, c.arguments)) out.tool_calls.push_back(std::move(c));
+      else if (!partial) out.content += std::string(body);
+    } else if (header.find("analysis") != npos) {
+      out.reasoning += std::string(body);
+    } else {
+      out.content += std::string(body);
+    }
+    if (end == npos) break;
+    at = end + end_len;
+    if (starts_at(s, at, "<|start|>assistant")) at += 18;
+  }
+  out.reasoning = std::string(trim(out.reasoning));
+  return out;
+}
+
+// Gemma 4: call:NAME{key:<|"|>text<|"|>,n:3} — keys bare, strings between <|"|> marks.
+bool gemma4_call(string_view body, std::vector<ToolCall>& out) {
+  if (!body.starts_with("call:")) return false;
+  const size_t brace = body.find('{');
+  if (brace == npos) return false;
+  ToolCall c;
+  c.name = std::string(trim(body.substr(5, brace - 5)));
+  static constexpr string_view kQuote = "<|\"|>";
+  std::string json;
+  for (size_t i = brace; i < body.size();) {
+    if (starts_at(body, i, kQuote)) {
+      const size_t e = body.find(kQuote, i + kQuote.size());
+      if (e == npos) return false;
+      json += Json(std::string(body.substr(i + kQuote.size(), e - i - kQuote.size()))).dump();
+      i = e + kQuote.size();
+    } else if (std::isalpha(static_cast<unsigned char>(body[i])) || body[i] == '_') {
+      size_t j = i;
+      while (j < body.size() && (std::isalnum(static_cast<unsigned char>(body[j])) || body[j] == '_' || body[j] == '-')) ++j;
+      const std::string word(body.substr(i, j - i));
+      const size_t k = skip_space(body, j);
+      json += k < body.size() && body[k] == ':' ? Json(word).dump() : word;  // a key, or true/false/null
+      i = j;
+    } else {
+      json += body[i++];
+    }
+  }
+  Json args;
+  if (c.name.empty() || !parse_json(json, args) || !args.is_object()) return false;
+  c.arguments = args.dump();
+  out.push_back(std::move(c));
+  return true;
+}
+
+Calls find_calls(string_view s, ToolCallFormat f) {
+  static const XmlSpelling qwen{"<function=", ">", "</function>", "<parameter=", ">", "</parameter>"};
+  static const XmlSpelling minimax{"<invoke name=\"", "\">", "</invoke>", "<parameter name=\"", "\">", "</parameter>"};
+  static const XmlSpelling minicpm{"<function name=\"", "\">", "</function>", "<param name=\"", "\">", "</param>"};
+  auto xml = [](const XmlSpelling& x) {
+    return [&x](string_view body, std::vector<ToolCall>& out) { return xml_function(body, x, out); };
+  };
+  switch (f) {
+    case ToolCallFormat::Hermes: return repeated(s, "<tool_call>", "</tool_call>", json_body);
+    case ToolCallFormat::QwenXml: return repeated(s, "<tool_call>", "</tool_call>", xml(qwen));
+    case ToolCallFormat::SeedXml: return repeated(s, "<seed:tool_call>", "</seed:tool_call>", xml(qwen));
+    case ToolCallFormat::MiniMaxXml: return repeated(s, "<minimax:tool_call>", "</minimax:tool_call>", xml(minimax));
+    case ToolCallFormat::MiniCpmXml: {
+      // No wrapper: the calls are the <function name="..."> elements themselves.
+      Calls r;
+      r.start = s.find(minicpm.function_open);
+      if (r.start == npos) return r;
+      const size_t last = s.rfind(minicpm.function_close);
+      if (last == npos || last < r.start) return r;
+      r.end = last + minicpm.function_close.size();
+      r.ok = xml_function(s.substr(r.start, r.end - r.start), minicpm, r.calls);
+      return r;
+    }
+    case ToolCallFormat::Glm: return repeated(s, "<tool_call>", "</tool_call>", glm_call);
+    case ToolCallFormat::MistralJson: return json_list(s, "[TOOL_CALLS]", "");
+    case ToolCallFormat::MistralArgs: return mistral_args(s);
+    case ToolCallFormat::DeepSeekR1: return deepseek(s, true);
+    case ToolCallFormat::DeepSeekV31: return deepseek(s, false);
+    case ToolCallFormat::Kimi: return kimi(s);
+    case ToolCallFormat::Llama3Json: return llama3(s);
+    case ToolCallFormat::CommandR: return json_list(s, "<|START_ACTION|>", "<|END_ACTION|>");
+    case ToolCallFormat::Nemotron: return json_list(s, "<TOOLCALL>", "</TOOLCALL>");
+    case ToolCallFormat::Granite: return json_list(s, "<|tool_call|>", "");
+    case ToolCallFormat::Apertus: return json_list(s, "<|tools_prefix|>", "<|tools_suffix|>");
+    case ToolCallFormat::Gemma4: return repeated(s, "<|tool_call>", "<tool_call|>", gemma4_call);
+    default: return {};
+  }
+}
+
+// The marker that opens a format's calls (held back while streaming until it is whole).
+string_view opening_marker(ToolCallFormat f) {
+  switch (f) {
+    case ToolCallFormat::Hermes:
+    case ToolCallFormat::QwenXml:
+    case ToolCallFormat::Glm: return "<tool_call>";
+    case ToolCallFormat::SeedXml: return "<seed:tool_call>";
+    case ToolCallFormat::MiniMaxXml: return "<minimax:tool_call>";
+    case ToolCallFormat::MiniCpmXml: return "<function name=\"";
+    case ToolCallFormat::MistralJson:
+    case ToolCallFormat::MistralArgs: return "[TOOL_CALLS]";
+    case ToolCallFormat::DeepSeekR1:
+    case ToolCallFormat::DeepSeekV31: return "<｜tool▁calls▁begin｜>";
+    case ToolCallFormat::Kimi: return "<|tool_calls_section_begin|>";
+    case ToolCallFormat::CommandR: return "<|START_ACTION|>";
+    case ToolCallFormat::Nemotron: return "<TOOLCALL>";
+    case ToolCallFormat::Granite: return "<|tool_call|>";
+    case ToolCallFormat::Apertus: return "<|tools_prefix|>";
+    case ToolCallFormat::Gemma4: return "<|tool_call>";
+    default: return "";
+  }
+}
+
+}  // namespace
+
+ChatSyntax ChatSyntax::detect(string_view t) {
+  ChatSyntax s;
+  auto has = [&](string_view x) { return t.find(x) != npos; };
+  using F = ToolCallFormat;
+  if (has("<|channel|>") && has("<|message|>")) s.tools = F::GptOss;
+  else if (has("<tool_call|>")) s.tools = F::Gemma4;
+  else if (has("<|tool_calls_section_begin|>")) s.tools = F::Kimi;
+  else if (has("<｜tool▁calls▁begin｜>")) s.tools = has("```json") ? F::DeepSeekR1 : F::DeepSeekV31;
+  else if (has("<arg_key>")) s.tools = F::Glm;
+  else if (has("<seed:tool_call>")) s.tools = F::SeedXml;
+  else if (has("<minimax:tool_call>")) s.tools = F::MiniMaxXml;
+  else if (has("<function=")) s.tools = F::QwenXml;
+  else if (has("<tool_call>")) s.tools = F::Hermes;
+  else if (has("<function name=")) s.tools = F::MiniCpmXml;
+  else if (has("[TOOL_CALLS]")) s.tools = has("[ARGS]") ? F::MistralArgs : F::MistralJson;
+  else if (has("<|START_ACTION|>")) s.tools = F::CommandR;
+  else if (has("<TOOLCALL>")) s.tools = F::Nemotron;
+  else if (has("<|tool_call|>")) s.tools = F::Granite;
+  else if (has("<|tools_prefix|>")) s.tools = F::Apertus;
+  else if (has(">>>") && has("all")) s.tools = F::Functionary;
+  else if (has("<|start_header_id|>") && has("parameters")) s.tools = F::Llama3Json;
+  if (has("<seed:think>")) s.think_open = "<seed:think>", s.think_close = "</seed:think>";
+  else if (has("<|START_THINKING|>")) s.think_open = "<|START_THINKING|>", s.think_close = "<|END_THINKING|>";
+  else if (has("<think>") && has("</think>")) s.think_open = "<think>", s.think_close = "</think>";
+  else if (has("<|channel>thought")) s.think_open = "<|channel>thought", s.think_close = "<channel|>";
+  return s;
+}
+
+ChatSyntax ChatSyntax::for_prompt(string_view prompt) const {
+  ChatSyntax s = *this;
+  s.starts_thinking = !think_open.empty() && trim_end(prompt).ends_with(think_open);
+  return s;
+}
+
+const char* ChatSyntax::tools_name() const {
+  static constexpr const char* kNames[] = {"none", "hermes", "qwen3-coder", "seed-oss", "minimax", "minicpm", "glm",
+                                           "mistral-json", "mistral-args", "deepseek-r1", "deepseek-v3.1", "kimi",
+                                           "llama3-json", "gpt-oss", "functionary", "command-r", "nemotron",
+                                           "granite", "apertus", "gemma4"};
+  return kNames[size_t(tools)];
+}
+
+ChatReply parse_chat_reply(string_view text, const ChatSyntax& syntax, bool with_tools, bool partial) {
+  if (syntax.tools == ToolCallFormat::GptOss) return gpt_oss(text, with_tools, partial);
+  ChatReply out;
+  string_view rest = text;
+  bool parsed = false;  // something was taken out of the text: the answer is trimmed
+  // Reasoning first: from the opening marker (or the start, when the prompt opened it) to the close.
+  if (!syntax.think_open.empty()) {
+    const size_t lead = skip_space(text, 0);
+    size_t from = npos;
+    if (syntax.starts_thinking) from = 0;
+    else if (starts_at(text, lead, syntax.think_open)) from = lead + syntax.think_open.size();
+    else if (partial && lead < text.size() && string_view(syntax.think_open).starts_with(text.substr(lead)))
+      return out;  // the opening marker is on its way
+    if (from != npos) {
+      parsed = true;
+      const size_t close = text.find(syntax.think_close, from);
+      if (close == npos) {
+        string_view r = text.substr(from);
+        if (partial) r.remove_suffix(unfinished_marker(r, syntax.think_close));
+        out.reasoning = std::string(trim(r));
+        if (!partial) out.reasoning = std::string(trim(text.substr(from)));
+        return out;
+      }
+      out.reasoning = std::string(trim(text.substr(from, close - from)));
+      rest = text.substr(close + syntax.think_close.size());
+    }
+  }
+  if (syntax.tools == ToolCallFormat::Functionary && with_tools) {
+    ChatReply f = functionary(rest, partial);
+    f.reasoning = std::move(out.reasoning);
+    return f;
+  }
+  const bool tools = with_tools && syntax.tools != ToolCallFormat::None;
+  Calls calls = tools ? find_calls(rest, syntax.tools) : Calls{};
+  if (calls.start == npos || (!calls.ok && !partial)) {
+    string_view content = rest;
+    if (partial && tools) content.remove_suffix(unfinished_marker(content, opening_marker(syntax.tools)));
+    if (syntax.tools == ToolCallFormat::Llama3Json && tools && partial && trim(content).starts_with("{"))
+      content = {};  // a call being written
+    out.content = std::string(parsed ? trim(content) : content);
+    if (parsed && partial) out.content = std::string(content.substr(skip_space(content, 0)));
+    return out;
+  }
+  out.tool_calls = std::move(calls.calls);
+  std::string content(trim(rest.substr(0, calls.start)));
+  if (calls.ok && calls.end < rest.size()) {
+    const string_view after = trim(rest.substr(calls.end));
+    if (!after.empty()) content += (content.empty() ? "" : "\n") + std::string(after);
+  }
+  out.content = std::move(content);
+  return out;
+}
+
+}  // namespace toy
