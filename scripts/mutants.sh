@@ -1239,6 +1239,42 @@ toy toy_serve_tests
 ^ServeCli\.ChatTemplateFlag
   const ChatTemplate tmpl = ChatTemplate::choose(f.chat_template, reader, *lm.tokenizer);
   const ChatTemplate tmpl = ChatTemplate::choose("", reader, *lm.tokenizer);
+serve-tools-never-offered
+src/toy/serve/server.cpp
+toy toy_serve_client_tests
+^ServeClients\.TheOpenAIClientCallsATool
+        offer_tools = chat && !cr.tools.is_null() && cr.tool_choice != "none";
+        offer_tools = false;
+serve-streamed-calls-dropped
+src/toy/serve/server.cpp
+toy toy_serve_client_tests
+^ServeClients\.TheOpenAIClientCallsATool
+              if (now.tool_calls.size() > sent.tool_calls.size()) {
+              if (false) {
+reply-calls-left-in-content
+src/toy/infer/chat_output.cpp
+toy_chat_tests
+^ChatOutput\.
+  std::string content(trim(rest.substr(0, calls.start)));
+  std::string content(trim(rest));
+reply-half-marker-shown
+src/toy/infer/chat_output.cpp
+toy_chat_tests
+^ChatOutput\.
+    if (partial && tools) content.remove_suffix(unfinished_marker(content, opening_marker(syntax.tools)));
+    if (false) content.remove_suffix(unfinished_marker(content, opening_marker(syntax.tools)));
+reply-reasoning-kept-open
+src/toy/infer/chat_output.cpp
+toy_chat_tests
+^ChatOutput\.
+  s.starts_thinking = !think_open.empty() && trim_end(prompt).ends_with(think_open);
+  s.starts_thinking = false;
+sft-tools-not-rendered
+src/toy/data/sft.cpp
+toy toy_serve_client_tests
+^ServeClients\.TheOpenAIClientCallsATool
+      if (assistant) next_piece(chat.render(upto, true, tools), false);
+      if (assistant) next_piece(chat.render(upto, true), false);
 finetune-template-not-carried
 src/toy/train/finetune_model.cpp
 toy toy_cli_tests

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,3 +82,52 @@ TEST(ServeClients, TheChatPageStreamsARepliesInAHeadlessBrowser) {
   }
 }
 
+
+// The whole tool-call loop with a model toy trained itself: toy init, then toy finetune on SFT
+// records whose answers are tool calls, rendered with Qwen2.5's real template (which
+// model.gguf then carries); toy serve parses the calls; the openai client receives them (whole
+// and streamed), sends the tool's result back and gets the final answer.
+TEST(ServeClients, TheOpenAIClientCallsAToolOfAModelToyFineTuned) {
+  TOY_REQUIRE(node_clients_installed(), "node and tools/serve-clients/node_modules (npm ci in tools/serve-clients)");
+  const std::string qwen = toy::test::shared_path("chat-templates") + "/Qwen-Qwen2.5-7B-Instruct.jinja";
+  TOY_REQUIRE_FILE(qwen);
+  const std::string base = temp("tools_base.gguf"), data = temp("tools.jsonl"), run = temp("tools_run");
+  fs::remove_all(run);
+  auto r = toy::test::run_toy({"init", "--arch", "qwen2", "--shape", "tiny", "--out", base});
+  ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+      "required": ["city"]}}}])");
+  const std::string question = "Weather in Paris?", result = "sunny", answer = "It is sunny in Paris.";
+  {
+    const json call = {{"role", "assistant"}, {"content", ""},
+                       {"tool_calls", {{{"type", "function"}, {"id", "call_1"},
+                                        {"function", {{"name", "get_weather"}, {"arguments", {{"city", "Paris"}}}}}}}}};
+    const json record = {{"messages", {{{"role", "user"}, {"content", question}}, call,
+                                       {{"role", "tool"}, {"content", result}}, {{"role", "assistant"}, {"content", answer}}}},
+                         {"tools", tools}};
+    std::ofstream f(data);
+    for (int i = 0; i < 8; ++i) f << record.dump() << "\n";
+  }
+  r = toy::test::run_toy({"finetune", "-m", base, "--data", data, "--chat-template", qwen, "--method", "full", "--train-embeddings", "--steps",
+                          "120", "--batch", "2", "--lr", "3e-3", "--warmup", "10", "--val-fraction", "0", "--ctx", "1024",
+                          "--seed", "7", "--out", run, "--json"});
+  ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+  ServeProcess sp({"-m", run + "/model.gguf", "--parallel", "1", "--ctx", "1024"});
+  ASSERT_GT(sp.port, 0) << toy::test::read_all(sp.err);
+  const std::string err = temp("tools.err");
+  const auto [status, out] = node_script(
+      "tools_check.mjs", {"http://127.0.0.1:" + std::to_string(sp.port) + "/v1", question, tools.dump(), result}, err);
+  ASSERT_EQ(status, 0) << out << toy::test::read_all(err) << toy::test::read_all(sp.err);
+  const json j = json::parse(out);
+  ASSERT_EQ(j["tool_calls"].size(), 1u) << out;
+  EXPECT_EQ(j["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(j["arguments"], json({{"city", "Paris"}}));
+  EXPECT_TRUE(j["content"].is_null()) << out;
+  ASSERT_EQ(j["streamed"].size(), 1u) << out;
+  EXPECT_EQ(j["streamed"][0]["name"], "get_weather");
+  EXPECT_EQ(json::parse(j["streamed"][0]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+  EXPECT_EQ(j["stream_finish"], "tool_calls");
+  EXPECT_EQ(j["final"], answer);
+  EXPECT_EQ(j["final_finish"], "stop");
+}

@@ -38,8 +38,9 @@ const std::string& string_field(const nlohmann::json& j, const char* key, const 
 // A conversation's record: each assistant turn counted (its content or tool calls through the
 // template's end of turn), everything else context. The messages go to the template as they
 // are (tool calls, tool results, reasoning_content: whatever it renders).
-SftExample from_messages(const nlohmann::ordered_json& msgs, const Tokenizer& tok, const ChatTemplate& chat,
-                         const std::string& where) {
+SftExample from_messages(const nlohmann::ordered_json& msgs, const nlohmann::ordered_json& tools, const Tokenizer& tok,
+                         const ChatTemplate& chat, const std::string& where) {
+  TOY_CHECK(tools.is_null() || tools.is_array(), "{}: \"tools\" must be a list of tool definitions", where);
   TOY_CHECK(msgs.is_array() && !msgs.empty(), "{}: \"messages\" must be a non-empty array", where);
   bool any_assistant = false;
   for (size_t i = 0; i < msgs.size(); ++i) {
@@ -72,11 +73,11 @@ SftExample from_messages(const nlohmann::ordered_json& msgs, const Tokenizer& to
     nlohmann::ordered_json upto = nlohmann::ordered_json::array();
     for (const auto& m : msgs) {
       const bool assistant = m["role"] == "assistant";
-      if (assistant) next_piece(chat.render(upto, true), false);
+      if (assistant) next_piece(chat.render(upto, true, tools), false);
       upto.push_back(m);
-      if (assistant) next_piece(chat.render(upto, false), true);
+      if (assistant) next_piece(chat.render(upto, false, tools), true);
     }
-    next_piece(chat.render(msgs, false), false);
+    next_piece(chat.render(msgs, false, tools), false);
   } catch (const Error& ex) {
     fail("{}: {}", where, ex.what());
   }
@@ -113,7 +114,9 @@ SftExample parse_sft_record(const std::string& line, const Tokenizer& tok, const
     TOY_CHECK(chat != nullptr, "{}: a \"messages\" record needs a chat template ({}; --chat-template FILE gives one)",
               where, no_template_why.empty() ? "none was given" : no_template_why);
     // Again with keys in the record's order: a template's tojson prints them so.
-    return from_messages(nlohmann::ordered_json::parse(line)["messages"], tok, *chat, where);
+    const auto ordered = nlohmann::ordered_json::parse(line);
+    return from_messages(ordered["messages"], ordered.contains("tools") ? ordered["tools"] : nlohmann::ordered_json(),
+                         tok, *chat, where);
   }
   TOY_CHECK(j.contains("prompt") || j.contains("completion"),
             "{}: a record needs \"prompt\" and \"completion\", or \"messages\"", where);

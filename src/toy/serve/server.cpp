@@ -51,6 +51,22 @@ json usage_of(const Job& job) {
           {"prompt_tokens_details", {{"cached_tokens", job.cached_tokens}}}};
 }
 
+// OpenAI's tool_calls: ids from the format when it has them, else the reply's id and the
+// call's index; `indexed` (stream deltas) adds each call's index.
+json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index, const std::string& reply_id, bool indexed) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const size_t index = first_index + i;
+    const std::string tail = reply_id.substr(reply_id.find('-') + 1);
+    json c = {{"id", calls[i].id.empty() ? fmt::format("call_{}_{}", tail, index) : calls[i].id},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (indexed) c["index"] = index;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 // A job that ended with an error: the server is stopping (503) or the model failed (500).
 ApiError job_error(const Job& job) {
   const bool stopping = job.error.find("shutting down") != std::string::npos;
@@ -280,8 +296,12 @@ void Server::routes() {
       ++(chat ? counts_.chat : counts_.completions);
       std::shared_ptr<Job> job;
       CompletionRequest cr;
+      // Chat replies read in the template's format (tool calls, reasoning) when there is one to read.
+      ChatSyntax syntax;
+      bool offer_tools = false, structured = false;
       try {
         cr = parse_completion_request(req.body, chat);
+        offer_tools = chat && !cr.tools.is_null() && cr.tool_choice != "none";
         for (const auto& [id, bias] : cr.sampling.logit_bias)
           if (id >= tok_.vocab_size())
             throw bad_request(fmt::format("'logit_bias': token {} is outside the vocabulary [0, {})", id,
@@ -290,7 +310,10 @@ void Server::routes() {
         if (chat || !cr.prompt_is_ids) {
           try {
             if (chat) {
-              p.prompt = tmpl_.prompt_ids(tok_, tmpl_.render(cr.messages, true));
+              const ChatText text = tmpl_.render(cr.messages, true, offer_tools ? cr.tools : nullptr);
+              p.prompt = tmpl_.prompt_ids(tok_, text);
+              syntax = tmpl_.syntax().for_prompt(text.text);
+              structured = offer_tools || !syntax.think_open.empty() || syntax.tools == ToolCallFormat::GptOss;
             } else {
               if (tok_.adds_bos()) p.prompt.push_back(tok_.bos_id());
               const std::vector<int32_t> body = tok_.encode(cr.prompt);
@@ -348,10 +371,22 @@ void Server::routes() {
         }
         if (job->finish_reason == "error") return send_error(res, job_error(*job));
         json choice = {{"index", 0}, {"finish_reason", job->finish_reason}, {"logprobs", nullptr}};
-        if (chat)
+        if (chat && structured) {
+          ChatReply reply = parse_chat_reply(text, syntax, offer_tools, false);
+          if (!cr.parallel_tool_calls && reply.tool_calls.size() > 1) reply.tool_calls.resize(1);
+          json message = {{"role", "assistant"},
+                          {"content", reply.content.empty() && !reply.tool_calls.empty() ? json(nullptr) : json(reply.content)}};
+          if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
+          if (!reply.tool_calls.empty()) {
+            message["tool_calls"] = tool_calls_json(reply.tool_calls, 0, id, false);
+            if (job->finish_reason == "stop") choice["finish_reason"] = "tool_calls";
+          }
+          choice["message"] = std::move(message);
+        } else if (chat) {
           choice["message"] = {{"role", "assistant"}, {"content", text}};
-        else
+        } else {
           choice["text"] = text;
+        }
         return send_json(res, {{"id", id}, {"object", object}, {"created", created}, {"model", model},
                                {"choices", json::array({choice})}, {"usage", usage_of(*job)}});
       }
@@ -360,7 +395,9 @@ void Server::routes() {
       const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
       res.set_header("Cache-Control", "no-cache");
       res.set_header("X-Accel-Buffering", "no");
-      auto provider = [job, chat, include_usage, id, created, model, chunk_object](size_t, httplib::DataSink& sink) {
+      const bool parallel = cr.parallel_tool_calls;
+      auto provider = [job, chat, include_usage, id, created, model, chunk_object, syntax, offer_tools, structured,
+                       parallel](size_t, httplib::DataSink& sink) {
             auto send = [&](const json& j) {
               const std::string s = "data: " + dump(j) + "\n\n";
               return sink.write(s.data(), s.size());
@@ -379,13 +416,39 @@ void Server::routes() {
               return false;
             };
             if (chat && !send(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr))) return drop();
+            // A structured reply streams as what its parse adds: reasoning, content, finished calls.
+            std::string all;
+            ChatReply sent;
+            auto send_parsed = [&](bool partial) {
+              ChatReply now = parse_chat_reply(all, syntax, offer_tools, partial);
+              if (!parallel && now.tool_calls.size() > 1) now.tool_calls.resize(1);
+              auto grown = [](const std::string& was, const std::string& is) {
+                return is.size() > was.size() && is.starts_with(was) ? is.substr(was.size()) : std::string();
+              };
+              bool ok = true;
+              if (const std::string d = grown(sent.reasoning, now.reasoning); !d.empty())
+                ok = ok && send(chunk(json{{"reasoning_content", d}}, nullptr)), sent.reasoning = now.reasoning;
+              if (const std::string d = grown(sent.content, now.content); !d.empty())
+                ok = ok && send(chunk(json{{"content", d}}, nullptr)), sent.content = now.content;
+              if (now.tool_calls.size() > sent.tool_calls.size()) {
+                const std::vector<ToolCall> fresh(now.tool_calls.begin() + long(sent.tool_calls.size()), now.tool_calls.end());
+                ok = ok && send(chunk(json{{"tool_calls", tool_calls_json(fresh, sent.tool_calls.size(), id, true)}}, nullptr));
+                sent.tool_calls = now.tool_calls;
+              }
+              return ok;
+            };
             std::string piece;
             auto quiet_since = std::chrono::steady_clock::now();
             while (true) {
               const bool ended = job->wait(piece, std::chrono::milliseconds(100));
               const auto now = std::chrono::steady_clock::now();
               if (!piece.empty()) {
-                if (!send(chunk(chat ? json{{"content", piece}} : json(piece), nullptr))) return drop();
+                if (structured) {
+                  all += piece;
+                  if (!send_parsed(true)) return drop();
+                } else if (!send(chunk(chat ? json{{"content", piece}} : json(piece), nullptr))) {
+                  return drop();
+                }
                 quiet_since = now;
               }
               if (ended) break;
@@ -399,7 +462,9 @@ void Server::routes() {
             if (job->finish_reason == "error") {
               send(error_body(job_error(*job)));
             } else {
-              send(chunk(chat ? json::object() : json(""), job->finish_reason));
+              if (structured && !send_parsed(false)) return drop();
+              const bool called = !sent.tool_calls.empty() && job->finish_reason == "stop";
+              send(chunk(chat ? json::object() : json(""), called ? "tool_calls" : job->finish_reason));
               if (include_usage) {
                 send({{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model},
                       {"choices", json::array()}, {"usage", usage_of(*job)}});
