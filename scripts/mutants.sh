@@ -1303,9 +1303,11 @@ for dirpath, _, files in os.walk(src):
             shutil.copy(s, d, follow_symlinks=False)
 PY
 rm -rf "$stage"
-if [ -d "$root/tools/llamacpp/node_modules" ] && [ ! -e "$scratch/src/tools/llamacpp/node_modules" ]; then
-  ln -s "$root/tools/llamacpp/node_modules" "$scratch/src/tools/llamacpp/node_modules"
-fi
+for tool in llamacpp serve-clients; do
+  if [ -d "$root/tools/$tool/node_modules" ] && [ ! -e "$scratch/src/tools/$tool/node_modules" ]; then
+    ln -s "$root/tools/$tool/node_modules" "$scratch/src/tools/$tool/node_modules"
+  fi
+done
 cmake -S "$scratch/src" -B "$scratch/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTOY_CUDA=OFF >/dev/null || exit 2
 echo "mutants: building the scratch copy in $scratch (the first time is a full build)" >&2
 cmake --build "$scratch/build" >/dev/null || { echo "mutants: the unmutated tree does not build" >&2; exit 2; }
