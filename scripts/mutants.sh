@@ -1275,6 +1275,18 @@ toy toy_serve_client_tests
 ^ServeClients\.TheOpenAIClientCallsATool
       if (assistant) next_piece(chat.render(upto, true, tools), false);
       if (assistant) next_piece(chat.render(upto, true), false);
+logprobs-after-sampling-cut
+src/toy/serve/engine.cpp
+toy_serve_tests toy_llamacpp_tests
+^ServeHttp\.Logprobs|^LlamaCpp\.ServedLogprobs
+    TokenLogprob lp{id, logprobs[size_t(id)], {}};
+    TokenLogprob lp{id, logprobs[size_t(id)] * 0.5f, {}};
+logprobs-top-unsorted
+src/toy/serve/engine.cpp
+toy_serve_tests toy_llamacpp_tests
+^ServeHttp\.Logprobs|^LlamaCpp\.ServedLogprobs
+      return logprobs[size_t(a)] > logprobs[size_t(b)] || (logprobs[size_t(a)] == logprobs[size_t(b)] && a < b);
+      return a < b;
 finetune-template-not-carried
 src/toy/train/finetune_model.cpp
 toy toy_cli_tests

@@ -25,6 +25,7 @@
 #include "toy/models/lora.h"
 #include "toy/nn/kv_cache.h"
 #include "toy/ops/ops.h"
+#include "toy/serve/engine.h"
 #include "toy/tokenizer/tokenizer.h"
 #include "toy/train/finetune.h"
 #include "toy/train/trainer.h"
@@ -560,4 +561,39 @@ TEST(LlamaCpp, RunsTheHuggingFaceConventionFixturesAsToyDoes) {
     // form), worth a few 1e-3 on these rough fixtures.
     expect_same_distributions(dir + arch + ".gguf", ids, std::string(arch) == "gpt2" ? 1e-2 : 1e-3);
   }
+}
+
+// toy serve's log-probabilities (the engine's, as /v1/*completions return them) agree with
+// llama.cpp's distribution on the same file within 0.02 (the bound; f32 here agrees far
+// closer), and the alternatives are llama.cpp's most likely tokens.
+TEST(LlamaCpp, ServedLogprobsAgreeWithLlamaCpp) {
+  REQUIRE_LLAMACPP();
+  const std::string m = train_model("serve_logprobs", "llama", "byte");
+  LoadedModel lm = load_model(m);
+  serve::Engine engine(*lm.model, *lm.tokenizer, {.parallel = 1, .ctx = 64});
+  serve::GenParams p;
+  p.prompt = lm.tokenizer->encode("Everyone is permitted to copy");
+  p.max_tokens = 8;
+  p.sampling.temperature = 0;
+  p.top_logprobs = 5;
+  p.ignore_eos = true;
+  const std::shared_ptr<serve::Job> job = engine.submit(p);
+  ASSERT_TRUE(job);
+  job->wait_all();
+  const std::vector<serve::TokenLogprob> lps = job->take_logprobs();
+  engine.shutdown("done");
+  ASSERT_EQ(lps.size(), 8u);
+  std::vector<int32_t> ids = p.prompt;
+  for (const auto& lp : lps) ids.push_back(lp.id);
+  const nlohmann::json theirs = node({m, nlohmann::json(ids).dump()});
+  double worst = 0;
+  for (size_t i = 0; i < lps.size(); ++i) {
+    const nlohmann::json& row = theirs["logprobs"][p.prompt.size() - 1 + i];
+    worst = std::max(worst, std::fabs(lps[i].logprob - row[size_t(lps[i].id)].get<double>()));
+    ASSERT_EQ(lps[i].top.size(), 5u);
+    EXPECT_EQ(lps[i].top[0].first, lps[i].id) << "greedy: the chosen token is the most likely";
+    for (const auto& [id, v] : lps[i].top) worst = std::max(worst, std::fabs(v - row[size_t(id)].get<double>()));
+  }
+  std::printf("served logprobs vs llama.cpp: largest difference %.2e over %zu tokens x 6 values\n", worst, lps.size());
+  EXPECT_LT(worst, 0.02);
 }

@@ -26,6 +26,7 @@
 #include "proc.h"
 #include "serve_helpers.h"
 #include "requirements.h"
+#include "toy/autograd/grad_mode.h"
 #include "toy/infer/generate.h"
 #include "toy/infer/sampler.h"
 #include "toy/io/gguf.h"
@@ -272,7 +273,8 @@ TEST(ServeOpenAI, RequestBodiesAreValidatedFieldByField) {
       // Fields toy does not implement are refused by name, never ignored.
       {R"({"prompt": "hi", "echo": true})", "echo"},
       {R"({"prompt": "hi", "suffix": "x"})", "suffix"},
-      {R"({"prompt": "hi", "logprobs": 3})", "logprobs"},
+      {R"({"prompt": "hi", "logprobs": 21})", "logprobs"},
+      {R"({"prompt": "hi", "logprobs": true})", "logprobs"},
       {R"({"prompt": "hi", "tools": []})", "tools"},
       {R"({"prompt": "hi", "response_format": {"type": "json_object"}})", "response_format"},
       {R"({"prompt": "hi", "temprature": 0.5})", "temprature"},
@@ -305,6 +307,11 @@ TEST(ServeOpenAI, RequestBodiesAreValidatedFieldByField) {
                           "response_format": {"type": "text"}, "cache_prompt": true, "suffix": null})", false).first, 200);
   EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false, "best_of": 1})", true).second,
             "best_of");
+  EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", true).second,
+            "top_logprobs");
+  EXPECT_EQ(parse_completion_request(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true,
+                                        "top_logprobs": 2})", true).top_logprobs, 2);
+  EXPECT_EQ(parse_completion_request(R"({"prompt": "x", "logprobs": 3})", false).top_logprobs, 3);
   using Bias = std::vector<std::pair<int32_t, float>>;
   EXPECT_EQ(parse_completion_request(R"({"prompt": "hi", "logit_bias": {"5": -100, "7": 2.5}})", false).sampling.logit_bias,
             (Bias{{5, -100.0f}, {7, 2.5f}}));
@@ -439,6 +446,61 @@ TEST(ServeHttp, LogitBiasSteersSampling) {
   auto r = c.Post("/v1/completions", R"({"prompt": "x", "logit_bias": {"99999999": 1}})", "application/json");
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(body_of(r)["error"]["param"], "logit_bias");
+}
+
+// logprobs: each generated token's log-probability under the model (its log-softmax, before
+// sampling) and the K most likely tokens, in OpenAI's chat and legacy completion shapes,
+// streamed chunk by chunk too.
+TEST(ServeHttp, LogprobsAreTheModelsDistribution) {
+  TestServer ts("llama", {.parallel = 1, .ctx = 128}, {});
+  const Tokenizer& tok = *ts.lm.tokenizer;
+  std::vector<int32_t> prompt = tok.encode("Once upon");
+  if (tok.adds_bos()) prompt.insert(prompt.begin(), tok.bos_id());
+  NoGradGuard ng;
+  const std::vector<float> lsm =
+      log_softmax(ts.lm.model->logits(from_vector(prompt, Shape{1, int64_t(prompt.size())}))).to_f32_vector();
+  const int64_t V = ts.lm.model->config().vocab;
+  const float* last = lsm.data() + (prompt.size() - 1) * size_t(V);
+  const int32_t best = int32_t(std::max_element(last, last + V) - last);
+  httplib::Client c = ts.client();
+  auto r = c.Post("/v1/completions", R"({"prompt": "Once upon", "max_tokens": 3, "temperature": 0, "logprobs": 2})",
+                  "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  json lp = body_of(r)["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 3u);
+  EXPECT_EQ(lp["tokens"][0], json(tok.token_bytes(best)));
+  EXPECT_NEAR(lp["token_logprobs"][0].get<double>(), last[best], 1e-5);
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  // Chat: logprobs true with top_logprobs; the values of the same tokens.
+  r = c.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                                         "temperature": 0, "logprobs": true, "top_logprobs": 3})", "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json content = body_of(r)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 4u);
+  for (const json& t : content) {
+    ASSERT_EQ(t["top_logprobs"].size(), 3u);
+    EXPECT_EQ(t["top_logprobs"][0]["logprob"], t["logprob"]) << "greedy picks the most likely";
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    std::string bytes;
+    for (const json& b : t["bytes"]) bytes += char(b.get<int>());
+    EXPECT_EQ(json(bytes), t["token"]);
+  }
+  // Streamed: the chunks' entries, together, are the whole reply's.
+  r = c.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                                         "temperature": 0, "logprobs": true, "top_logprobs": 3, "stream": true})",
+             "application/json");
+  json streamed = json::array();
+  for (const std::string& e : sse_data(r->body)) {
+    if (e == "[DONE]") continue;
+    const json ch = json::parse(e);
+    if (!ch["choices"].empty() && ch["choices"][0]["logprobs"].is_object())
+      for (const json& t : ch["choices"][0]["logprobs"]["content"]) streamed.push_back(t);
+  }
+  EXPECT_EQ(streamed, content);
+  // Without asking: null, as OpenAI.
+  r = c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 1})", "application/json");
+  EXPECT_TRUE(body_of(r)["choices"][0]["logprobs"].is_null());
 }
 
 // GET /metrics: Prometheus text whose totals follow what was served.

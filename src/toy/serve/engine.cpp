@@ -41,6 +41,18 @@ void Job::emit(const std::string& text) {
   cv_.notify_all();
 }
 
+void Job::record(TokenLogprob lp) {
+  std::lock_guard lk(mu_);
+  logprobs_.push_back(std::move(lp));
+}
+
+std::vector<TokenLogprob> Job::take_logprobs() {
+  std::lock_guard lk(mu_);
+  std::vector<TokenLogprob> out;
+  out.swap(logprobs_);
+  return out;
+}
+
 void Job::first_token() { ttft_s = std::chrono::duration<double>(Clock::now() - submitted).count(); }
 
 void Job::finish(const std::string& reason, const std::string& err) {
@@ -192,12 +204,27 @@ void Engine::sample(Slot& s) {
     float* z = s.logits.data<float>();
     for (int32_t e : ends_) z[e] = -std::numeric_limits<float>::infinity();
   }
+  // Log-probabilities, when asked for: the model's distribution (one row read back per token).
+  std::vector<float> logprobs;
+  if (job.params.top_logprobs >= 0)
+    logprobs = to(log_softmax(cast(reshape(s.logits.detach(), Shape{-1}), DType::F32)), Device::CPU).to_f32_vector();
   const int32_t id = s.sampler->sample(s.logits, s.history);
   s.logits = Tensor();
   if (job.completion_tokens == 0) job.first_token();
   if (std::find(ends_.begin(), ends_.end(), id) != ends_.end()) {
     if (!s.filter->push(s.decoder->flush())) s.filter->flush();
     return release(s, "stop");
+  }
+  if (!logprobs.empty()) {
+    TokenLogprob lp{id, logprobs[size_t(id)], {}};
+    std::vector<int32_t> order(logprobs.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+    const size_t k = std::min(order.size(), size_t(job.params.top_logprobs));
+    std::partial_sort(order.begin(), order.begin() + long(k), order.end(), [&](int32_t a, int32_t b) {
+      return logprobs[size_t(a)] > logprobs[size_t(b)] || (logprobs[size_t(a)] == logprobs[size_t(b)] && a < b);
+    });
+    for (size_t i = 0; i < k; ++i) lp.top.emplace_back(order[i], logprobs[size_t(order[i])]);
+    job.record(std::move(lp));
   }
   ++job.completion_tokens;
   --s.budget;

@@ -27,6 +27,14 @@ class Tokenizer;
 
 namespace toy::serve {
 
+// A generated token's log-probability under the model (its distribution before sampling's
+// biases, penalties and cuts) and the most likely tokens there, best first.
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
 // One generation request, tokenized.
 struct GenParams {
   std::vector<int32_t> prompt;  // not empty; fewer tokens than the slot context
@@ -35,6 +43,7 @@ struct GenParams {
   uint64_t seed = 0;
   std::vector<std::string> stop;  // stop strings (not output)
   bool ignore_eos = false;        // end-of-generation tokens are never drawn
+  int top_logprobs = -1;          // -1: none; else each token's log-probability and this many alternatives
 };
 
 // A request in flight, shared by the thread that answers the client and the engine: the text
@@ -50,6 +59,8 @@ class Job {
   bool wait(std::string& out, std::chrono::milliseconds timeout);
   // Blocks until the job ends; returns all the text not yet taken.
   std::string wait_all();
+  // The log-probabilities of the tokens generated since the last call (when asked for).
+  std::vector<TokenLogprob> take_logprobs();
   // The client went away (or no longer wants the rest): the engine frees the slot.
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
@@ -62,6 +73,7 @@ class Job {
 
   // Engine side.
   void emit(const std::string& text);
+  void record(TokenLogprob lp);
   void finish(const std::string& reason, const std::string& error = "");
   void first_token();
 
@@ -72,6 +84,7 @@ class Job {
   std::mutex mu_;
   std::condition_variable cv_;
   std::string text_;
+  std::vector<TokenLogprob> logprobs_;
   bool done_ = false;
   std::atomic<bool> cancelled_{false};
 };

@@ -189,10 +189,10 @@ void check_known_fields(const json& j, bool chat) {
     if (value.is_null() || common.count(key) || key == (chat ? "messages" : "prompt") || (!chat && key == "best_of"))
       continue;
     if (chat && (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls")) continue;
+    if (key == "logprobs" || (chat && key == "top_logprobs")) continue;
     // Asked for and off: nothing to do.
-    if ((key == "logprobs" && (value == false || value == 0)) || (key == "top_logprobs" && value == 0) ||
-        (key == "echo" && value == false) || (key == "response_format" && value.is_object() &&
-                                              value.value("type", "") == "text"))
+    if ((key == "echo" && value == false) ||
+        (key == "response_format" && value.is_object() && value.value("type", "") == "text"))
       continue;
     throw bad_request(fmt::format("'{}' is not supported by toy serve", printable(key, 60)), key);
   }
@@ -279,6 +279,18 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
     std::erase(r.stop, std::string());
   }
   if (const json* b = field(j, "logit_bias")) s.logit_bias = logit_bias(*b);
+  if (chat) {
+    const bool want = field(j, "logprobs") && boolean(j, "logprobs");
+    if (field(j, "top_logprobs")) {
+      const int64_t k = integer(j, "top_logprobs", 0, 20);
+      if (!want) throw bad_request("'top_logprobs' needs \"logprobs\": true", "top_logprobs");
+      r.top_logprobs = int(k);
+    } else if (want) {
+      r.top_logprobs = 0;
+    }
+  } else if (field(j, "logprobs")) {
+    r.top_logprobs = int(integer(j, "logprobs", 0, 20));
+  }
   if (field(j, "cache_prompt")) (void)boolean(j, "cache_prompt");  // toy always reuses a cached prefix
   if (field(j, "stream")) r.stream = boolean(j, "stream");
   if (field(j, "ignore_eos")) r.ignore_eos = boolean(j, "ignore_eos");

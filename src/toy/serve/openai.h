@@ -54,6 +54,9 @@ struct CompletionRequest {
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
   bool ignore_eos = false;  // llama-server's extension: generate past end-of-text (benchmarks)
+  // Log-probabilities: -1 none; else each token's and this many alternatives (chat: logprobs
+  // true with top_logprobs K; completions: logprobs K), K <= 20.
+  int top_logprobs = -1;
 };
 
 // Parses and validates a body; throws ApiError (400) naming the field for malformed JSON, a

@@ -67,6 +67,38 @@ json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index, con
   return out;
 }
 
+// Log-probabilities in OpenAI's shapes: chat {"content": [{token, logprob, bytes, top_logprobs}]},
+// completions {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}.
+json logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, bool chat, int64_t& text_offset) {
+  auto bytes_of = [&](int32_t id) {
+    json b = json::array();
+    for (char c : tok.token_bytes(id)) b.push_back(int(uint8_t(c)));
+    return b;
+  };
+  if (chat) {
+    json content = json::array();
+    for (const TokenLogprob& lp : lps) {
+      json top = json::array();
+      for (const auto& [id, v] : lp.top) top.push_back({{"token", tok.token_bytes(id)}, {"logprob", v}, {"bytes", bytes_of(id)}});
+      content.push_back({{"token", tok.token_bytes(lp.id)}, {"logprob", lp.logprob}, {"bytes", bytes_of(lp.id)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}};
+  }
+  json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
+  for (const TokenLogprob& lp : lps) {
+    tokens.push_back(tok.token_bytes(lp.id));
+    values.push_back(lp.logprob);
+    json top = json::object();
+    for (const auto& [id, v] : lp.top) top[tok.token_bytes(id)] = v;
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += int64_t(tok.token_bytes(lp.id).size());
+  }
+  return {{"tokens", std::move(tokens)}, {"token_logprobs", std::move(values)}, {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
+
 // A job that ended with an error: the server is stopping (503) or the model failed (500).
 ApiError job_error(const Job& job) {
   const bool stopping = job.error.find("shutting down") != std::string::npos;
@@ -339,6 +371,7 @@ void Server::routes() {
         p.seed = cr.seed ? *cr.seed : random_seed();
         p.stop = cr.stop;
         p.ignore_eos = cr.ignore_eos;
+        p.top_logprobs = cr.top_logprobs;
         try {
           job = engine_.submit(std::move(p));
         } catch (const Error& e) {
@@ -371,6 +404,10 @@ void Server::routes() {
         }
         if (job->finish_reason == "error") return send_error(res, job_error(*job));
         json choice = {{"index", 0}, {"finish_reason", job->finish_reason}, {"logprobs", nullptr}};
+        if (cr.top_logprobs >= 0) {
+          int64_t offset = 0;
+          choice["logprobs"] = logprobs_json(tok_, job->take_logprobs(), chat, offset);
+        }
         if (chat && structured) {
           ChatReply reply = parse_chat_reply(text, syntax, offer_tools, false);
           if (!cr.parallel_tool_calls && reply.tool_calls.size() > 1) reply.tool_calls.resize(1);
@@ -396,14 +433,23 @@ void Server::routes() {
       res.set_header("Cache-Control", "no-cache");
       res.set_header("X-Accel-Buffering", "no");
       const bool parallel = cr.parallel_tool_calls;
+      const bool want_logprobs = cr.top_logprobs >= 0;
+      const Tokenizer* tok = &tok_;
       auto provider = [job, chat, include_usage, id, created, model, chunk_object, syntax, offer_tools, structured,
-                       parallel](size_t, httplib::DataSink& sink) {
+                       parallel, want_logprobs, tok, text_offset = int64_t(0)](size_t, httplib::DataSink& sink) mutable {
             auto send = [&](const json& j) {
               const std::string s = "data: " + dump(j) + "\n\n";
               return sink.write(s.data(), s.size());
             };
+            std::vector<TokenLogprob> pending;  // log-probabilities not yet sent: they ride on the next chunk
             auto chunk = [&](json delta_or_text, json finish) {
               json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
+              if (want_logprobs) {
+                std::vector<TokenLogprob> more = job->take_logprobs();
+                pending.insert(pending.end(), more.begin(), more.end());
+                if (!pending.empty()) choice["logprobs"] = logprobs_json(*tok, pending, chat, text_offset);
+                pending.clear();
+              }
               if (chat)
                 choice["delta"] = std::move(delta_or_text);
               else
