@@ -1287,6 +1287,18 @@ toy_serve_tests toy_llamacpp_tests
 ^ServeHttp\.Logprobs|^LlamaCpp\.ServedLogprobs
       return logprobs[size_t(a)] > logprobs[size_t(b)] || (logprobs[size_t(a)] == logprobs[size_t(b)] && a < b);
       return a < b;
+embeddings-unnormalised
+src/toy/serve/engine.cpp
+toy_serve_tests toy_llamacpp_tests
+^ServeHttp\.Embeddings|^LlamaCpp\.Embeddings
+        if (norm > 0)
+        if (false)
+embeddings-mean-is-last
+src/toy/serve/engine.cpp
+toy_serve_tests toy_llamacpp_tests
+^ServeHttp\.Embeddings|^LlamaCpp\.Embeddings
+        if (task->pooling == Pooling::Mean) {
+        if (false) {
 finetune-template-not-carried
 src/toy/train/finetune_model.cpp
 toy toy_cli_tests

@@ -597,3 +597,38 @@ TEST(LlamaCpp, ServedLogprobsAgreeWithLlamaCpp) {
   std::printf("served logprobs vs llama.cpp: largest difference %.2e over %zu tokens x 6 values\n", worst, lps.size());
   EXPECT_LT(worst, 0.02);
 }
+
+// /v1/embeddings' vectors (the engine's pooled, normalised final hidden states) point where
+// llama.cpp's embedding of the same file points: cosine >= 0.999 for mean pooling (the file's
+// pooling_type set to mean, as llama.cpp reads it) and for the last token (no pooling_type:
+// llama.cpp's embedding context then takes the last token).
+TEST(LlamaCpp, EmbeddingsAgreeWithLlamaCpp) {
+  REQUIRE_LLAMACPP();
+  const std::string m = train_model("embeddings", "llama", "byte");
+  const std::string mean_file = (fs::path(::testing::TempDir()) / "toy_llamacpp_embeddings_mean.gguf").string();
+  {
+    gguf::Reader r(m);
+    gguf::Writer w;
+    for (const auto& [k, v] : r.metadata()) w.set(k, v);
+    w.set(r.get_str("general.architecture") + ".pooling_type", gguf::Value::u32(1));  // LLAMA_POOLING_TYPE_MEAN
+    for (const auto& t : r.tensors()) w.add_tensor(t.name, r.tensor(t.name));
+    w.write(mean_file);
+  }
+  LoadedModel lm = load_model(m);
+  serve::Engine engine(*lm.model, *lm.tokenizer, {.parallel = 1, .ctx = 64});
+  for (const auto& [file, pooling] : {std::pair{mean_file, serve::Pooling::Mean}, std::pair{m, serve::Pooling::Last}}) {
+    const nlohmann::json theirs = node({file, "--embed", nlohmann::json(lm.tokenizer->encode("Everyone is permitted")).dump()});
+    const std::vector<int32_t> evaluated = theirs["tokens"].get<std::vector<int32_t>>();
+    const std::vector<float> ours = engine.embed({evaluated}, pooling).at(0);
+    const std::vector<double> v = theirs["embedding"].get<std::vector<double>>();
+    ASSERT_EQ(v.size(), ours.size());
+    double dot = 0, nv = 0, no = 0;
+    for (size_t i = 0; i < v.size(); ++i) dot += v[i] * ours[i], nv += v[i] * v[i], no += double(ours[i]) * ours[i];
+    const double cosine = dot / std::sqrt(nv * no);
+    std::printf("embedding (%s pooling) vs llama.cpp: cosine %.7f, |ours| %.6f\n",
+                pooling == serve::Pooling::Mean ? "mean" : "last", cosine, std::sqrt(no));
+    EXPECT_GE(cosine, 0.999);
+    EXPECT_NEAR(std::sqrt(no), 1.0, 1e-5) << "unit length, as OpenAI's";
+  }
+  engine.shutdown("done");
+}

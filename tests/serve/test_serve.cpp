@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -501,6 +502,77 @@ TEST(ServeHttp, LogprobsAreTheModelsDistribution) {
   // Without asking: null, as OpenAI.
   r = c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 1})", "application/json");
   EXPECT_TRUE(body_of(r)["choices"][0]["logprobs"].is_null());
+}
+
+// /v1/embeddings: the mean (or last, or first) of the final hidden states, unit length, for a
+// string, a list, token ids; base64 carries the same floats; bad input is a 400.
+TEST(ServeHttp, EmbeddingsArePooledNormalisedHiddenStates) {
+  for (const serve::Pooling pooling : {serve::Pooling::Mean, serve::Pooling::Last, serve::Pooling::Cls}) {
+    serve::ServerOptions so;
+    so.pooling = pooling;
+    TestServer ts("llama", {.parallel = 1, .ctx = 64}, so);
+    const Tokenizer& tok = *ts.lm.tokenizer;
+    auto expected = [&](std::vector<int32_t> ids) {
+      NoGradGuard ng;
+      const int64_t T = int64_t(ids.size()), D = ts.lm.model->config().dim;
+      const std::vector<float> h = ts.lm.model->hidden(from_vector(ids, Shape{1, T})).to_f32_vector();
+      std::vector<double> v(size_t(D), 0.0);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d)
+          if (pooling == serve::Pooling::Mean || (pooling == serve::Pooling::Last && t == T - 1) ||
+              (pooling == serve::Pooling::Cls && t == 0))
+            v[size_t(d)] += h[size_t(t * D + d)];
+      double n = 0;
+      for (double x : v) n += x * x;
+      for (double& x : v) x /= std::sqrt(n);
+      return v;
+    };
+    std::vector<int32_t> hello = tok.encode("hello world");
+    if (tok.adds_bos()) hello.insert(hello.begin(), tok.bos_id());
+    httplib::Client c = ts.client();
+    auto r = c.Post("/v1/embeddings", R"({"input": ["hello world", [5, 6, 7]], "model": "m"})", "application/json");
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = body_of(r);
+    EXPECT_EQ(j["object"], "list");
+    ASSERT_EQ(j["data"].size(), 2u);
+    EXPECT_EQ(j["usage"]["prompt_tokens"], hello.size() + 3);
+    const std::vector<double> a = j["data"][0]["embedding"], b = j["data"][1]["embedding"];
+    const std::vector<double> want_a = expected(hello), want_b = expected({5, 6, 7});
+    ASSERT_EQ(a.size(), want_a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(a[i], want_a[i], 1e-5) << i;
+      EXPECT_NEAR(b[i], want_b[i], 1e-5) << i;
+    }
+    // base64: float32 little-endian bytes of the same vector.
+    r = c.Post("/v1/embeddings", R"({"input": "hello world", "encoding_format": "base64"})", "application/json");
+    ASSERT_EQ(r->status, 200) << r->body;
+    const std::string b64 = body_of(r)["data"][0]["embedding"];
+    std::string bytes;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (char ch : b64) {
+      if (ch == '=') break;
+      const char* digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+      acc = acc << 6 | uint32_t(std::strchr(digits, ch) - digits), bits += 6;
+      if (bits >= 8) bytes += char((acc >> (bits - 8)) & 0xFF), bits -= 8;
+    }
+    ASSERT_EQ(bytes.size(), a.size() * 4);
+    std::vector<float> f(a.size());
+    std::memcpy(f.data(), bytes.data(), bytes.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(f[i], a[i], 1e-6);
+  }
+  TestServer ts("llama", {.parallel = 1, .ctx = 16}, {});
+  httplib::Client c = ts.client();
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({})", "input"}, {R"({"input": ""})", "input"}, {R"({"input": []})", "input"},
+           {R"({"input": "x", "dimensions": 8})", "dimensions"}, {R"({"input": "x", "encoding_format": "hex"})", "encoding_format"},
+           {R"({"input": [1, -2]})", "input"}, {R"({"input": [99999999]})", "input"},
+           {R"({"input": ")" + std::string(100, 'a') + R"("})", "input"}}) {
+    auto r = c.Post("/v1/embeddings", body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << body << " " << r->body;
+    EXPECT_EQ(body_of(r)["error"]["param"], param) << body;
+  }
 }
 
 // GET /metrics: Prometheus text whose totals follow what was served.

@@ -19,6 +19,11 @@
 //       (argmax) continuation token ids. Does not stop at end-of-generation tokens.
 //   node logprobs.mjs MODEL.gguf --generate-ids TOKENS_JSON N
 //       Same, starting from explicit token ids.
+//   node logprobs.mjs MODEL.gguf --embed TOKENS_JSON
+//       llama.cpp's embedding of the tokens (node-llama-cpp's embedding context: pooled as
+//       the file's {arch}.pooling_type says, the last token's hidden state without one; a BOS
+//       or end token may be added, so it prints the tokens it evaluated):
+//       {"tokens": [...], "embedding": [D floats]}.
 //
 // Environment: TOY_LLAMACPP_THREADS (default 1), TOY_LLAMACPP_LOG (llama.cpp log
 // level, default "error"; logs go to stderr), TOY_LLAMACPP_KV_TYPE (KV cache type, F32
@@ -46,7 +51,8 @@ function usage(msg) {
         "       node logprobs.mjs MODEL.gguf --tokenize TEXT\n" +
         "       node logprobs.mjs MODEL.gguf --tokenize-all JSON_ARRAY_OF_TEXTS\n" +
         "       node logprobs.mjs MODEL.gguf --generate TEXT N\n" +
-        "       node logprobs.mjs MODEL.gguf --generate-ids TOKENS_JSON N\n");
+        "       node logprobs.mjs MODEL.gguf --generate-ids TOKENS_JSON N\n" +
+        "       node logprobs.mjs MODEL.gguf --embed TOKENS_JSON\n");
     process.exit(2);
 }
 
@@ -90,6 +96,9 @@ if (args[1] === "--tokenize") {
     }
     if (!Array.isArray(texts) || !texts.every((t) => typeof t === "string")) usage("--tokenize-all needs a JSON array of strings");
     mode = "tokenize-all";
+} else if (args[1] === "--embed") {
+    if (args.length !== 3) usage();
+    mode = "embed"; tokens = parseTokens(args[2]);
 } else if (args[1] === "--generate" || args[1] === "--generate-ids") {
     if (args.length !== 4) usage();
     mode = "generate"; count = parseCount(args[3]);
@@ -154,6 +163,16 @@ async function withSequence(nTokens, fn) {
 try {
     if (mode === "tokenize") {
         print(Array.from(model.tokenize(text, false)));
+    } else if (mode === "embed") {
+        const context = await model.createEmbeddingContext({contextSize: Math.max(tokens.length + 8, 32), threads});
+        try {
+            const input = tokens.slice();
+            context._prepareInput(input);  // the BOS / end token it adds, to report what it evaluated
+            const embedding = await context.getEmbeddingFor(tokens.slice());
+            print({tokens: input, embedding: Array.from(embedding.vector)});
+        } finally {
+            await context.dispose();
+        }
     } else if (mode === "tokenize-all") {
         print(texts.map((t) => Array.from(model.tokenize(t, false))));
     } else if (mode === "generate") {

@@ -29,7 +29,7 @@ namespace toy::cli {
 namespace {
 
 struct ServeFlags {
-  std::string model, host = "127.0.0.1", api_key, cache_type = "f32", name, chat_template;
+  std::string model, host = "127.0.0.1", api_key, cache_type = "f32", name, chat_template, pooling = "mean";
   LoraFlags lora;
   int port = 8080, parallel = 4, threads = 0;
   Device device = Device::CPU;
@@ -63,6 +63,7 @@ int run_serve(const ServeFlags& f) {
   if (so.api_key.empty())
     if (const char* k = std::getenv("TOY_API_KEY")) so.api_key = k;
   so.max_body = size_t(f.max_body);
+  so.pooling = f.pooling == "last" ? serve::Pooling::Last : f.pooling == "cls" ? serve::Pooling::Cls : serve::Pooling::Mean;
   so.model_name = f.name.empty() ? std::filesystem::path(f.model).filename().string() : f.name;
 
   // Signals only set a flag; this thread turns it into an orderly stop.
@@ -108,6 +109,8 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option("--cache-type", f->cache_type, "KV cache dtype: f32 (default) or f16 (half the memory)");
   cmd->add_option("--name", f->name, "Model name the API reports (default: the file name)");
   cmd->add_option("--chat-template", f->chat_template, "A chat template (.jinja) to use instead of the model's");
+  cmd->add_option("--pooling", f->pooling, "/v1/embeddings: mean (default), last or cls token of the hidden states")
+      ->check(CLI::IsMember({"mean", "last", "cls"}));
   add_int(cmd, "-t,--threads", f->threads, 1, kMaxThreads, "Threads (default: all cores, or TOY_THREADS)");
   add_device(cmd, f->device);
   return [f]() {

@@ -1,6 +1,7 @@
 #include "toy/serve/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 
@@ -124,6 +125,61 @@ std::shared_ptr<Job> Engine::submit(GenParams p) {
   }
   cv_.notify_all();
   return job;
+}
+
+std::vector<std::vector<float>> Engine::embed(std::vector<std::vector<int32_t>> inputs, Pooling pooling) {
+  const int32_t V = model_.config().vocab;
+  for (const auto& ids : inputs) {
+    TOY_CHECK(!ids.empty(), "[serve] an input to embed is empty");
+    TOY_CHECK(int64_t(ids.size()) <= ctx_, "[serve] an input to embed has {} tokens; the context is {}", ids.size(), ctx_);
+    for (int32_t id : ids) TOY_CHECK(id >= 0 && id < V, "[serve] token id {} is out of the vocabulary [0, {})", id, V);
+  }
+  auto task = std::make_shared<EmbedTask>();
+  task->inputs = std::move(inputs);
+  task->pooling = pooling;
+  std::future<std::vector<std::vector<float>>> result = task->done.get_future();
+  {
+    std::lock_guard lk(mu_);
+    TOY_CHECK(!stopping_, "[serve] the server is shutting down");
+    embeds_.push_back(task);
+  }
+  cv_.notify_all();
+  return result.get();
+}
+
+void Engine::run_embeds() {
+  std::deque<std::shared_ptr<EmbedTask>> tasks;
+  {
+    std::lock_guard lk(mu_);
+    tasks.swap(embeds_);
+  }
+  for (auto& task : tasks) {
+    try {
+      std::vector<std::vector<float>> out;
+      const int64_t D = model_.config().dim;
+      for (const auto& ids : task->inputs) {
+        const int64_t T = int64_t(ids.size());
+        const Tensor x = to(from_vector(ids, Shape{1, T}), model_.device());
+        const std::vector<float> h = to(model_.hidden(x), Device::CPU).to_f32_vector();
+        std::vector<float> v(size_t(D), 0.0f);
+        if (task->pooling == Pooling::Mean) {
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t d = 0; d < D; ++d) v[size_t(d)] += h[size_t(t * D + d)] / float(T);
+        } else {
+          const int64_t t = task->pooling == Pooling::Last ? T - 1 : 0;
+          std::copy(h.begin() + t * D, h.begin() + (t + 1) * D, v.begin());
+        }
+        double norm = 0;
+        for (float x : v) norm += double(x) * x;
+        if (norm > 0)
+          for (float& x : v) x = float(x / std::sqrt(norm));
+        out.push_back(std::move(v));
+      }
+      task->done.set_value(std::move(out));
+    } catch (...) {
+      task->done.set_exception(std::current_exception());
+    }
+  }
 }
 
 void Engine::shutdown(const std::string& why) {
@@ -258,7 +314,7 @@ void Engine::loop() {
     std::vector<Slot*> fresh;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || active_.load() > 0; });
+      cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || !embeds_.empty() || active_.load() > 0; });
       if (stopping_) break;
       while (!queue_.empty()) {
         std::shared_ptr<Job> job = queue_.front();
@@ -276,6 +332,7 @@ void Engine::loop() {
         fresh.push_back(s);
       }
     }
+    run_embeds();
     for (Slot* s : fresh) {
       try {
         start(*s);
@@ -318,6 +375,8 @@ void Engine::loop() {
   // Stopping: every job still running or waiting ends with the reason.
   for (auto& s : slots_) release(*s, "error", stop_reason_);
   std::lock_guard lk(mu_);
+  for (auto& task : embeds_) task->done.set_exception(std::make_exception_ptr(Error(stop_reason_)));
+  embeds_.clear();
   for (auto& job : queue_) job->finish("error", stop_reason_);
   queue_.clear();
 }

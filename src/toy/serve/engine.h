@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -101,6 +102,10 @@ struct EngineMetrics {
   int64_t processing = 0, waiting = 0;
 };
 
+// How /v1/embeddings makes one vector of a sequence's hidden states (after the final norm):
+// their mean, the last token's, or the first's (cls).
+enum class Pooling { Mean, Last, Cls };
+
 struct EngineOptions {
   int parallel = 4;        // slots decoding together
   int64_t ctx = 0;         // tokens per slot (0: the model's context, at most 4096)
@@ -120,6 +125,10 @@ class Engine {
   // Queues a job; nullptr when every slot is busy and the queue is full. Throws toy::Error for
   // a prompt that is empty or does not fit the slot context, or a token out of the vocabulary.
   std::shared_ptr<Job> submit(GenParams p);
+  // Embeddings of token sequences (each non-empty, within the slot context): pooled hidden
+  // states, L2-normalised. Runs on the engine thread between decode steps (one model, one
+  // thread at a time); blocks until done. Throws toy::Error for bad input or a stopped engine.
+  std::vector<std::vector<float>> embed(std::vector<std::vector<int32_t>> inputs, Pooling pooling);
   // Ends every job in flight and waiting with an error naming `why`, and stops the thread.
   void shutdown(const std::string& why);
 
@@ -150,6 +159,13 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
+  struct EmbedTask {
+    std::vector<std::vector<int32_t>> inputs;
+    Pooling pooling;
+    std::promise<std::vector<std::vector<float>>> done;
+  };
+  std::deque<std::shared_ptr<EmbedTask>> embeds_;
+  void run_embeds();
   bool stopping_ = false;
   std::string stop_reason_;
   std::atomic<int64_t> active_{0}, steps_{0}, widest_{0};

@@ -301,6 +301,44 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
   return r;
 }
 
+EmbeddingRequest parse_embedding_request(std::string_view body) {
+  const json j = parse_object(body);
+  for (const auto& [key, value] : j.items())
+    if (!value.is_null() && key != "input" && key != "model" && key != "user" && key != "encoding_format")
+      throw bad_request(fmt::format("'{}' is not supported by toy serve", printable(key, 60)), key);
+  EmbeddingRequest r;
+  const json* in = field(j, "input");
+  if (!in) throw bad_request("'input' is required", "input");
+  auto one_ids = [&](const json& v) {
+    EmbeddingInput e;
+    e.ids = token_list(v, "input");
+    e.is_ids = true;
+    if (e.ids.empty()) throw bad_request("an 'input' is empty", "input");
+    return e;
+  };
+  if (in->is_string()) {
+    r.inputs.push_back({in->get<std::string>(), {}, false});
+  } else if (in->is_array() && !in->empty() && (*in)[0].is_number()) {
+    r.inputs.push_back(one_ids(*in));
+  } else if (in->is_array() && !in->empty()) {
+    if (in->size() > 2048) throw bad_request("'input' may hold at most 2048 items", "input");
+    for (const json& item : *in) {
+      if (item.is_string()) r.inputs.push_back({item.get<std::string>(), {}, false});
+      else if (item.is_array()) r.inputs.push_back(one_ids(item));
+      else throw bad_request("'input' must be a string, a list of strings, or token ids", "input");
+    }
+  } else {
+    throw bad_request("'input' must be a string, a list of strings, or token ids", "input");
+  }
+  for (const auto& e : r.inputs)
+    if (!e.is_ids && e.text.empty()) throw bad_request("an 'input' is empty", "input");
+  if (const json* f = field(j, "encoding_format")) {
+    if (*f != "float" && *f != "base64") throw bad_request("'encoding_format' must be float or base64", "encoding_format");
+    r.base64 = *f == "base64";
+  }
+  return r;
+}
+
 TokenizeRequest parse_tokenize_request(std::string_view body) {
   const json j = parse_object(body);
   TokenizeRequest r;

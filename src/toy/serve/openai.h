@@ -63,6 +63,20 @@ struct CompletionRequest {
 // field of the wrong type or out of range, n != 1, a missing prompt or messages.
 CompletionRequest parse_completion_request(std::string_view body, bool chat);
 
+// /v1/embeddings: `input` a string, a list of strings, a list of token ids or a list of such
+// lists; `encoding_format` float (default) or base64; `model`, `user` accepted; anything else
+// (`dimensions`...) a 400 naming it.
+struct EmbeddingInput {
+  std::string text;
+  std::vector<int32_t> ids;
+  bool is_ids = false;
+};
+struct EmbeddingRequest {
+  std::vector<EmbeddingInput> inputs;
+  bool base64 = false;
+};
+EmbeddingRequest parse_embedding_request(std::string_view body);
+
 // /tokenize {content, add_special = false, parse_special = true} and /detokenize {tokens}.
 struct TokenizeRequest {
   std::string content;

@@ -51,6 +51,22 @@ json usage_of(const Job& job) {
           {"prompt_tokens_details", {{"cached_tokens", job.cached_tokens}}}};
 }
 
+// RFC 4648 base64 (embeddings' encoding_format).
+std::string base64(std::string_view bytes) {
+  static constexpr char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const uint32_t n = uint32_t(uint8_t(bytes[i])) << 16 | (i + 1 < bytes.size() ? uint32_t(uint8_t(bytes[i + 1])) << 8 : 0) |
+                       (i + 2 < bytes.size() ? uint32_t(uint8_t(bytes[i + 2])) : 0);
+    out += kDigits[n >> 18];
+    out += kDigits[(n >> 12) & 63];
+    out += i + 1 < bytes.size() ? kDigits[(n >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kDigits[n & 63] : '=';
+  }
+  return out;
+}
+
 // OpenAI's tool_calls: ids from the format when it has them, else the reply's id and the
 // call's index; `indexed` (stream deltas) adds each call's index.
 json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index, const std::string& reply_id, bool indexed) {
@@ -289,6 +305,51 @@ void Server::routes() {
     send_json(res, {{"slots", engine_.parallel()}, {"processing", engine_.active()}, {"waiting", engine_.waiting()},
                     {"n_ctx_slot", engine_.slot_ctx()}, {"steps", engine_.steps()}, {"widest_step", engine_.widest_step()}});
   });
+
+  // Embeddings: pooled final hidden states, unit length (OpenAI's shape; base64 = float32 LE).
+  auto embeddings = [this, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    try {
+      const EmbeddingRequest er = parse_embedding_request(req.body);
+      std::vector<std::vector<int32_t>> inputs;
+      int64_t tokens = 0;
+      for (const EmbeddingInput& in : er.inputs) {
+        std::vector<int32_t> ids;
+        if (in.is_ids) {
+          ids = in.ids;
+        } else {
+          if (tok_.adds_bos()) ids.push_back(tok_.bos_id());
+          const std::vector<int32_t> body = tok_.encode(in.text);
+          ids.insert(ids.end(), body.begin(), body.end());
+        }
+        tokens += int64_t(ids.size());
+        inputs.push_back(std::move(ids));
+      }
+      std::vector<std::vector<float>> vectors;
+      try {
+        vectors = engine_.embed(std::move(inputs), o_.pooling);
+      } catch (const Error& e) {
+        throw bad_request(e.what(), "input");
+      }
+      json data = json::array();
+      for (size_t i = 0; i < vectors.size(); ++i) {
+        json item = {{"object", "embedding"}, {"index", i}};
+        if (er.base64) {
+          std::string bytes(reinterpret_cast<const char*>(vectors[i].data()), vectors[i].size() * sizeof(float));
+          item["embedding"] = base64(bytes);
+        } else {
+          item["embedding"] = vectors[i];
+        }
+        data.push_back(std::move(item));
+      }
+      send_json(res, {{"object", "list"}, {"data", std::move(data)}, {"model", o_.model_name},
+                      {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}});
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  };
+  h.Post("/v1/embeddings", embeddings);
+  h.Post("/embeddings", embeddings);
 
   // Prometheus text (llama-server's --metrics, named toy:...).
   h.Get("/metrics", [this, authorized](const httplib::Request& req, httplib::Response& res) {

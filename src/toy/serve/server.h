@@ -35,6 +35,7 @@ struct ServerOptions {
   std::string api_key;
   size_t max_body = size_t(1) << 20;
   std::string model_name = "toy";
+  Pooling pooling = Pooling::Mean;  // /v1/embeddings
   int http_threads = 0;     // the most connections served at once (a thread each); 0: 1024
   double write_timeout_s = 10;  // a client that stops reading is dropped after this
   double request_timeout_s = 10;   // a request's line, headers and body must all arrive within this
