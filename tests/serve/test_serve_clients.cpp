@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -12,7 +13,9 @@
 
 #include "requirements.h"
 #include "serve_helpers.h"
+#include "toy/autograd/grad_mode.h"
 #include "toy/cli/bench_util.h"
+#include "toy/ops/ops.h"
 
 using namespace toy;
 using namespace toy::test::serve_tests;
@@ -60,6 +63,22 @@ TEST(ServeClients, TheOfficialOpenAIClientChatsCompletesStreamsAndSeesErrors) {
   EXPECT_EQ(j["completion_finish"], st.finish_reason);
   EXPECT_FALSE(j["chat"].get<std::string>().empty());
   EXPECT_TRUE(j.value("stop_checked", false));
+  EXPECT_EQ(j["logprobs"].size(), 4u);
+  // The embedding of "The cat": the mean of the model's final hidden states, unit length.
+  std::vector<int32_t> cat = ts.lm.tokenizer->encode("The cat");
+  if (ts.lm.tokenizer->adds_bos()) cat.insert(cat.begin(), ts.lm.tokenizer->bos_id());
+  NoGradGuard ng;
+  const int64_t T = int64_t(cat.size()), D = ts.lm.model->config().dim;
+  const std::vector<float> h = ts.lm.model->hidden(from_vector(cat, Shape{1, T})).to_f32_vector();
+  std::vector<double> mean(size_t(D), 0.0);
+  double norm = 0;
+  for (int64_t d = 0; d < D; ++d) {
+    for (int64_t t = 0; t < T; ++t) mean[size_t(d)] += h[size_t(t * D + d)] / double(T);
+    norm += mean[size_t(d)] * mean[size_t(d)];
+  }
+  const std::vector<double> got = j["embedding"];
+  ASSERT_EQ(got.size(), size_t(D));
+  for (int64_t d = 0; d < D; ++d) EXPECT_NEAR(got[size_t(d)], mean[size_t(d)] / std::sqrt(norm), 1e-5);
 }
 
 TEST(ServeClients, TheChatPageStreamsARepliesInAHeadlessBrowser) {

@@ -52,6 +52,26 @@ for await (const chunk of cs) {
 assert.ok(sawRole, "the first chunk names the role");
 assert.equal(chatStreamed, out.chat, "streamed and whole chat replies agree");
 
+// Log-probabilities, as the SDK asks for them: greedy picks the most likely token.
+const lp = await client.chat.completions.create({ model: "x", messages, max_tokens: 4, temperature: 0, logprobs: true,
+                                                  top_logprobs: 2 });
+const entries = lp.choices[0].logprobs.content;
+assert.equal(entries.length, lp.usage.completion_tokens);
+for (const e of entries) {
+  assert.ok(e.logprob <= 0);
+  assert.equal(e.top_logprobs.length, 2);
+  assert.equal(e.top_logprobs[0].logprob, e.logprob);
+}
+out.logprobs = entries.map((e) => e.logprob);
+
+// Embeddings: the SDK asks for base64 by default and decodes it; float gives the same numbers.
+const emb = await client.embeddings.create({ model: "x", input: ["The cat", "sat on"] });
+assert.equal(emb.data.length, 2);
+const embFloat = await client.embeddings.create({ model: "x", input: "The cat", encoding_format: "float" });
+assert.deepEqual(Array.from(emb.data[0].embedding), embFloat.data[0].embedding.map(Math.fround));
+out.embedding = Array.from(emb.data[0].embedding);
+out.embedding_tokens = emb.usage.prompt_tokens;
+
 // Stop strings: the text ends before the first occurrence, finish_reason stop.
 if (out.completion.length > 6) {
   const stop = out.completion.slice(3, 5);
