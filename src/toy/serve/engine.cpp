@@ -7,6 +7,7 @@
 
 #include "toy/autograd/grad_mode.h"
 #include "toy/core/error.h"
+#include "toy/infer/grammar_mask.h"
 #include "toy/infer/stop_filter.h"
 #include "toy/models/decoder_lm.h"
 #include "toy/nn/kv_cache.h"
@@ -77,6 +78,7 @@ struct Engine::Slot {
   std::optional<Sampler> sampler;
   std::optional<Utf8StreamDecoder> decoder;
   std::optional<StopFilter> filter;
+  std::optional<GrammarMatcher> matcher;  // structured output: where the reply is in its grammar
   std::vector<int32_t> history;  // prompt + generated (what the penalties look at)
   int64_t budget = 0;            // tokens it may still generate
   Tensor logits;                 // [V]: the next token's, waiting to be sampled
@@ -230,6 +232,7 @@ void Engine::start(Slot& s) {
   s.filter.emplace(job.params.stop, [j](const std::string& t) { j->emit(t); });
   const int64_t room = ctx_ - int64_t(prompt.size());  // tokens that still fit, the last one never fed
   s.budget = job.params.max_tokens < 0 ? room : std::min(job.params.max_tokens, room);
+  if (job.params.grammar) s.matcher.emplace(job.params.grammar);
   s.feed = -1;
 }
 
@@ -238,7 +241,7 @@ void Engine::release(Slot& s, const std::string& reason, const std::string& erro
   std::shared_ptr<Job> job = std::move(s.job);
   s.logits = Tensor();
   s.feed = -1;
-  s.filter.reset(), s.decoder.reset(), s.sampler.reset();
+  s.filter.reset(), s.decoder.reset(), s.sampler.reset(), s.matcher.reset();
   s.last_used = ++use_clock_;
   --active_;  // before the client hears of the end: a request it sends next finds the slot free
   predicted_ += job->completion_tokens;
@@ -264,6 +267,25 @@ void Engine::sample(Slot& s) {
   std::vector<float> logprobs;
   if (job.params.top_logprobs >= 0)
     logprobs = to(log_softmax(cast(reshape(s.logits.detach(), Shape{-1}), DType::F32)), Device::CPU).to_f32_vector();
+  // Structured output: tokens the grammar does not allow get -inf (an end only once the reply
+  // is a whole sentence of it).
+  if (s.matcher) {
+    if (!masker_) masker_ = std::make_unique<TokenMasker>(tok_);
+    const std::vector<uint8_t>& ok = masker_->allowed(*s.matcher, job.params.grammar);
+    const bool complete = s.matcher->complete();
+    const int64_t V = s.logits.numel();
+    mask_bias_.assign(size_t(V), -std::numeric_limits<float>::infinity());
+    bool any = false;
+    for (size_t i = 0; i < ok.size() && i < size_t(V); ++i)
+      if (ok[i]) mask_bias_[i] = 0, any = true;
+    if (complete)
+      for (int32_t e : ends_) mask_bias_[size_t(e)] = 0, any = true;
+    if (!any) {
+      if (!s.filter->push(s.decoder->flush())) s.filter->flush();
+      return release(s, complete ? "stop" : "error", complete ? "" : "the grammar cannot go on with this vocabulary");
+    }
+    s.logits = add(cast(reshape(s.logits, Shape{V}), DType::F32), to(from_vector(mask_bias_, Shape{V}), s.logits.device()));
+  }
   const int32_t id = s.sampler->sample(s.logits, s.history);
   s.logits = Tensor();
   if (job.completion_tokens == 0) job.first_token();
@@ -281,6 +303,10 @@ void Engine::sample(Slot& s) {
     });
     for (size_t i = 0; i < k; ++i) lp.top.emplace_back(order[i], logprobs[size_t(order[i])]);
     job.record(std::move(lp));
+  }
+  if (s.matcher && !s.matcher->accept(tok_.token_bytes(id))) {  // (the mask allowed it: cannot happen)
+    if (!s.filter->push(s.decoder->flush())) s.filter->flush();
+    return release(s, "error", "a token outside the grammar was drawn");
   }
   ++job.completion_tokens;
   --s.budget;

@@ -19,11 +19,13 @@
 #include <vector>
 
 #include "toy/core/dtype.h"
+#include "toy/infer/grammar.h"
 #include "toy/infer/sampler.h"
 
 namespace toy {
 class DecoderLM;
 class Tokenizer;
+class TokenMasker;
 }  // namespace toy
 
 namespace toy::serve {
@@ -45,6 +47,7 @@ struct GenParams {
   std::vector<std::string> stop;  // stop strings (not output)
   bool ignore_eos = false;        // end-of-generation tokens are never drawn
   int top_logprobs = -1;          // -1: none; else each token's log-probability and this many alternatives
+  std::shared_ptr<const Grammar> grammar;  // structured output: only tokens the grammar allows
 };
 
 // A request in flight, shared by the thread that answers the client and the engine: the text
@@ -165,6 +168,8 @@ class Engine {
     std::promise<std::vector<std::vector<float>>> done;
   };
   std::deque<std::shared_ptr<EmbedTask>> embeds_;
+  std::unique_ptr<TokenMasker> masker_;  // built at the first constrained request
+  std::vector<float> mask_bias_;
   void run_embeds();
   bool stopping_ = false;
   std::string stop_reason_;

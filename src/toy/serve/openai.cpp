@@ -7,7 +7,9 @@
 
 #include <fmt/format.h>
 
+#include "toy/core/error.h"
 #include "toy/core/text.h"
+#include "toy/infer/json_schema.h"
 
 namespace toy::serve {
 
@@ -134,6 +136,51 @@ nlohmann::ordered_json chat_message(const nlohmann::ordered_json& msg, size_t i)
   return out;
 }
 
+// response_format ({"type": "text" | "json_object" | "json_schema", "json_schema": {"schema",
+// "strict"?, "name"?}}) or llama-server's `grammar` (GBNF), compiled; null when neither.
+std::shared_ptr<const Grammar> structured_output(std::string_view body, const json& j) {
+  const json* rf = field(j, "response_format");
+  const json* gbnf = field(j, "grammar");
+  if (rf && gbnf) throw bad_request("give 'response_format' or 'grammar', not both", "grammar");
+  std::string text;
+  const char* param = "grammar";
+  if (gbnf) {
+    if (!gbnf->is_string()) throw bad_request("'grammar' must be a GBNF text", "grammar");
+    text = gbnf->get<std::string>();
+  } else if (rf) {
+    param = "response_format";
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      throw bad_request("'response_format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}",
+                        "response_format");
+    const std::string type = (*rf)["type"];
+    if (type == "text") return nullptr;
+    if (type == "json_object") {
+      text = json_object_gbnf();
+    } else if (type == "json_schema") {
+      // Keys in the schema's order: properties are written so.
+      const auto ordered = nlohmann::ordered_json::parse(body.begin(), body.end());
+      const auto& spec = ordered["response_format"];
+      if (!spec.contains("json_schema") || !spec["json_schema"].is_object() || !spec["json_schema"].contains("schema"))
+        throw bad_request("'response_format' json_schema needs {\"json_schema\": {\"schema\": {...}}}", "response_format");
+      try {
+        text = json_schema_to_gbnf(spec["json_schema"]["schema"]);
+      } catch (const Error& e) {
+        throw bad_request(e.what(), "response_format");
+      }
+    } else {
+      throw bad_request(fmt::format("'response_format' type '{}' is not one of text, json_object, json_schema",
+                                    printable(type, 40)), "response_format");
+    }
+  } else {
+    return nullptr;
+  }
+  try {
+    return Grammar::parse(text);
+  } catch (const Error& e) {
+    throw bad_request(e.what(), param);
+  }
+}
+
 // OpenAI's tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}].
 nlohmann::ordered_json tool_list(const nlohmann::ordered_json& tools) {
   if (!tools.is_array()) throw bad_request("'tools' must be a list of {\"type\": \"function\", \"function\": ...}", "tools");
@@ -189,11 +236,9 @@ void check_known_fields(const json& j, bool chat) {
     if (value.is_null() || common.count(key) || key == (chat ? "messages" : "prompt") || (!chat && key == "best_of"))
       continue;
     if (chat && (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls")) continue;
-    if (key == "logprobs" || (chat && key == "top_logprobs")) continue;
+    if (key == "logprobs" || (chat && key == "top_logprobs") || key == "response_format" || key == "grammar") continue;
     // Asked for and off: nothing to do.
-    if ((key == "echo" && value == false) ||
-        (key == "response_format" && value.is_object() && value.value("type", "") == "text"))
-      continue;
+    if (key == "echo" && value == false) continue;
     throw bad_request(fmt::format("'{}' is not supported by toy serve", printable(key, 60)), key);
   }
 }
@@ -279,6 +324,7 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
     std::erase(r.stop, std::string());
   }
   if (const json* b = field(j, "logit_bias")) s.logit_bias = logit_bias(*b);
+  r.grammar = structured_output(body, j);
   if (chat) {
     const bool want = field(j, "logprobs") && boolean(j, "logprobs");
     if (field(j, "top_logprobs")) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "toy/infer/chat.h"
+#include "toy/infer/grammar.h"
 #include "toy/infer/sampler.h"
 
 namespace toy::serve {
@@ -57,6 +58,9 @@ struct CompletionRequest {
   // Log-probabilities: -1 none; else each token's and this many alternatives (chat: logprobs
   // true with top_logprobs K; completions: logprobs K), K <= 20.
   int top_logprobs = -1;
+  // Structured output: response_format json_object / json_schema (compiled to GBNF), or a
+  // `grammar` in GBNF (llama-server's field); null: unconstrained.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 // Parses and validates a body; throws ApiError (400) naming the field for malformed JSON, a

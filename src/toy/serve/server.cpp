@@ -433,6 +433,7 @@ void Server::routes() {
         p.stop = cr.stop;
         p.ignore_eos = cr.ignore_eos;
         p.top_logprobs = cr.top_logprobs;
+        p.grammar = cr.grammar;
         try {
           job = engine_.submit(std::move(p));
         } catch (const Error& e) {

@@ -1,0 +1,61 @@
+#include "toy/infer/grammar_mask.h"
+
+#include <algorithm>
+
+#include "toy/tokenizer/tokenizer.h"
+
+namespace toy {
+
+TokenMasker::TokenMasker(const Tokenizer& tok) : vocab_(size_t(tok.vocab_size())) {
+  std::vector<int32_t> specials = tok.special_ids();
+  std::sort(specials.begin(), specials.end());
+  nodes_.emplace_back();
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    if (std::binary_search(specials.begin(), specials.end(), id)) continue;
+    const std::string& bytes = tok.token_bytes(id);
+    if (bytes.empty()) continue;
+    int32_t at = 0;
+    for (char c : bytes) {
+      auto& kids = nodes_[size_t(at)].kids;
+      auto it = std::find_if(kids.begin(), kids.end(), [&](const auto& k) { return k.first == uint8_t(c); });
+      if (it != kids.end()) {
+        at = it->second;
+      } else {
+        const int32_t fresh = int32_t(nodes_.size());
+        nodes_[size_t(at)].kids.emplace_back(uint8_t(c), fresh);
+        nodes_.emplace_back();
+        at = fresh;
+      }
+    }
+    nodes_[size_t(at)].ends.push_back(id);
+  }
+}
+
+void TokenMasker::walk(int32_t node, const GrammarMatcher& m, std::vector<uint8_t>& out) const {
+  for (int32_t id : nodes_[size_t(node)].ends) out[size_t(id)] = 1;
+  for (const auto& [byte, kid] : nodes_[size_t(node)].kids) {
+    GrammarMatcher next = m;
+    if (next.accept_byte(byte)) walk(kid, next, out);
+  }
+}
+
+const std::vector<uint8_t>& TokenMasker::allowed(const GrammarMatcher& m, const std::shared_ptr<const Grammar>& g) {
+  if (caches_.size() > 16 && !caches_.count(g.get())) caches_.clear();
+  Cache& c = caches_[g.get()];
+  c.grammar = g;
+  if (c.masks.size() > 512) c.masks.clear();
+  const std::string key = m.key();
+  auto it = c.masks.find(key);
+  if (it != c.masks.end()) return it->second;
+  std::vector<uint8_t> mask(vocab_, 0);
+  walk(0, m, mask);
+  return c.masks.emplace(key, std::move(mask)).first->second;
+}
+
+size_t TokenMasker::cached_states() const {
+  size_t n = 0;
+  for (const auto& [g, c] : caches_) n += c.masks.size();
+  return n;
+}
+
+}  // namespace toy

@@ -1,0 +1,43 @@
+// Which tokens a grammar allows next: a walk of the vocabulary's byte trie, each branch
+// followed in the grammar until it dies, so a token is checked in full (multi-byte and
+// partial UTF-8 included) and tokens sharing a prefix share the work. Masks are cached per
+// grammar state: a JSON string's inside, or a number's digits, repeat states again and again.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "toy/infer/grammar.h"
+
+namespace toy {
+
+class Tokenizer;
+
+class TokenMasker {
+ public:
+  explicit TokenMasker(const Tokenizer& tok);
+  // allowed[id] = 1 when the bytes of token `id` continue the matcher's text within grammar
+  // `g` (the matcher's). Special tokens are never allowed (the caller decides about the end).
+  const std::vector<uint8_t>& allowed(const GrammarMatcher& m, const std::shared_ptr<const Grammar>& g);
+  size_t cached_states() const;
+
+ private:
+  struct Node {
+    std::vector<std::pair<uint8_t, int32_t>> kids;
+    std::vector<int32_t> ends;  // tokens whose bytes end here
+  };
+  void walk(int32_t node, const GrammarMatcher& m, std::vector<uint8_t>& out) const;
+
+  std::vector<Node> nodes_;
+  size_t vocab_ = 0;
+  struct Cache {
+    std::shared_ptr<const Grammar> grammar;  // kept alive: the keys hold its addresses
+    std::unordered_map<std::string, std::vector<uint8_t>> masks;
+  };
+  std::map<const Grammar*, Cache> caches_;
+};
+
+}  // namespace toy
