@@ -53,6 +53,11 @@ TEST(Grammar, GbnfLiteralsClassesRepetitionsAndGroups) {
   EXPECT_FALSE(GrammarMatcher(u).accept("\xa8"));  // è, not é
   EXPECT_TRUE(u.accept("\xa9"));
   EXPECT_TRUE(u.complete());
+  // Overlong and surrogate forms are not characters: "[" spelt in four bytes is refused.
+  GrammarMatcher b(Grammar::parse(R"(root ::= "[")"));
+  EXPECT_FALSE(GrammarMatcher(b).accept("\xf0"));
+  EXPECT_FALSE(GrammarMatcher(b).accept("\xc1\x9b"));
+  EXPECT_FALSE(GrammarMatcher(Grammar::parse("root ::= [^a]")).accept("\xed\xa0\x80"));
   GrammarMatcher n(Grammar::parse(R"(root ::= [^"\\] "x")"));
   EXPECT_FALSE(n.accept("\""));
   EXPECT_TRUE(n.accept("\xe4\xb8\xad" "x"));  // 中 is not excluded

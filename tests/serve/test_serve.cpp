@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -572,6 +573,124 @@ TEST(ServeHttp, EmbeddingsArePooledNormalisedHiddenStates) {
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << body << " " << r->body;
     EXPECT_EQ(body_of(r)["error"]["param"], param) << body;
+  }
+}
+
+namespace {
+
+// A random schema of the kinds structured output supports (bounded, so every reply can end).
+json random_schema(std::mt19937& rng, int depth) {
+  auto pick = [&](int n) { return int(rng() % uint32_t(n)); };
+  const int kind = depth >= 2 ? 2 + pick(6) : pick(8);
+  switch (kind) {
+    case 0: {  // object
+      json props = json::object(), required = json::array();
+      const int n = 1 + pick(3);
+      for (int i = 0; i < n; ++i) {
+        const std::string key = std::string(1, char('a' + i)) + (pick(2) ? "_x" : "");
+        props[key] = random_schema(rng, depth + 1);
+        if (pick(2)) required.push_back(key);
+      }
+      return {{"type", "object"}, {"properties", props}, {"required", required}, {"additionalProperties", false}};
+    }
+    case 1: {  // array
+      const int lo = pick(2), hi = lo + pick(3);
+      return {{"type", "array"}, {"items", random_schema(rng, depth + 1)}, {"minItems", lo}, {"maxItems", hi}};
+    }
+    case 2: {
+      const int lo = pick(3), hi = lo + pick(6);
+      return {{"type", "string"}, {"minLength", lo}, {"maxLength", hi}};
+    }
+    case 3: {
+      const int lo = pick(200) - 100;
+      return {{"type", "integer"}, {"minimum", lo}, {"maximum", lo + pick(300)}};
+    }
+    case 4: return {{"type", pick(2) ? "boolean" : "null"}};
+    case 5: return {{"enum", {"red", "green", 7, nullptr}}};
+    case 6: return {{"const", {{"k", "v"}}}};
+    default: return {{"anyOf", {random_schema(rng, depth + 1), random_schema(rng, depth + 1)}}};
+  }
+}
+
+// Whether v is valid under the schema (the subset random_schema makes).
+bool validates(const json& v, const json& s) {
+  if (s.contains("const")) return v == s["const"];
+  if (s.contains("enum")) return std::find(s["enum"].begin(), s["enum"].end(), v) != s["enum"].end();
+  if (s.contains("anyOf")) return validates(v, s["anyOf"][0]) || validates(v, s["anyOf"][1]);
+  const std::string t = s["type"];
+  if (t == "object") {
+    if (!v.is_object()) return false;
+    for (const auto& r : s["required"])
+      if (!v.contains(r.get<std::string>())) return false;
+    for (const auto& [k, x] : v.items())
+      if (!s["properties"].contains(k) || !validates(x, s["properties"][k])) return false;
+    return true;
+  }
+  if (t == "array") {
+    if (!v.is_array() || v.size() < s["minItems"].get<size_t>() || v.size() > s["maxItems"].get<size_t>()) return false;
+    return std::all_of(v.begin(), v.end(), [&](const json& x) { return validates(x, s["items"]); });
+  }
+  if (t == "string") {
+    if (!v.is_string()) return false;
+    size_t cps = 0;
+    for (unsigned char c : v.get<std::string>()) cps += (c & 0xC0) != 0x80;
+    return cps >= s["minLength"].get<size_t>() && cps <= s["maxLength"].get<size_t>();
+  }
+  if (t == "integer") return v.is_number_integer() && v.get<int64_t>() >= s["minimum"].get<int64_t>() &&
+                             v.get<int64_t>() <= s["maximum"].get<int64_t>();
+  if (t == "boolean") return v.is_boolean();
+  return v.is_null();
+}
+
+}  // namespace
+
+// Structured output from a random-weight model at temperature 1: over random schemas and
+// seeds, every reply ends (finish_reason stop), parses and validates.
+TEST(ServeHttp, StructuredOutputAlwaysParsesAndValidates) {
+  TestServer ts("qwen3", {.parallel = 2, .ctx = 2048}, {});
+  httplib::Client c = ts.client();
+  std::mt19937 rng(2026);
+  int checked = 0;
+  for (int i = 0; i < 24; ++i) {
+    const json schema = random_schema(rng, 0);
+    const json body = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}},
+                       {"temperature", 1.0}, {"seed", i}, {"max_tokens", 1800},
+                       {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "t"}, {"schema", schema}}}}}};
+    auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << schema.dump() << " " << r->body;
+    const json choice = body_of(r)["choices"][0];
+    const std::string text = choice["message"]["content"];
+    ASSERT_EQ(choice["finish_reason"], "stop") << schema.dump() << " -> " << text;
+    const json v = json::parse(text, nullptr, false);
+    ASSERT_FALSE(v.is_discarded()) << schema.dump() << " -> " << text;
+    EXPECT_TRUE(validates(v, schema)) << schema.dump() << " -> " << text;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 24);
+  // json_object: any object; a GBNF grammar on /v1/completions.
+  auto r = c.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "temperature": 1,
+      "seed": 5, "max_tokens": 1800, "response_format": {"type": "json_object"}})", "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  if (body_of(r)["choices"][0]["finish_reason"] == "stop")
+    EXPECT_TRUE(json::parse(body_of(r)["choices"][0]["message"]["content"].get<std::string>()).is_object());
+  r = c.Post("/v1/completions",
+             json({{"prompt", "x"}, {"temperature", 1}, {"seed", 1}, {"max_tokens", 50},
+                   {"grammar", "root ::= (\"yes\" | \"no\") \".\""}}).dump(),
+             "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string yn = body_of(r)["choices"][0]["text"];
+  EXPECT_TRUE(yn == "yes." || yn == "no.") << yn;
+  EXPECT_EQ(body_of(r)["choices"][0]["finish_reason"], "stop");
+  // Bad grammars and schemas are 400s naming the field.
+  for (const auto& [b, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt": "x", "grammar": "root ::= ("})", "grammar"},
+           {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}}})",
+            "response_format"},
+           {R"({"prompt": "x", "response_format": {"type": "xml"}})", "response_format"}}) {
+    r = c.Post("/v1/completions", b, "application/json");
+    EXPECT_EQ(r->status, 400) << b;
+    EXPECT_EQ(body_of(r)["error"]["param"], param) << b;
   }
 }
 

@@ -395,6 +395,10 @@ bool GrammarMatcher::partial_viable() const {
   const int missing = n - int(pending_.size());
   uint32_t hi = lo;
   for (int i = 0; i < missing; ++i) lo <<= 6, hi = hi << 6 | 0x3F;
+  // (the shortest form only: a 3-byte sequence is at least U+0800, and so on)
+  lo = std::max(lo, n == 2 ? 0x80u : n == 3 ? 0x800u : 0x10000u);
+  hi = std::min(hi, 0x10FFFFu);
+  if (lo > hi) return false;
   for (const Stack& s : stacks_)
     if (!s.empty() && s.back()->matches_any(lo, hi)) return true;
   return false;
@@ -423,7 +427,8 @@ bool GrammarMatcher::accept_byte(uint8_t b) {
   uint32_t cp = n == 2 ? (uint8_t(pending_[0]) & 0x1F) : n == 3 ? (uint8_t(pending_[0]) & 0x0F) : (uint8_t(pending_[0]) & 0x07);
   for (size_t i = 1; i < pending_.size(); ++i) cp = cp << 6 | (uint8_t(pending_[i]) & 0x3F);
   std::vector<Stack> next;
-  if (!advance(cp, next)) {
+  const uint32_t shortest = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
+  if (cp < shortest || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) || !advance(cp, next)) {
     pending_.pop_back();
     return false;
   }
