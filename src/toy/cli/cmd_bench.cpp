@@ -206,12 +206,13 @@ int run_ops_bench(const OpsBenchOptions& o) {
 
 // `toy bench train` lives in bench_train.cpp, `toy bench run` in bench_run.cpp, `toy bench
 // finetune` in bench_finetune.cpp, `toy bench vision` in bench_vision.cpp, `toy bench serve` in
-// bench_serve.cpp.
+// bench_serve.cpp, `toy bench structured` in bench_structured.cpp.
 Run add_bench_train_command(CLI::App& bench);
 Run add_bench_run_command(CLI::App& bench);
 Run add_bench_finetune_command(CLI::App& bench);
 Run add_bench_vision_command(CLI::App& bench);
 Run add_bench_serve_command(CLI::App& bench);
+Run add_bench_structured_command(CLI::App& bench);
 
 Run add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Benchmarks with ratios against baselines measured in the same run");
@@ -232,14 +233,17 @@ Run add_bench_command(CLI::App& app) {
   CLI::App* vision_cmd = cmd->get_subcommand("vision");
   Run serve = add_bench_serve_command(*cmd);
   CLI::App* serve_cmd = cmd->get_subcommand("serve");
-  return [ops, o, train, train_cmd, run, run_cmd, finetune, finetune_cmd, vision, vision_cmd, serve,
-          serve_cmd]() -> int {
+  Run structured = add_bench_structured_command(*cmd);
+  CLI::App* structured_cmd = cmd->get_subcommand("structured");
+  return [ops, o, train, train_cmd, run, run_cmd, finetune, finetune_cmd, vision, vision_cmd, serve, serve_cmd,
+          structured, structured_cmd]() -> int {
     if (ops->parsed()) return run_ops_bench(*o);
     if (train_cmd->parsed()) return train();
     if (run_cmd->parsed()) return run();
     if (finetune_cmd->parsed()) return finetune();
     if (vision_cmd->parsed()) return vision();
     if (serve_cmd->parsed()) return serve();
+    if (structured_cmd->parsed()) return structured();
     return 1;
   };
 }

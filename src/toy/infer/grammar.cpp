@@ -387,12 +387,12 @@ namespace {
 int utf8_length(uint8_t b0) { return b0 < 0x80 ? 1 : (b0 >> 5) == 6 ? 2 : (b0 >> 4) == 14 ? 3 : (b0 >> 3) == 30 ? 4 : 0; }
 }  // namespace
 
-// The unfinished code point in pending_ could still become one some stack accepts.
-bool GrammarMatcher::partial_viable() const {
-  const int n = utf8_length(uint8_t(pending_[0]));
-  uint32_t lo = n == 2 ? (uint8_t(pending_[0]) & 0x1F) : n == 3 ? (uint8_t(pending_[0]) & 0x0F) : (uint8_t(pending_[0]) & 0x07);
-  for (size_t i = 1; i < pending_.size(); ++i) lo = lo << 6 | (uint8_t(pending_[i]) & 0x3F);
-  const int missing = n - int(pending_.size());
+// The unfinished code point `partial` could still become one some stack accepts.
+bool GrammarMatcher::viable(std::string_view partial) const {
+  const int n = utf8_length(uint8_t(partial[0]));
+  uint32_t lo = n == 2 ? (uint8_t(partial[0]) & 0x1F) : n == 3 ? (uint8_t(partial[0]) & 0x0F) : (uint8_t(partial[0]) & 0x07);
+  for (size_t i = 1; i < partial.size(); ++i) lo = lo << 6 | (uint8_t(partial[i]) & 0x3F);
+  const int missing = n - int(partial.size());
   uint32_t hi = lo;
   for (int i = 0; i < missing; ++i) lo <<= 6, hi = hi << 6 | 0x3F;
   // (the shortest form only: a 3-byte sequence is at least U+0800, and so on)
@@ -402,6 +402,24 @@ bool GrammarMatcher::partial_viable() const {
   for (const Stack& s : stacks_)
     if (!s.empty() && s.back()->matches_any(lo, hi)) return true;
   return false;
+}
+
+bool GrammarMatcher::may_accept_byte(uint8_t b) const {
+  if (pending_.empty()) {
+    const int n = utf8_length(b);
+    if (n == 0) return false;
+    if (n == 1) {
+      for (const Stack& s : stacks_)
+        if (!s.empty() && s.back()->matches(b)) return true;
+      return false;
+    }
+    const char lead = char(b);
+    return viable(std::string_view(&lead, 1));
+  }
+  if ((b & 0xC0) != 0x80) return false;
+  std::string partial = pending_;
+  partial += char(b);
+  return int(partial.size()) >= utf8_length(uint8_t(partial[0])) || viable(partial);
 }
 
 bool GrammarMatcher::accept_byte(uint8_t b) {

@@ -53,6 +53,8 @@ class GrammarMatcher {
   bool accept(std::string_view bytes);
   // One byte at a time, for the token mask's walk of the vocabulary (true: still alive).
   bool accept_byte(uint8_t b);
+  // A quick necessary check for accept_byte (no copy, no allocation): false means it would fail.
+  bool may_accept_byte(uint8_t b) const;
   // The text so far is a whole sentence of the grammar (an end of text may come now).
   bool complete() const;
   // Nothing can follow (complete, and no stack with more to match).
@@ -63,7 +65,8 @@ class GrammarMatcher {
  private:
   void expand(Stack& s, std::vector<Stack>& out, int depth) const;
   bool advance(uint32_t cp, std::vector<Stack>& next) const;
-  bool partial_viable() const;
+  bool partial_viable() const { return viable(pending_); }
+  bool viable(std::string_view partial) const;  // an unfinished code point some stack could take
 
   std::shared_ptr<const Grammar> g_;
   std::vector<Stack> stacks_;

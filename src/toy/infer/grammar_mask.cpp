@@ -34,6 +34,7 @@ TokenMasker::TokenMasker(const Tokenizer& tok) : vocab_(size_t(tok.vocab_size())
 void TokenMasker::walk(int32_t node, const GrammarMatcher& m, std::vector<uint8_t>& out) const {
   for (int32_t id : nodes_[size_t(node)].ends) out[size_t(id)] = 1;
   for (const auto& [byte, kid] : nodes_[size_t(node)].kids) {
+    if (!m.may_accept_byte(byte)) continue;  // most branches die here, without a copy
     GrammarMatcher next = m;
     if (next.accept_byte(byte)) walk(kid, next, out);
   }

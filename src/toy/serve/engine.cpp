@@ -92,6 +92,8 @@ Engine::Engine(DecoderLM& model, const Tokenizer& tok, EngineOptions o) : model_
   ctx_ = o.ctx ? o.ctx : std::min<int64_t>(model.config().ctx, 4096);
   TOY_CHECK(ctx_ >= 2, "[serve] --ctx must be at least 2 tokens, got {}", ctx_);
   ends_ = tok.end_of_generation_ids();
+  specials_ = tok.special_ids();
+  std::sort(specials_.begin(), specials_.end());
   for (int i = 0; i < o.parallel; ++i) {
     auto s = std::make_unique<Slot>();
     s->cache = model.new_cache(1, ctx_, o.cache_dtype);
@@ -261,32 +263,47 @@ void Engine::sample(Slot& s) {
   }
   if (job.params.ignore_eos) {
     float* z = s.logits.data<float>();
-    for (int32_t e : ends_) z[e] = -std::numeric_limits<float>::infinity();
+    for (int32_t e : ends_)
+      if (e < s.logits.numel()) z[e] = -std::numeric_limits<float>::infinity();
   }
   // Log-probabilities, when asked for: the model's distribution (one row read back per token).
   std::vector<float> logprobs;
   if (job.params.top_logprobs >= 0)
     logprobs = to(log_softmax(cast(reshape(s.logits.detach(), Shape{-1}), DType::F32)), Device::CPU).to_f32_vector();
-  // Structured output: tokens the grammar does not allow get -inf (an end only once the reply
-  // is a whole sentence of it).
+  // Structured output, as llama.cpp samples it: draw from the model's distribution; when the
+  // grammar takes that token keep it (usually: the mask is never built), else draw again with
+  // the tokens it does not allow at -inf (an end only once the reply is a whole sentence of
+  // it). Exactly the masked distribution for plain sampling (accepting a valid first draw and
+  // resampling from the renormalised rest sum to it); with top-k/p the cut comes first.
+  int32_t id = -1;
   if (s.matcher) {
-    if (!masker_) masker_ = std::make_unique<TokenMasker>(tok_);
-    const std::vector<uint8_t>& ok = masker_->allowed(*s.matcher, job.params.grammar);
-    const bool complete = s.matcher->complete();
-    const int64_t V = s.logits.numel();
-    mask_bias_.assign(size_t(V), -std::numeric_limits<float>::infinity());
-    bool any = false;
-    for (size_t i = 0; i < ok.size() && i < size_t(V); ++i)
-      if (ok[i]) mask_bias_[i] = 0, any = true;
-    if (complete)
-      for (int32_t e : ends_) mask_bias_[size_t(e)] = 0, any = true;
-    if (!any) {
-      if (!s.filter->push(s.decoder->flush())) s.filter->flush();
-      return release(s, complete ? "stop" : "error", complete ? "" : "the grammar cannot go on with this vocabulary");
+    const int32_t first = s.sampler->sample(s.logits, s.history);
+    const bool is_end = std::find(ends_.begin(), ends_.end(), first) != ends_.end();
+    if (is_end ? s.matcher->complete() : !std::binary_search(specials_.begin(), specials_.end(), first) && GrammarMatcher(*s.matcher).accept(tok_.token_bytes(first))) {
+      id = first;
+    } else {
+      if (!masker_) masker_ = std::make_unique<TokenMasker>(tok_);
+      const std::vector<uint8_t>& ok = masker_->allowed(*s.matcher, job.params.grammar);
+      const bool complete = s.matcher->complete();
+      const int64_t V = s.logits.numel();
+      mask_bias_.assign(size_t(V), -std::numeric_limits<float>::infinity());
+      bool any = false;
+      for (size_t i = 0; i < ok.size() && i < size_t(V); ++i)
+        if (ok[i]) mask_bias_[i] = 0, any = true;
+      if (complete)
+        for (int32_t e : ends_)
+          if (e < V) mask_bias_[size_t(e)] = 0, any = true;
+      if (!any) {
+        if (!s.filter->push(s.decoder->flush())) s.filter->flush();
+        return release(s, complete ? "stop" : "error", complete ? "" : "the grammar cannot go on with this vocabulary");
+      }
+      const Tensor masked =
+          add(cast(reshape(s.logits, Shape{V}), DType::F32), to(from_vector(mask_bias_, Shape{V}), s.logits.device()));
+      id = s.sampler->sample(masked, s.history);
     }
-    s.logits = add(cast(reshape(s.logits, Shape{V}), DType::F32), to(from_vector(mask_bias_, Shape{V}), s.logits.device()));
+  } else {
+    id = s.sampler->sample(s.logits, s.history);
   }
-  const int32_t id = s.sampler->sample(s.logits, s.history);
   s.logits = Tensor();
   if (job.completion_tokens == 0) job.first_token();
   if (std::find(ends_.begin(), ends_.end(), id) != ends_.end()) {

@@ -158,6 +158,7 @@ class Engine {
   EngineOptions o_;
   int64_t ctx_ = 0;
   std::vector<int32_t> ends_;  // end-of-generation ids
+  std::vector<int32_t> specials_;  // control and user-defined ids, sorted (a grammar never takes them)
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
