@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <list>
 #include <map>
+#include <mutex>
 
 #include "toy/core/error.h"
 #include "toy/core/text.h"
@@ -37,6 +39,11 @@ class GrammarParser {
     TOY_CHECK(root != ids_.end(), "[grammar] there is no rule 'root'");
     g_->root_ = root->second;
     check_left_recursion();
+    g_->chains_.resize(g_->rules_.size());
+    for (uint32_t r = 0; r < g_->rules_.size(); ++r)
+      for (uint32_t a = 0; a < g_->rules_[r].size(); ++a)
+        for (uint32_t i = 0; i < g_->rules_[r][a].size(); ++i) g_->places_.push_back({&g_->rules_[r][a][i], {r, a, i}});
+    std::sort(g_->places_.begin(), g_->places_.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     return g;
   }
 
@@ -46,6 +53,7 @@ class GrammarParser {
   Grammar* g_ = nullptr;
   std::map<std::string, uint32_t> ids_;
   std::vector<bool> defined_;
+  uint32_t chains_made_ = 0;
 
   std::string where() const {
     size_t line = 1, col = 1;
@@ -265,10 +273,13 @@ class GrammarParser {
       seq.push_back(ref(r));
       return;
     }
-    // R_k ::= subject R_{k+1} | ε, (hi - lo) of them nested.
+    // R_k ::= subject R_{k+1} | ε, (hi - lo) of them nested; a chain (the innermost made first).
     uint32_t next = UINT32_MAX;
+    const uint32_t chain = ++chains_made_;
     for (size_t k = 0; k < hi - lo; ++k) {
       const uint32_t r = fresh_rule(name);
+      g_->chains_.resize(g_->rules_.size());
+      g_->chains_[r] = {chain, uint32_t(k + 1)};
       Grammar::Alternative one = subject;
       if (next != UINT32_MAX) one.push_back(ref(next));
       g_->rules_[r] = {ended(one), ended({})};
@@ -313,6 +324,29 @@ class GrammarParser {
 };
 
 std::shared_ptr<const Grammar> Grammar::parse(std::string_view gbnf) { return GrammarParser(gbnf).run(); }
+
+std::shared_ptr<const Grammar> Grammar::parse_cached(std::string_view gbnf) {
+  static std::mutex mu;
+  static std::list<std::pair<std::string, std::shared_ptr<const Grammar>>> recent;  // most recent first
+  {
+    std::lock_guard lk(mu);
+    for (auto it = recent.begin(); it != recent.end(); ++it)
+      if (it->first == gbnf) {
+        recent.splice(recent.begin(), recent, it);
+        return recent.front().second;
+      }
+  }
+  auto g = parse(gbnf);  // (outside the lock: a long grammar does not hold up other requests)
+  std::lock_guard lk(mu);
+  recent.emplace_front(std::string(gbnf), g);
+  if (recent.size() > 16) recent.pop_back();
+  return g;
+}
+
+Grammar::Place Grammar::place(const Elem* e) const {
+  auto it = std::lower_bound(places_.begin(), places_.end(), e, [](const auto& p, const Elem* x) { return p.first < x; });
+  return it->second;
+}
 
 bool Grammar::Elem::matches(uint32_t cp) const {
   bool in = false;
@@ -479,15 +513,32 @@ bool GrammarMatcher::finished() const {
   return !stacks_.empty();
 }
 
-std::string GrammarMatcher::key() const {
-  std::string k = pending_;
-  k += '|';
+std::string GrammarMatcher::key(uint32_t horizon) const {
+  // Each stack as its elements' places; a place in a repetition chain with more than `horizon`
+  // repetitions left is written as the chain's and `horizon` (no token reaches the difference).
+  std::vector<std::string> stacks;
+  stacks.reserve(stacks_.size());
   for (const Stack& s : stacks_) {
-    const uint32_t n = uint32_t(s.size());
-    k.append(reinterpret_cast<const char*>(&n), sizeof n);
-    k.append(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(void*));
+    std::string k;
+    for (const Grammar::Elem* e : s) {
+      const Grammar::Place p = g_->place(e);
+      const Grammar::Chain c = g_->chains()[p.rule];
+      uint32_t v[4] = {p.rule, p.alt, p.index, 0};
+      if (c.id != 0 && c.remaining > horizon) v[0] = 0x80000000u | c.id, v[3] = horizon;
+      k.append(reinterpret_cast<const char*>(v), sizeof v);
+    }
+    stacks.push_back(std::move(k));
   }
-  return k;
+  std::sort(stacks.begin(), stacks.end());
+  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+  std::string key = pending_;
+  key += '|';
+  for (const std::string& k : stacks) {
+    const uint32_t n = uint32_t(k.size());
+    key.append(reinterpret_cast<const char*>(&n), sizeof n);
+    key += k;
+  }
+  return key;
 }
 
 }  // namespace toy

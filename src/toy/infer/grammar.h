@@ -31,14 +31,32 @@ class Grammar {
   // Throws toy::Error naming the line and column of a syntax error, an undefined rule, a rule
   // without `root`, or left recursion.
   static std::shared_ptr<const Grammar> parse(std::string_view gbnf);
+  // parse(), the same object for the same text while a few recent ones are kept (a server's
+  // requests with one schema share its grammar, and so the token masks cached for it).
+  static std::shared_ptr<const Grammar> parse_cached(std::string_view gbnf);
 
   const std::vector<std::vector<Alternative>>& rules() const { return rules_; }
+  // A bounded repetition x{m,n} becomes a chain of rules, one per repetition still allowed:
+  // the chain's id and how many remain (0 for a rule of no chain). Masks use it to see that
+  // two places in a long chain accept the same tokens (see GrammarMatcher::key).
+  struct Chain {
+    uint32_t id = 0;
+    uint32_t remaining = 0;
+  };
+  const std::vector<Chain>& chains() const { return chains_; }
+  // Which rule, alternative and place an element is (for keys that do not depend on memory).
+  struct Place {
+    uint32_t rule, alt, index;
+  };
+  Place place(const Elem* e) const;
   uint32_t root() const { return root_; }
   const std::string& rule_name(uint32_t r) const { return names_[r]; }
 
  private:
   std::vector<std::vector<Alternative>> rules_;
   std::vector<std::string> names_;
+  std::vector<Chain> chains_;
+  std::vector<std::pair<const Elem*, Place>> places_;  // sorted by address
   uint32_t root_ = 0;
   friend class GrammarParser;
 };
@@ -59,8 +77,9 @@ class GrammarMatcher {
   bool complete() const;
   // Nothing can follow (complete, and no stack with more to match).
   bool finished() const;
-  // A key of the state (stacks and unfinished bytes): equal keys accept the same futures.
-  std::string key() const;
+  // A key of the state (stacks and unfinished bytes): equal keys accept the same next tokens of
+  // up to `horizon` code points (places deeper than that in a repetition chain are alike).
+  std::string key(uint32_t horizon = UINT32_MAX) const;
 
  private:
   void expand(Stack& s, std::vector<Stack>& out, int depth) const;

@@ -28,6 +28,7 @@ TokenMasker::TokenMasker(const Tokenizer& tok) : vocab_(size_t(tok.vocab_size())
       }
     }
     nodes_[size_t(at)].ends.push_back(id);
+    horizon_ = std::max(horizon_, uint32_t(bytes.size()));
   }
 }
 
@@ -45,7 +46,7 @@ const std::vector<uint8_t>& TokenMasker::allowed(const GrammarMatcher& m, const 
   Cache& c = caches_[g.get()];
   c.grammar = g;
   if (c.masks.size() > 512) c.masks.clear();
-  const std::string key = m.key();
+  const std::string key = m.key(horizon_);
   auto it = c.masks.find(key);
   if (it != c.masks.end()) return it->second;
   std::vector<uint8_t> mask(vocab_, 0);

@@ -33,6 +33,7 @@ class TokenMasker {
 
   std::vector<Node> nodes_;
   size_t vocab_ = 0;
+  uint32_t horizon_ = 0;  // the longest token, in bytes (>= its code points)
   struct Cache {
     std::shared_ptr<const Grammar> grammar;  // kept alive: the keys hold its addresses
     std::unordered_map<std::string, std::vector<uint8_t>> masks;

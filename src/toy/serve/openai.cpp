@@ -175,7 +175,7 @@ std::shared_ptr<const Grammar> structured_output(std::string_view body, const js
     return nullptr;
   }
   try {
-    return Grammar::parse(text);
+    return Grammar::parse_cached(text);
   } catch (const Error& e) {
     throw bad_request(e.what(), param);
   }
