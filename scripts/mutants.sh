@@ -1299,6 +1299,36 @@ toy_serve_tests toy_llamacpp_tests
 ^ServeHttp\.Embeddings|^LlamaCpp\.Embeddings
         if (task->pooling == Pooling::Mean) {
         if (false) {
+grammar-first-draw-unchecked
+src/toy/serve/engine.cpp
+toy_serve_tests
+^ServeHttp\.StructuredOutput
+      if (taken) {
+      if (true) {
+grammar-end-any-time
+src/toy/serve/engine.cpp
+toy_serve_tests
+^ServeHttp\.StructuredOutput
+      const bool taken = is_end ? s.matcher->complete()
+      const bool taken = is_end ? true
+grammar-overlong-utf8
+src/toy/infer/grammar.cpp
+toy_chat_tests toy_serve_tests
+^Grammar\.|^ServeHttp\.StructuredOutput
+  lo = std::max(lo, n == 2 ? 0x80u : n == 3 ? 0x800u : 0x10000u);
+  lo = std::max(lo, 0u);
+schema-optional-required
+src/toy/infer/json_schema.cpp
+toy_chat_tests toy_serve_tests
+^JsonSchema\.|^ServeHttp\.StructuredOutput
+        is_required.push_back(required.count(key) > 0);
+        is_required.push_back(false);
+mask-chain-horizon-ignored
+src/toy/infer/grammar.cpp
+toy_chat_tests toy_serve_tests
+^Grammar\.|^JsonSchema\.|^ServeHttp\.StructuredOutput
+      if (c.id != 0 && c.remaining > horizon) v[0] = 0x80000000u | c.id, v[3] = horizon;
+      if (c.id != 0) v[0] = 0x80000000u | c.id, v[3] = horizon;
 finetune-template-not-carried
 src/toy/train/finetune_model.cpp
 toy toy_cli_tests

@@ -73,10 +73,19 @@ TEST(Grammar, BadGrammarsNameTheLine) {
            {"root ::= \"a\"\nroot ::= \"b\"", "line 2"},
            {"root ::= (\"a\"", "expected ')'"},
            {"root ::= \"a\"{3,1}", "minimum is above"},
-           {"root ::= * \"a\"", "repeats nothing"}}) {
+           {"root ::= * \"a\"", "repeats nothing"},
+           {"root ::= \"abcdefghijklmnopqrstu\"{60000}", "grows past 1000000 elements"}}) {
     const std::string e = test::error_of([&] { Grammar::parse(text); });
     EXPECT_NE(e.find(says), std::string::npos) << text << ": " << e;
   }
+}
+
+// A repetition of something that can be empty would expand without end: refused up front.
+TEST(Grammar, EndlessExpansionIsAnError) {
+  const std::string e = test::error_of([] { Grammar::parse("root ::= (\"a\"?)* \"b\""); });
+  EXPECT_NE(e.find("left-recursive"), std::string::npos) << e;
+  // Groups are rules, so nesting repetitions does not multiply the grammar.
+  EXPECT_NO_THROW(Grammar::parse("root ::= (\"a\"{1000}){1000}"));
 }
 
 TEST(JsonSchema, GrammarsAcceptWhatTheSchemaAccepts) {

@@ -54,6 +54,8 @@ class GrammarParser {
   std::map<std::string, uint32_t> ids_;
   std::vector<bool> defined_;
   uint32_t chains_made_ = 0;
+  static constexpr size_t kMaxElements = 1'000'000;
+  size_t elements_ = 0;
 
   std::string where() const {
     size_t line = 1, col = 1;
@@ -263,6 +265,11 @@ class GrammarParser {
   // subject{lo,hi} appended to seq: lo copies, then a rule for the rest.
   void repeat(const std::string& name, const Grammar::Alternative& subject, size_t lo, size_t hi,
               Grammar::Alternative& seq) {
+    // Repetitions multiply: ("a"{1000}){1000} is a million elements. A grammar stays under that.
+    const size_t copies = lo + (hi == SIZE_MAX ? 1 : hi - lo);
+    elements_ += subject.size() * copies;
+    TOY_CHECK(subject.size() * copies <= kMaxElements && elements_ <= kMaxElements,
+              "{}: the grammar grows past {} elements (its repetitions multiply)", where(), kMaxElements);
     for (size_t i = 0; i < lo; ++i) seq.insert(seq.end(), subject.begin(), subject.end());
     if (hi == lo) return;
     if (hi == SIZE_MAX) {  // R ::= subject R | ε

@@ -277,29 +277,37 @@ void Engine::sample(Slot& s) {
   // resampling from the renormalised rest sum to it); with top-k/p the cut comes first.
   int32_t id = -1;
   if (s.matcher) {
-    const int32_t first = s.sampler->sample(s.logits, s.history);
-    const bool is_end = std::find(ends_.begin(), ends_.end(), first) != ends_.end();
-    if (is_end ? s.matcher->complete() : !std::binary_search(specials_.begin(), specials_.end(), first) && GrammarMatcher(*s.matcher).accept(tok_.token_bytes(first))) {
-      id = first;
-    } else {
-      if (!masker_) masker_ = std::make_unique<TokenMasker>(tok_);
-      const std::vector<uint8_t>& ok = masker_->allowed(*s.matcher, job.params.grammar);
-      const bool complete = s.matcher->complete();
-      const int64_t V = s.logits.numel();
-      mask_bias_.assign(size_t(V), -std::numeric_limits<float>::infinity());
-      bool any = false;
-      for (size_t i = 0; i < ok.size() && i < size_t(V); ++i)
-        if (ok[i]) mask_bias_[i] = 0, any = true;
-      if (complete)
-        for (int32_t e : ends_)
-          if (e < V) mask_bias_[size_t(e)] = 0, any = true;
-      if (!any) {
-        if (!s.filter->push(s.decoder->flush())) s.filter->flush();
-        return release(s, complete ? "stop" : "error", complete ? "" : "the grammar cannot go on with this vocabulary");
+    try {
+      const int32_t first = s.sampler->sample(s.logits, s.history);
+      const bool is_end = std::find(ends_.begin(), ends_.end(), first) != ends_.end();
+      const bool taken = is_end ? s.matcher->complete()
+                                : !std::binary_search(specials_.begin(), specials_.end(), first) &&
+                                      GrammarMatcher(*s.matcher).accept(tok_.token_bytes(first));
+      if (taken) {
+        id = first;
+      } else {
+        if (!masker_) masker_ = std::make_unique<TokenMasker>(tok_);
+        const std::vector<uint8_t>& ok = masker_->allowed(*s.matcher, job.params.grammar);
+        const bool complete = s.matcher->complete();
+        const int64_t V = s.logits.numel();
+        mask_bias_.assign(size_t(V), -std::numeric_limits<float>::infinity());
+        bool any = false;
+        for (size_t i = 0; i < ok.size() && i < size_t(V); ++i)
+          if (ok[i]) mask_bias_[i] = 0, any = true;
+        if (complete)
+          for (int32_t e : ends_)
+            if (e < V) mask_bias_[size_t(e)] = 0, any = true;
+        if (!any) {
+          if (!s.filter->push(s.decoder->flush())) s.filter->flush();
+          return release(s, complete ? "stop" : "error", complete ? "" : "the grammar cannot go on with this vocabulary");
+        }
+        const Tensor masked =
+            add(cast(reshape(s.logits, Shape{V}), DType::F32), to(from_vector(mask_bias_, Shape{V}), s.logits.device()));
+        id = s.sampler->sample(masked, s.history);
       }
-      const Tensor masked =
-          add(cast(reshape(s.logits, Shape{V}), DType::F32), to(from_vector(mask_bias_, Shape{V}), s.logits.device()));
-      id = s.sampler->sample(masked, s.history);
+    } catch (const Error& e) {  // (a grammar whose rules nest without end)
+      if (!s.filter->push(s.decoder->flush())) s.filter->flush();
+      return release(s, "error", e.what());
     }
   } else {
     id = s.sampler->sample(s.logits, s.history);

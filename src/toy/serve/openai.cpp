@@ -175,7 +175,9 @@ std::shared_ptr<const Grammar> structured_output(std::string_view body, const js
     return nullptr;
   }
   try {
-    return Grammar::parse_cached(text);
+    auto g = Grammar::parse_cached(text);
+    GrammarMatcher start(g);  // a grammar whose rules expand without end fails here, not mid-reply
+    return g;
   } catch (const Error& e) {
     throw bad_request(e.what(), param);
   }
