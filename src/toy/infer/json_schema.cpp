@@ -1,6 +1,7 @@
 #include "toy/infer/json_schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -124,10 +125,16 @@ class Compiler {
     fail("[json-schema] '{}' is not supported (at {})", printable(keyword, 60), at.empty() ? "/" : at);
   }
 
+  // An integer keyword's value, within ±10^15 (what the grammars spell; no overflow past it).
   int64_t integer_of(const Json& v, const std::string& key, const std::string& at) {
-    TOY_CHECK(v.is_number() && (v.is_number_integer() || double(int64_t(v.get<double>())) == v.get<double>()),
-              "[json-schema] '{}' must be an integer (at {})", key, at.empty() ? "/" : at);
-    return v.is_number_integer() ? v.get<int64_t>() : int64_t(v.get<double>());
+    constexpr double kLimit = 1e15;
+    const bool whole = v.is_number_integer() ||
+                       (v.is_number_float() && std::fabs(v.get<double>()) <= kLimit && std::trunc(v.get<double>()) == v.get<double>());
+    TOY_CHECK(whole, "[json-schema] '{}' must be an integer (at {})", key, at.empty() ? "/" : at);
+    const double d = v.is_number_unsigned() ? double(v.get<uint64_t>()) : v.is_number_integer() ? double(v.get<int64_t>())
+                                                                                                : v.get<double>();
+    TOY_CHECK(std::fabs(d) <= kLimit, "[json-schema] '{}' is beyond 15 digits (at {})", key, at.empty() ? "/" : at);
+    return int64_t(d);
   }
 
   // An expression (a rule name or a parenthesised alternative) for `s`.
