@@ -3,6 +3,7 @@
 // error or an example whose tokens are in the vocabulary, with a mask as long as the tokens
 // that counts something.
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "fuzz_common.h"
@@ -15,7 +16,7 @@ using namespace toy;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::unique_ptr<Tokenizer> tok = Tokenizer::train_fixed_size(
       "the prompt and the completion; <|im_start|>user hello<|im_end|>", "qwen2", 300);
-  static const ChatTemplate chat;  // ChatML
+  static const ChatTemplate chat = ChatTemplate::from_text(kChatMLTemplate, "ChatML", *tok);
   const std::string line(reinterpret_cast<const char*>(data), size);
   try {
     const SftExample e = parse_sft_record(line, *tok, size % 3 == 0 ? nullptr : &chat, "fuzz line 1");

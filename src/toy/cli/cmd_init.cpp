@@ -32,7 +32,7 @@ namespace toy::cli {
 
 namespace {
 
-// ChatML, as Qwen2.5 and SmolLM2 write it (toy chat recognises it).
+// ChatML, as Qwen2.5 and SmolLM2 write it (toy chat renders it with its Jinja engine).
 constexpr const char* kChatML =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
     "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
