@@ -141,7 +141,8 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
            {R"({"type": "widget"})", "unknown type 'widget'"},
            {R"({"type": "integer", "minimum": 1e300})", "'minimum' must be an integer"},
            {R"({"type": "integer", "exclusiveMaximum": 9223372036854775807})", "beyond 15 digits"},
-           {R"({"type": "array", "maxItems": 2.5})", "'maxItems' must be an integer"}}) {
+           {R"({"type": "array", "maxItems": 2.5})", "'maxItems' must be an integer"},
+           {R"({"type": "object", "properties": {"a": true}, "required": [1]})", "'required' must list property names"}}) {
     const std::string spec = schema;  // (clang 14 cannot capture a structured binding)
     const std::string e = test::error_of([&] { json_schema_to_gbnf(Json::parse(spec)); });
     EXPECT_NE(e.find(says), std::string::npos) << schema << ": " << e;

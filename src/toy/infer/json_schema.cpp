@@ -229,7 +229,10 @@ class Compiler {
     std::set<std::string> required;
     if (s.contains("required")) {
       TOY_CHECK(s["required"].is_array(), "[json-schema] 'required' must be a list (at {})", at.empty() ? "/" : at);
-      for (const Json& r : s["required"]) required.insert(r.get<std::string>());
+      for (const Json& r : s["required"]) {
+        TOY_CHECK(r.is_string(), "[json-schema] 'required' must list property names (at {})", at.empty() ? "/" : at);
+        required.insert(r.get<std::string>());
+      }
     }
     std::vector<bool> is_required;
     if (s.contains("properties")) {
@@ -322,7 +325,13 @@ class Compiler {
 
 }  // namespace
 
-std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) { return Compiler(schema).run(); }
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
+  try {
+    return Compiler(schema).run();
+  } catch (const nlohmann::json::exception& e) {  // a value of the wrong type somewhere: an error, not a crash
+    fail("[json-schema] {}", printable(e.what(), 200));
+  }
+}
 
 std::string json_object_gbnf() { return std::string("root ::= object\n") + kPrimitives; }
 
