@@ -42,15 +42,16 @@ void TokenMasker::walk(int32_t node, const GrammarMatcher& m, std::vector<uint8_
 }
 
 const std::vector<uint8_t>& TokenMasker::allowed(const GrammarMatcher& m, const std::shared_ptr<const Grammar>& g) {
-  if (caches_.size() > 16 && !caches_.count(g.get())) caches_.clear();
+  // Bounded memory: at most kMaxMasks masks (a byte per token each) over all grammars.
+  if (masks_ >= kMaxMasks || (caches_.size() >= 16 && !caches_.count(g.get()))) caches_.clear(), masks_ = 0;
   Cache& c = caches_[g.get()];
   c.grammar = g;
-  if (c.masks.size() > 512) c.masks.clear();
   const std::string key = m.key(horizon_);
   auto it = c.masks.find(key);
   if (it != c.masks.end()) return it->second;
   std::vector<uint8_t> mask(vocab_, 0);
   walk(0, m, mask);
+  ++masks_;
   return c.masks.emplace(key, std::move(mask)).first->second;
 }
 

@@ -39,6 +39,8 @@ class TokenMasker {
     std::unordered_map<std::string, std::vector<uint8_t>> masks;
   };
   std::map<const Grammar*, Cache> caches_;
+  static constexpr size_t kMaxMasks = 256;  // ~13 MB for a 50k vocabulary
+  size_t masks_ = 0;
 };
 
 }  // namespace toy
