@@ -285,60 +285,54 @@ bool name_then_json(string_view body, string_view sep, std::vector<ToolCall>& ou
   return true;
 }
 
-// DeepSeek's calls sit in a section: <｜tool▁calls▁begin｜> calls <｜tool▁calls▁end｜>.
-Calls deepseek(string_view s, bool r1) {
-  static constexpr string_view kBegin = "<｜tool▁calls▁begin｜>", kEnd = "<｜tool▁calls▁end｜>",
-                               kCall = "<｜tool▁call▁begin｜>", kCallEnd = "<｜tool▁call▁end｜>", kSep = "<｜tool▁sep｜>";
+// Calls inside a section: BEGIN (OPEN body CLOSE)* END (DeepSeek, Kimi), each body read by `one`.
+Calls section(string_view s, string_view begin, string_view end_mark, string_view open, string_view close,
+              const std::function<bool(string_view body, std::vector<ToolCall>&)>& one) {
   Calls r;
-  r.start = s.find(kBegin);
+  r.start = s.find(begin);
   if (r.start == npos) return r;
-  const size_t end = s.find(kEnd, r.start);
-  const size_t stop = end == npos ? s.size() : end;
-  Calls inner = repeated(s.substr(0, stop), kCall, kCallEnd, [&](string_view body, std::vector<ToolCall>& out) {
-    if (!r1) return name_then_json(body, kSep, out, [](string_view n) { return std::string(n); });
-    // function<｜tool▁sep｜>NAME\n```json\n{...}\n```
-    const size_t sep = body.find(kSep);
-    if (sep == npos) return false;
-    string_view rest = body.substr(sep + kSep.size());
-    const size_t fence = rest.find("```json");
-    if (fence == npos) return false;
-    ToolCall c;
-    c.name = std::string(trim(rest.substr(0, fence)));
-    string_view json = rest.substr(fence + 7);
-    if (const size_t close = json.rfind("```"); close != npos) json = json.substr(0, close);
-    Json j;
-    if (c.name.empty() || !parse_json(trim(json), j) || !arguments_of(j, c.arguments)) return false;
-    out.push_back(std::move(c));
-    return true;
-  });
+  const size_t end = s.find(end_mark, r.start);
+  Calls inner = repeated(s.substr(0, end == npos ? s.size() : end), open, close, one);
   r.calls = std::move(inner.calls);
   if (!inner.ok || end == npos || skip_space(s, inner.end) != end) return r;
-  r.end = end + kEnd.size();
+  r.end = end + end_mark.size();
   r.ok = true;
   return r;
 }
 
+// DeepSeek: <｜tool▁calls▁begin｜> (<｜tool▁call▁begin｜> call <｜tool▁call▁end｜>)* <｜tool▁calls▁end｜>;
+// a call is NAME<｜tool▁sep｜>{json} (V3.1) or function<｜tool▁sep｜>NAME\n```json\n{json}\n``` (R1).
+Calls deepseek(string_view s, bool r1) {
+  static constexpr string_view kSep = "<｜tool▁sep｜>";
+  return section(s, "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+                 [&](string_view body, std::vector<ToolCall>& out) {
+                   if (!r1) return name_then_json(body, kSep, out, [](string_view n) { return std::string(n); });
+                   const size_t sep = body.find(kSep);
+                   if (sep == npos) return false;
+                   string_view rest = body.substr(sep + kSep.size());
+                   const size_t fence = rest.find("```json");
+                   if (fence == npos) return false;
+                   ToolCall c;
+                   c.name = std::string(trim(rest.substr(0, fence)));
+                   string_view json = rest.substr(fence + 7);
+                   if (const size_t close = json.rfind("```"); close != npos) json = json.substr(0, close);
+                   Json j;
+                   if (c.name.empty() || !parse_json(trim(json), j) || !arguments_of(j, c.arguments)) return false;
+                   out.push_back(std::move(c));
+                   return true;
+                 });
+}
+
+// Kimi: a section of functions.NAME:INDEX<|tool_call_argument_begin|>{json} calls.
 Calls kimi(string_view s) {
-  static constexpr string_view kBegin = "<|tool_calls_section_begin|>", kEnd = "<|tool_calls_section_end|>";
-  Calls r;
-  r.start = s.find(kBegin);
-  if (r.start == npos) return r;
-  const size_t end = s.find(kEnd, r.start);
-  const size_t stop = end == npos ? s.size() : end;
-  Calls inner = repeated(s.substr(0, stop), "<|tool_call_begin|>", "<|tool_call_end|>",
-                         [](string_view body, std::vector<ToolCall>& out) {
-                           // functions.NAME:INDEX<|tool_call_argument_begin|>{...}
-                           return name_then_json(body, "<|tool_call_argument_begin|>", out, [](string_view n) {
-                             if (n.starts_with("functions.")) n.remove_prefix(10);
-                             if (const size_t colon = n.rfind(':'); colon != npos) n = n.substr(0, colon);
-                             return std::string(n);
-                           });
-                         });
-  r.calls = std::move(inner.calls);
-  if (!inner.ok || end == npos || skip_space(s, inner.end) != end) return r;
-  r.end = end + kEnd.size();
-  r.ok = true;
-  return r;
+  return section(s, "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+                 "<|tool_call_end|>", [](string_view body, std::vector<ToolCall>& out) {
+                   return name_then_json(body, "<|tool_call_argument_begin|>", out, [](string_view n) {
+                     if (n.starts_with("functions.")) n.remove_prefix(10);
+                     if (const size_t colon = n.rfind(':'); colon != npos) n = n.substr(0, colon);
+                     return std::string(n);
+                   });
+                 });
 }
 
 // Llama 3.x: the whole reply is {"name": ..., "parameters": {...}} (after <|python_tag|>, maybe).
