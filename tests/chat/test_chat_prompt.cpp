@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "gguf_edit.h"
 #include "helpers.h"
 #include "requirements.h"
@@ -27,7 +29,8 @@ const char* const kCorpus =
 // (BOS), <|im_start|> and <|im_end|> (EOS), the user-defined token <think> (as Qwen3 has), and
 // add_bos_token as asked.
 std::unique_ptr<Tokenizer> vocab(bool add_bos) {
-  const std::string path = (fs::path(testing::TempDir()) / (add_bos ? "vocab_bos.gguf" : "vocab.gguf")).string();
+  // (one file per process: ctest runs this file's tests side by side)
+  const std::string path = (fs::path(testing::TempDir()) / ((add_bos ? "vocab_bos_" : "vocab_") + std::to_string(getpid()) + ".gguf")).string();
   {
     const auto trained = Tokenizer::train_fixed_size(kCorpus, "qwen2", 400);
     gguf::Writer w;

@@ -87,10 +87,14 @@ struct TestServer {
   std::thread thread;
   int port = 0;
 
-  TestServer(const std::string& arch, serve::EngineOptions eo, serve::ServerOptions so) : lm(load_model(init_tiny(arch))) {
+  // `chat_template`: the Jinja text chat requests are rendered with (ChatML when empty).
+  TestServer(const std::string& arch, serve::EngineOptions eo, serve::ServerOptions so,
+             const std::string& chat_template = "")
+      : lm(load_model(init_tiny(arch))) {
     engine = std::make_unique<serve::Engine>(*lm.model, *lm.tokenizer, eo);
     so.port = 0;
-    server = std::make_unique<serve::Server>(*lm.tokenizer, ChatTemplate::from_text(kChatMLTemplate, "ChatML", *lm.tokenizer), *engine, so);
+    const std::string text = chat_template.empty() ? std::string(kChatMLTemplate) : chat_template;
+    server = std::make_unique<serve::Server>(*lm.tokenizer, ChatTemplate::from_text(text, "test", *lm.tokenizer), *engine, so);
     port = server->bind();
     thread = std::thread([this] { server->run(); });
   }

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <random>
 #include <string>
@@ -693,6 +694,112 @@ TEST(ServeHttp, StructuredOutputAlwaysParsesAndValidates) {
     EXPECT_EQ(r->status, 400) << b;
     EXPECT_EQ(body_of(r)["error"]["param"], param) << b;
   }
+}
+
+// A Hermes-style template (tools announced in the system turn, calls as <tool_call>{json}</tool_call>),
+// with Qwen3's reasoning block.
+const char* const kToolTemplate = R"({%- if tools %}<|im_start|>system
+<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools>
+Call a tool as <tool_call>{"name": ..., "arguments": ...}</tool_call>, after <think></think>.<|im_end|>
+{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %})";
+
+// tool_choice "required" or a named function, from a random-weight model at temperature 1:
+// every reply is calls (finish_reason tool_calls) of offered tools, arguments valid for each;
+// one call when parallel_tool_calls is false; streamed as tool_calls deltas too.
+TEST(ServeHttp, RequiredToolCallsAlwaysParseAndValidate) {
+  TestServer ts("qwen3", {.parallel = 2, .ctx = 2048}, {}, kToolTemplate);
+  httplib::Client c = ts.client();
+  const json weather = json::parse(R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+      "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city"], "additionalProperties": false})");
+  const json tools = {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", weather}}}},
+                      {{"type", "function"}, {"function", {{"name", "now"}}}}};
+  auto check_call = [&](const json& call, const std::string& context) {
+    EXPECT_EQ(call["type"], "function") << context;
+    EXPECT_FALSE(call["id"].get<std::string>().empty()) << context;
+    const json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+    ASSERT_TRUE(args.is_object()) << context;
+    const std::string name = call["function"]["name"];
+    ASSERT_TRUE(name == "get_weather" || name == "now") << context;
+    if (name == "get_weather") {
+      EXPECT_TRUE(validates(args, {{"type", "object"}, {"properties", {{"city", {{"type", "string"}, {"minLength", 0}, {"maxLength", 12}}},
+                                                                         {"days", {{"type", "integer"}, {"minimum", 1}, {"maximum", 7}}}}},
+                                   {"required", {"city"}}}))
+          << context;
+    }
+  };
+  int calls = 0;
+  for (int i = 0; i < 12; ++i) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}}, {"tools", tools},
+                 {"temperature", 1.0}, {"seed", i}, {"max_tokens", 1500}, {"parallel_tool_calls", i % 3 != 0}};
+    body["tool_choice"] = i % 2 ? json("required") : json({{"type", "function"}, {"function", {{"name", "get_weather"}}}});
+    auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json choice = body_of(r)["choices"][0];
+    const std::string context = fmt::format("seed {}: {}", i, choice.dump());
+    if (choice["finish_reason"] == "length") continue;  // (a walk that ran out of tokens: no verdict)
+    ASSERT_EQ(choice["finish_reason"], "tool_calls") << context;
+    const json& list = choice["message"]["tool_calls"];
+    ASSERT_GE(list.size(), 1u) << context;
+    if (i % 3 == 0) {
+      EXPECT_EQ(list.size(), 1u) << context;
+    }
+    for (const json& call : list) {
+      if (i % 2 == 0) {
+        EXPECT_EQ(call["function"]["name"], "get_weather") << context;
+      }
+      check_call(call, context);
+      ++calls;
+    }
+  }
+  EXPECT_GE(calls, 8);
+  // Streamed: the calls arrive as tool_calls deltas, then finish_reason tool_calls.
+  json body = {{"messages", {{{"role", "user"}, {"content", "Weather?"}}}}, {"tools", tools}, {"temperature", 1.0},
+               {"seed", 3}, {"max_tokens", 1500}, {"stream", true}, {"tool_choice", "required"}};
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::map<int, std::string> names, arguments;
+  std::string finish;
+  for (const std::string& d : sse_data(r->body)) {
+    if (d == "[DONE]") break;
+    const json ch = json::parse(d)["choices"][0];
+    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    if (!ch["delta"].contains("tool_calls")) continue;
+    for (const json& t : ch["delta"]["tool_calls"]) {
+      const int k = t["index"];
+      if (t["function"].contains("name")) names[k] += t["function"]["name"].get<std::string>();
+      if (t["function"].contains("arguments")) arguments[k] += t["function"]["arguments"].get<std::string>();
+    }
+  }
+  if (finish != "length") {
+    EXPECT_EQ(finish, "tool_calls") << r->body;
+    ASSERT_FALSE(names.empty()) << r->body;
+    for (const auto& [k, name] : names)
+      check_call({{"type", "function"}, {"id", "x"}, {"function", {{"name", name}, {"arguments", arguments[k]}}}}, r->body);
+  }
+  // Refusals: no tools, a function not offered, with response_format, a template without a call format.
+  for (const auto& [extra, says] : std::vector<std::pair<json, std::string>>{
+           {{{"tool_choice", "required"}}, "offers no 'tools'"},
+           {{{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "fly"}}}}}}, "'fly'"},
+           {{{"tools", tools}, {"tool_choice", {{"type", "function"}}}}, "tool_choice"},
+           {{{"tools", tools}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}, "not both"}}) {
+    json b = {{"messages", {{{"role", "user"}, {"content", "x"}}}}};
+    for (const auto& [k, v] : extra.items()) b[k] = v;
+    r = c.Post("/v1/chat/completions", b.dump(), "application/json");
+    EXPECT_EQ(r->status, 400) << b.dump();
+    EXPECT_EQ(body_of(r)["error"]["param"], "tool_choice") << r->body;
+    EXPECT_NE(r->body.find(says), std::string::npos) << r->body;
+  }
+  TestServer chatml("qwen3", {.parallel = 1, .ctx = 512}, {});
+  httplib::Client c2 = chatml.client();
+  r = c2.Post("/v1/chat/completions",
+              json({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"tools", tools}, {"tool_choice", "required"}}).dump(),
+              "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("no tool-call format"), std::string::npos) << r->body;
 }
 
 // GET /metrics: Prometheus text whose totals follow what was served.

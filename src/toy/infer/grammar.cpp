@@ -15,7 +15,7 @@ namespace toy {
 
 class GrammarParser {
  public:
-  explicit GrammarParser(std::string_view src) : src_(src) {}
+  GrammarParser(std::string_view src, const GrammarVocab& vocab) : src_(src), vocab_(vocab) {}
 
   std::shared_ptr<const Grammar> run() {
     auto g = std::make_shared<Grammar>();
@@ -49,6 +49,7 @@ class GrammarParser {
 
  private:
   std::string_view src_;
+  const GrammarVocab& vocab_;
   size_t pos_ = 0;
   Grammar* g_ = nullptr;
   std::map<std::string, uint32_t> ids_;
@@ -74,7 +75,8 @@ class GrammarParser {
   }
 
   uint32_t fresh_rule(const std::string& base) {
-    const uint32_t id = symbol(fmt::format("{}_{}", base, g_->rules_.size()));
+    // ('#' is no name character: a rule of the text, `x_7 ::= ...`, is never this one)
+    const uint32_t id = symbol(fmt::format("{}#{}", base, g_->rules_.size()));
     defined_[id] = true;
     return id;
   }
@@ -202,6 +204,9 @@ class GrammarParser {
         TOY_CHECK(pos_ < src_.size(), "{}: an unterminated character class", where());
         ++pos_;
         seq.push_back(chars(std::move(ranges), negated));
+      } else if (c == '<' || (c == '!' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '<')) {
+        last_start = seq.size();
+        seq.push_back(parse_token());
       } else if (c == '.') {
         ++pos_;
         last_start = seq.size();
@@ -249,6 +254,36 @@ class GrammarParser {
       skip_space(nested);
     }
     return seq;
+  }
+
+  // <[123]>, <text>, or either after '!' (any other token).
+  Grammar::Elem parse_token() {
+    Grammar::Elem e;
+    e.kind = Grammar::Elem::Token;
+    if (src_[pos_] == '!') e.negated = true, ++pos_;
+    const size_t start = pos_;
+    if (src_.substr(pos_, 2) == "<[") {
+      pos_ += 2;
+      const size_t digits = pos_;
+      int64_t id = 0;
+      while (pos_ < src_.size() && std::isdigit(static_cast<unsigned char>(src_[pos_])) && id <= INT32_MAX)
+        id = id * 10 + (src_[pos_++] - '0');
+      TOY_CHECK(pos_ > digits && src_.substr(pos_, 2) == "]>", "{}: expected a token id as <[123]>", where());
+      pos_ += 2;
+      TOY_CHECK(id < vocab_.size, "{}: the token <[{}]> is not in the vocabulary (it has {} tokens)", where(), id,
+                vocab_.size);
+      e.token = int32_t(id);
+      return e;
+    }
+    const size_t close = src_.find('>', pos_ + 1);
+    TOY_CHECK(close != std::string_view::npos && src_.substr(pos_, close - pos_).find('\n') == std::string_view::npos,
+              "{}: an unterminated token <...>", where());
+    const std::string_view text = src_.substr(start, close + 1 - start);
+    e.token = vocab_.id_of ? vocab_.id_of(text) : -1;
+    TOY_CHECK(e.token >= 0, "{}: {} is not one token of {}", where(), printable(std::string(text), 60),
+              vocab_.id_of ? "this vocabulary" : "any vocabulary (token references need the model's)");
+    pos_ = close + 1;
+    return e;
   }
 
   size_t parse_count() {
@@ -306,7 +341,9 @@ class GrammarParser {
         for (const auto& alt : g_->rules_[r]) {
           bool all = true;
           for (const auto& e : alt)
-            if (e.kind == Grammar::Elem::Chars || (e.kind == Grammar::Elem::Rule && !nullable[e.rule])) all = false;
+            if (e.kind == Grammar::Elem::Chars || e.kind == Grammar::Elem::Token ||
+                (e.kind == Grammar::Elem::Rule && !nullable[e.rule]))
+              all = false;
           if (all) nullable[r] = true, changed = true;
         }
       }
@@ -330,22 +367,29 @@ class GrammarParser {
   }
 };
 
-std::shared_ptr<const Grammar> Grammar::parse(std::string_view gbnf) { return GrammarParser(gbnf).run(); }
+std::shared_ptr<const Grammar> Grammar::parse(std::string_view gbnf, const GrammarVocab& vocab) {
+  return GrammarParser(gbnf, vocab).run();
+}
 
-std::shared_ptr<const Grammar> Grammar::parse_cached(std::string_view gbnf) {
+std::shared_ptr<const Grammar> Grammar::parse_cached(std::string_view gbnf, const GrammarVocab& vocab) {
+  struct Entry {
+    std::string text;
+    const void* vocab;
+    std::shared_ptr<const Grammar> grammar;
+  };
   static std::mutex mu;
-  static std::list<std::pair<std::string, std::shared_ptr<const Grammar>>> recent;  // most recent first
+  static std::list<Entry> recent;  // most recent first
   {
     std::lock_guard lk(mu);
     for (auto it = recent.begin(); it != recent.end(); ++it)
-      if (it->first == gbnf) {
+      if (it->text == gbnf && it->vocab == vocab.identity) {
         recent.splice(recent.begin(), recent, it);
-        return recent.front().second;
+        return recent.front().grammar;
       }
   }
-  auto g = parse(gbnf);  // (outside the lock: a long grammar does not hold up other requests)
+  auto g = parse(gbnf, vocab);  // (outside the lock: a long grammar does not hold up other requests)
   std::lock_guard lk(mu);
-  recent.emplace_front(std::string(gbnf), g);
+  recent.push_front({std::string(gbnf), vocab.identity, g});
   if (recent.size() > 16) recent.pop_back();
   return g;
 }
@@ -356,12 +400,14 @@ Grammar::Place Grammar::place(const Elem* e) const {
 }
 
 bool Grammar::Elem::matches(uint32_t cp) const {
+  if (kind != Chars) return false;
   bool in = false;
   for (const auto& [lo, hi] : ranges) in = in || (cp >= lo && cp <= hi);
   return in != negated;
 }
 
 bool Grammar::Elem::matches_any(uint32_t lo, uint32_t hi) const {
+  if (kind != Chars) return false;
   if (!negated) {
     for (const auto& [a, b] : ranges)
       if (a <= hi && b >= lo) return true;
@@ -394,7 +440,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> g) : g_(std::move(
 
 void GrammarMatcher::expand(Stack& s, std::vector<Stack>& out, int depth) const {
   TOY_CHECK(depth < 10000, "[grammar] rules nest too deeply");
-  if (s.empty() || s.back()->kind == Grammar::Elem::Chars) {
+  if (s.empty() || s.back()->kind == Grammar::Elem::Chars || s.back()->kind == Grammar::Elem::Token) {
     out.push_back(s);
     return;
   }
@@ -440,9 +486,14 @@ bool GrammarMatcher::viable(std::string_view partial) const {
   lo = std::max(lo, n == 2 ? 0x80u : n == 3 ? 0x800u : 0x10000u);
   hi = std::min(hi, 0x10FFFFu);
   if (lo > hi) return false;
-  for (const Stack& s : stacks_)
-    if (!s.empty() && s.back()->matches_any(lo, hi)) return true;
-  return false;
+  // (surrogates U+D800..U+DFFF are no code points: a sequence heading only there never completes)
+  auto any = [&](uint32_t a, uint32_t b) {
+    if (a > b) return false;
+    for (const Stack& s : stacks_)
+      if (!s.empty() && s.back()->matches_any(a, b)) return true;
+    return false;
+  };
+  return any(lo, std::min(hi, 0xD7FFu)) || any(std::max(lo, 0xE000u), hi);
 }
 
 bool GrammarMatcher::may_accept_byte(uint8_t b) const {
@@ -504,6 +555,41 @@ bool GrammarMatcher::accept(std::string_view bytes) {
       return false;
     }
   return true;
+}
+
+bool GrammarMatcher::accept_token(int32_t id, std::string_view bytes, bool special) {
+  std::vector<Stack> next;
+  if (pending_.empty())
+    for (const Stack& s : stacks_) {
+      if (s.empty() || !s.back()->matches_token(id)) continue;
+      Stack t = s;
+      const Grammar::Elem* top = t.back();
+      t.pop_back();
+      if ((top + 1)->kind != Grammar::Elem::End) t.push_back(top + 1);
+      expand(t, next, 0);
+    }
+  if (!special && !bytes.empty()) {
+    GrammarMatcher as_text = *this;
+    // (a text path that ends inside a code point is dropped when the token path also holds: the
+    // two cannot share one unfinished code point; either way the token is accepted)
+    if (as_text.accept(bytes) && (next.empty() || as_text.pending_.empty())) {
+      pending_ = as_text.pending_;
+      next.insert(next.end(), as_text.stacks_.begin(), as_text.stacks_.end());
+    }
+  }
+  if (next.empty()) return false;
+  std::sort(next.begin(), next.end());
+  next.erase(std::unique(next.begin(), next.end()), next.end());
+  stacks_.swap(next);
+  return true;
+}
+
+std::vector<const Grammar::Elem*> GrammarMatcher::token_elements() const {
+  std::vector<const Grammar::Elem*> out;
+  if (!pending_.empty()) return out;
+  for (const Stack& s : stacks_)
+    if (!s.empty() && s.back()->kind == Grammar::Elem::Token) out.push_back(s.back());
+  return out;
 }
 
 bool GrammarMatcher::complete() const {

@@ -6,6 +6,19 @@
 
 namespace toy {
 
+GrammarVocab grammar_vocab(const Tokenizer& tok) {
+  GrammarVocab v;
+  v.size = tok.vocab_size();
+  v.identity = &tok;
+  v.id_of = [&tok](std::string_view text) -> int32_t {
+    for (int32_t id : tok.special_ids())
+      if (tok.token_bytes(id) == text) return id;
+    const std::vector<int32_t> ids = tok.encode(text);
+    return ids.size() == 1 ? ids[0] : -1;
+  };
+  return v;
+}
+
 TokenMasker::TokenMasker(const Tokenizer& tok) : vocab_(size_t(tok.vocab_size())) {
   std::vector<int32_t> specials = tok.special_ids();
   std::sort(specials.begin(), specials.end());
@@ -51,6 +64,14 @@ const std::vector<uint8_t>& TokenMasker::allowed(const GrammarMatcher& m, const 
   if (it != c.masks.end()) return it->second;
   std::vector<uint8_t> mask(vocab_, 0);
   walk(0, m, mask);
+  for (const Grammar::Elem* e : m.token_elements()) {
+    if (!e->negated) {
+      if (size_t(e->token) < vocab_) mask[size_t(e->token)] = 1;
+      continue;
+    }
+    for (size_t id = 0; id < vocab_; ++id)
+      if (int32_t(id) != e->token) mask[id] = 1;
+  }
   ++masks_;
   return c.masks.emplace(key, std::move(mask)).first->second;
 }

@@ -16,11 +16,17 @@ namespace toy {
 
 class Tokenizer;
 
+// A tokenizer as the vocabulary of grammar token references: `<text>` is the special token of
+// that text, or else the text when it encodes to exactly one token.
+GrammarVocab grammar_vocab(const Tokenizer& tok);
+
 class TokenMasker {
  public:
   explicit TokenMasker(const Tokenizer& tok);
-  // allowed[id] = 1 when the bytes of token `id` continue the matcher's text within grammar
-  // `g` (the matcher's). Special tokens are never allowed (the caller decides about the end).
+  // allowed[id] = 1 when token `id` continues the matcher's text within grammar `g` (the
+  // matcher's): by its bytes, or as a token element the grammar waits on. Special tokens only
+  // as token elements; an end-of-generation token may be among them (the caller decides about
+  // the end).
   const std::vector<uint8_t>& allowed(const GrammarMatcher& m, const std::shared_ptr<const Grammar>& g);
   size_t cached_states() const;
 

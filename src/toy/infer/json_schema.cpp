@@ -9,6 +9,7 @@
 
 #include "toy/core/error.h"
 #include "toy/core/text.h"
+#include "toy/infer/gbnf.h"
 
 namespace toy {
 
@@ -16,13 +17,20 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// The building blocks every schema's grammar shares (JSON's own syntax; whitespace bounded).
-const char* const kPrimitives = R"(space ::= | " " | "\n" [ \t]{0,20}
-char ::= [^"\\\x7F\x00-\x1F] | [\\] (["\\bfnrt] | "u" [0-9a-fA-F]{4})
+// The building blocks every schema's grammar shares (JSON's own syntax; whitespace bounded, and
+// exponents to two digits: every number a double holds, none that overflows one).
+const char* const kSpace = R"(space ::= | " " | "\n" [ \t]{0,20}
+)";
+// A string's escapes: \uXXXX a code point (surrogates only as a high-low pair: JSON parsers
+// refuse a lone one).
+const char* const kEscape =
+    R"([\\] (["\\/bfnrt] | "u" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | [dD] [89abAB] [0-9a-fA-F]{2} "\\u" [dD] [c-fC-F] [0-9a-fA-F]{2})))";
+const std::string kStrings = std::string(R"(char ::= [^"\\\x7F\x00-\x1F] | )") + kEscape + R"(
 string ::= "\"" char* "\"" space
-integral-part ::= [0] | [1-9] [0-9]{0,15}
+)";
+const char* const kMorePrimitives = R"(integral-part ::= [0] | [1-9] [0-9]{0,15}
 decimal-part ::= [0-9]{1,16}
-number ::= ("-"? integral-part) ("." decimal-part)? ([eE] [-+]? integral-part)? space
+number ::= ("-"? integral-part) ("." decimal-part)? ([eE] [-+]? [0-9]{1,2})? space
 integer ::= ("-"? integral-part) space
 boolean ::= ("true" | "false") space
 null ::= "null" space
@@ -31,19 +39,16 @@ object ::= "{" space ( string ":" space value ("," space string ":" space value)
 array ::= "[" space ( value ("," space value)* )? "]" space
 )";
 
-// A GBNF string literal of `text`.
-std::string literal(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') out += '\\', out += char(c);
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20) out += fmt::format("\\x{:02X}", c);
-    else out += char(c);
-  }
-  return out + "\"";
+// A JSON string's raw characters (and its escapes, which no marker's text is part of).
+GbnfTextAlphabet json_string_alphabet() {
+  GbnfTextAlphabet a;
+  a.excluded = "\"\\\\\\x7F\\x00-\\x1F";
+  a.allows = [](uint32_t c) { return c != '"' && c != '\\' && c >= 0x20 && c != 0x7F; };
+  a.escape = kEscape;
+  return a;
 }
+
+std::string literal(const std::string& text) { return gbnf_literal(text); }
 
 // Non-negative integers of exactly len(x) digits in [x, y] (decimal strings of equal length).
 std::string same_length(const std::string& x, const std::string& y) {
@@ -87,22 +92,95 @@ std::string non_negative(int64_t a, int64_t b) {
   return out + ")";
 }
 
-class Compiler {
- public:
-  explicit Compiler(const Json& root) : root_(root) {}
+}  // namespace
 
-  std::string run() {
-    const std::string top = visit(root_, "root", "");
-    std::string out = "root ::= " + top + "\n";
+class JsonSchemaRules::Impl {
+ public:
+  explicit Impl(JsonSpelling spelling) : sp_(std::move(spelling)) {}
+
+  std::string add(const Json& schema, const std::string& hint) {
+    root_ = &schema;
+    refs_.clear();  // ($refs are the schema's own)
+    try {
+      const std::string top = visit(schema, hint, "");
+      return is_name(top) ? top : rule(hint, top);
+    } catch (const nlohmann::json::exception& e) {  // a value of the wrong type somewhere: an error, not a crash
+      fail("[json-schema] {}", printable(e.what(), 200));
+    }
+  }
+
+  std::string text() const {
+    std::string out;
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    return out + kPrimitives;
+    out += kSpace;
+    if (sp_.forbidden.empty()) {
+      out += kStrings;
+    } else {  // strings in which no marker of the reply's format can occur
+      const GbnfTextAlphabet a = json_string_alphabet();
+      out += "char ::= " + gbnf_char_starting_no(sp_.forbidden, a) + " | " + a.escape + "\n";
+      out += "string ::= \"\\\"\" js-text \"\\\"\" space\n" + gbnf_text_without("js-text", sp_.forbidden, a);
+    }
+    out += kMorePrimitives;
+    if (sp_.gemma) {
+      out += "g-string ::= " + sp_.quote_gbnf + " g-text " + sp_.quote_gbnf + " space\n";
+      out += gbnf_text_without("g-text", gemma_forbidden());
+      out += R"(g-key ::= [a-zA-Z_] [a-zA-Z0-9_-]{0,63} space
+g-value ::= g-object | g-array | g-string | number | boolean | null
+g-object ::= "{" space ( g-key ":" space g-value ("," space g-key ":" space g-value)* )? "}" space
+g-array ::= "[" space ( g-value ("," space g-value)* )? "]" space
+)";
+    }
+    return out;
   }
 
  private:
-  const Json& root_;
+  JsonSpelling sp_;
+  const Json* root_ = nullptr;
   std::vector<std::pair<std::string, std::string>> rules_;
   std::set<std::string> names_;
   std::map<std::string, std::string> refs_;  // $ref -> rule name
+
+  static bool is_name(const std::string& e) {
+    return !e.empty() && std::all_of(e.begin(), e.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; });
+  }
+
+  std::vector<std::string> gemma_forbidden() const {
+    std::vector<std::string> f = sp_.forbidden;
+    f.push_back(sp_.quote);
+    return f;
+  }
+
+  // The primitive rule of that name in this spelling.
+  std::string prim(const char* name) const {
+    const std::string n = name;
+    return sp_.gemma && (n == "string" || n == "value" || n == "object" || n == "array") ? "g-" + n : n;
+  }
+
+  // A GBNF expression for exactly the value v (const, enum), in this spelling.
+  std::string spelled(const Json& v) const {
+    if (!sp_.gemma) return literal(v.dump());
+    if (v.is_string()) return sp_.quote_gbnf + " " + literal(v.get<std::string>()) + " " + sp_.quote_gbnf;
+    if (v.is_object()) {
+      std::vector<std::pair<std::string, const Json*>> items;
+      for (const auto& [k, x] : v.items()) items.emplace_back(k, &x);
+      std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return lower(a.first) < lower(b.first); });
+      std::string out = "\"{\"";
+      for (size_t i = 0; i < items.size(); ++i)
+        out += (i ? " \",\" " : " ") + literal(items[i].first + ":") + " " + spelled(*items[i].second);
+      return out + " \"}\"";
+    }
+    if (v.is_array()) {
+      std::string out = "\"[\"";
+      for (size_t i = 0; i < v.size(); ++i) out += (i ? " \",\" " : " ") + spelled(v[i]);
+      return out + " \"]\"";
+    }
+    return literal(v.dump());
+  }
+
+  static std::string lower(std::string s) {
+    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  }
 
   std::string rule(const std::string& hint, const std::string& body) {
     std::string name;
@@ -118,7 +196,7 @@ class Compiler {
   static bool is_primitive(const std::string& n) {
     static const std::set<std::string> p = {"space", "char", "string", "integral-part", "decimal-part", "number",
                                             "integer", "boolean", "null", "value", "object", "array"};
-    return p.count(n) > 0;
+    return p.count(n) > 0 || n.starts_with("g-") || n.starts_with("js-");
   }
 
   [[noreturn]] static void unsupported(const std::string& keyword, const std::string& at) {
@@ -141,11 +219,12 @@ class Compiler {
   std::string visit(const Json& s, const std::string& hint, const std::string& at) {
     if (s.is_boolean()) {
       TOY_CHECK(s.get<bool>(), "[json-schema] the schema false accepts nothing (at {})", at.empty() ? "/" : at);
-      return "value";
+      return prim("value");
     }
     TOY_CHECK(s.is_object(), "[json-schema] a schema must be an object or a boolean (at {})", at.empty() ? "/" : at);
     static const std::set<std::string> annotations = {"title", "description", "default", "examples", "$schema",
-                                                      "$id", "$comment", "$defs", "definitions", "strict", "name"};
+                                                      "$id", "$comment", "$defs", "definitions", "strict", "name",
+                                                      "format"};  // (an annotation unless asserted: JSON Schema 2020-12)
     static const std::set<std::string> known = {
         "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength",
         "maxLength", "enum", "const", "anyOf", "oneOf", "$ref", "minimum", "maximum", "exclusiveMinimum",
@@ -153,12 +232,12 @@ class Compiler {
     for (const auto& [k, v] : s.items())
       if (!annotations.count(k) && !known.count(k)) unsupported(k, at);
     if (s.contains("$ref")) return reference(s["$ref"], at);
-    if (s.contains("const")) return literal(s["const"].dump()) + " space";
+    if (s.contains("const")) return "(" + spelled(s["const"]) + ") space";
     if (s.contains("enum")) {
       TOY_CHECK(s["enum"].is_array() && !s["enum"].empty(), "[json-schema] 'enum' must be a non-empty list (at {})",
                 at.empty() ? "/" : at);
       std::string out = "(";
-      for (size_t i = 0; i < s["enum"].size(); ++i) out += (i ? " | " : "") + literal(s["enum"][i].dump());
+      for (size_t i = 0; i < s["enum"].size(); ++i) out += (i ? " | " : "") + spelled(s["enum"][i]);
       return out + ") space";
     }
     for (const char* key : {"anyOf", "oneOf"})
@@ -173,7 +252,7 @@ class Compiler {
     if (!s.contains("type")) {
       if (s.contains("properties")) return object(s, hint, at);
       if (s.contains("items")) return array(s, hint, at);
-      return "value";
+      return prim("value");
     }
     const Json& type = s["type"];
     if (type.is_array()) {
@@ -207,15 +286,16 @@ class Compiler {
     if (r == "#") {
       const std::string rule_name = rule("root-ref", "");
       refs_[r] = rule_name;
-      set_body(rule_name, visit(root_, "root-ref", "/"));
+      set_body(rule_name, visit(*root_, "root-ref", "/"));
       return rule_name;
     }
-    TOY_CHECK(!section.empty() && root_.contains(section) && root_[section].contains(name),
+    const Json& root = *root_;
+    TOY_CHECK(!section.empty() && root.contains(section) && root[section].contains(name),
               "[json-schema] '$ref' {} does not name a definition of this schema (only #/$defs/... and "
               "#/definitions/...; at {})", printable(r, 80), at.empty() ? "/" : at);
     const std::string rule_name = rule(name, "");  // named first: a definition may refer to itself
     refs_[r] = rule_name;
-    set_body(rule_name, visit(root_[section][name], name, "/" + section + "/" + name));
+    set_body(rule_name, visit(root[section][name], name, "/" + section + "/" + name));
     return rule_name;
   }
 
@@ -237,9 +317,14 @@ class Compiler {
     std::vector<bool> is_required;
     if (s.contains("properties")) {
       TOY_CHECK(s["properties"].is_object(), "[json-schema] 'properties' must be an object (at {})", at.empty() ? "/" : at);
-      for (const auto& [key, sub] : s["properties"].items()) {
-        const std::string kv = literal(Json(key).dump()) + " space \":\" space " +
-                               visit(sub, hint + "-" + key, at + "/properties/" + key);
+      std::vector<std::pair<std::string, const Json*>> listed;
+      for (const auto& [key, sub] : s["properties"].items()) listed.emplace_back(key, &sub);
+      if (sp_.gemma)  // (its template writes arguments | dictsort)
+        std::stable_sort(listed.begin(), listed.end(), [](const auto& a, const auto& b) { return lower(a.first) < lower(b.first); });
+      for (const auto& [key, sub_ptr] : listed) {
+        const Json& sub = *sub_ptr;
+        const std::string name = sp_.gemma ? literal(key) : literal(Json(key).dump());
+        const std::string kv = name + " space \":\" space " + visit(sub, hint + "-" + key, at + "/properties/" + key);
         props.emplace_back(key, rule(hint + "-" + key + "-kv", kv));
         is_required.push_back(required.count(key) > 0);
       }
@@ -255,7 +340,7 @@ class Compiler {
       TOY_CHECK(listed || extra, "[json-schema] '{}' is required but not among the properties (at {})", printable(r, 40),
                 at.empty() ? "/" : at);
     }
-    const std::string any_kv = "string \":\" space value";
+    const std::string any_kv = sp_.gemma ? "g-key \":\" space g-value" : "string \":\" space value";
     // first(i): properties i.. with none written yet; after(i): with something written before.
     const size_t n = props.size();
     std::vector<std::string> first(n + 1), after(n + 1);
@@ -280,7 +365,7 @@ class Compiler {
   }
 
   std::string array(const Json& s, const std::string& hint, const std::string& at) {
-    const std::string item = s.contains("items") ? visit(s["items"], hint + "-item", at + "/items") : "value";
+    const std::string item = s.contains("items") ? visit(s["items"], hint + "-item", at + "/items") : prim("value");
     const int64_t lo = s.contains("minItems") ? integer_of(s["minItems"], "minItems", at) : 0;
     const int64_t hi = s.contains("maxItems") ? integer_of(s["maxItems"], "maxItems", at) : -1;
     TOY_CHECK(lo >= 0 && (hi < 0 || hi >= lo) && lo <= 1000 && hi <= 1000,
@@ -298,7 +383,10 @@ class Compiler {
     const int64_t hi = s.contains("maxLength") ? integer_of(s["maxLength"], "maxLength", at) : -1;
     TOY_CHECK(lo >= 0 && (hi < 0 || hi >= lo) && lo <= 10000 && hi <= 10000,
               "[json-schema] minLength/maxLength out of range (at {})", at.empty() ? "/" : at);
-    if (lo == 0 && hi < 0) return "string";
+    if (lo == 0 && hi < 0) return prim("string");
+    if (sp_.gemma)  // (bounded: no character that begins a marker, the quote mark's included)
+      return fmt::format("{} {}{{{},{}}} {} space", sp_.quote_gbnf, gbnf_char_starting_no(gemma_forbidden(), {}), lo,
+                         hi < 0 ? std::string() : std::to_string(hi), sp_.quote_gbnf);
     return hi < 0 ? fmt::format("\"\\\"\" char{{{},}} \"\\\"\" space", lo)
                   : fmt::format("\"\\\"\" char{{{},{}}} \"\\\"\" space", lo, hi);
   }
@@ -323,16 +411,19 @@ class Compiler {
   }
 };
 
-}  // namespace
+JsonSchemaRules::JsonSchemaRules(JsonSpelling spelling) : impl_(std::make_unique<Impl>(std::move(spelling))) {}
+JsonSchemaRules::~JsonSchemaRules() = default;
+std::string JsonSchemaRules::add(const nlohmann::ordered_json& schema, const std::string& hint) {
+  return impl_->add(schema, hint);
+}
+std::string JsonSchemaRules::text() const { return impl_->text(); }
 
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
-  try {
-    return Compiler(schema).run();
-  } catch (const nlohmann::json::exception& e) {  // a value of the wrong type somewhere: an error, not a crash
-    fail("[json-schema] {}", printable(e.what(), 200));
-  }
+  JsonSchemaRules rules;
+  const std::string top = rules.add(schema, "root-value");
+  return "root ::= " + top + "\n" + rules.text();
 }
 
-std::string json_object_gbnf() { return std::string("root ::= object\n") + kPrimitives; }
+std::string json_object_gbnf() { return "root ::= object\n" + std::string(kSpace) + kStrings + kMorePrimitives; }
 
 }  // namespace toy

@@ -253,6 +253,8 @@ void Engine::release(Slot& s, const std::string& reason, const std::string& erro
   job->finish(reason, error);
 }
 
+bool Engine::is_special(int32_t id) const { return std::binary_search(specials_.begin(), specials_.end(), id); }
+
 void Engine::sample(Slot& s) {
   Job& job = *s.job;
   if (job.cancelled()) return release(s, "cancelled");
@@ -281,8 +283,7 @@ void Engine::sample(Slot& s) {
       const int32_t first = s.sampler->sample(s.logits, s.history);
       const bool is_end = std::find(ends_.begin(), ends_.end(), first) != ends_.end();
       const bool taken = is_end ? s.matcher->complete()
-                                : !std::binary_search(specials_.begin(), specials_.end(), first) &&
-                                      GrammarMatcher(*s.matcher).accept(tok_.token_bytes(first));
+                                : GrammarMatcher(*s.matcher).accept_token(first, tok_.token_bytes(first), is_special(first));
       if (taken) {
         id = first;
       } else {
@@ -291,12 +292,11 @@ void Engine::sample(Slot& s) {
         const bool complete = s.matcher->complete();
         const int64_t V = s.logits.numel();
         mask_bias_.assign(size_t(V), -std::numeric_limits<float>::infinity());
-        bool any = false;
         for (size_t i = 0; i < ok.size() && i < size_t(V); ++i)
-          if (ok[i]) mask_bias_[i] = 0, any = true;
-        if (complete)
-          for (int32_t e : ends_)
-            if (e < V) mask_bias_[size_t(e)] = 0, any = true;
+          if (ok[i]) mask_bias_[i] = 0;
+        for (int32_t e : ends_)  // (an end only where the reply may end, whatever the mask says)
+          if (e < V) mask_bias_[size_t(e)] = complete ? 0 : -std::numeric_limits<float>::infinity();
+        const bool any = std::any_of(mask_bias_.begin(), mask_bias_.end(), [](float b) { return b == 0; });
         if (!any) {
           if (!s.filter->push(s.decoder->flush())) s.filter->flush();
           return release(s, complete ? "stop" : "error", complete ? "" : "the grammar cannot go on with this vocabulary");
@@ -329,7 +329,7 @@ void Engine::sample(Slot& s) {
     for (size_t i = 0; i < k; ++i) lp.top.emplace_back(order[i], logprobs[size_t(order[i])]);
     job.record(std::move(lp));
   }
-  if (s.matcher && !s.matcher->accept(tok_.token_bytes(id))) {  // (the mask allowed it: cannot happen)
+  if (s.matcher && !s.matcher->accept_token(id, tok_.token_bytes(id), is_special(id))) {  // (the mask allowed it: cannot happen)
     if (!s.filter->push(s.decoder->flush())) s.filter->flush();
     return release(s, "error", "a token outside the grammar was drawn");
   }

@@ -158,7 +158,8 @@ class Engine {
   EngineOptions o_;
   int64_t ctx_ = 0;
   std::vector<int32_t> ends_;  // end-of-generation ids
-  std::vector<int32_t> specials_;  // control and user-defined ids, sorted (a grammar never takes them)
+  std::vector<int32_t> specials_;  // control and user-defined ids, sorted (a grammar takes them only as token elements)
+  bool is_special(int32_t id) const;
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -138,7 +138,7 @@ nlohmann::ordered_json chat_message(const nlohmann::ordered_json& msg, size_t i)
 
 // response_format ({"type": "text" | "json_object" | "json_schema", "json_schema": {"schema",
 // "strict"?, "name"?}}) or llama-server's `grammar` (GBNF), compiled; null when neither.
-std::shared_ptr<const Grammar> structured_output(std::string_view body, const json& j) {
+std::shared_ptr<const Grammar> structured_output(std::string_view body, const json& j, const GrammarVocab& vocab) {
   const json* rf = field(j, "response_format");
   const json* gbnf = field(j, "grammar");
   if (rf && gbnf) throw bad_request("give 'response_format' or 'grammar', not both", "grammar");
@@ -175,7 +175,7 @@ std::shared_ptr<const Grammar> structured_output(std::string_view body, const js
     return nullptr;
   }
   try {
-    auto g = Grammar::parse_cached(text);
+    auto g = Grammar::parse_cached(text, vocab);
     GrammarMatcher start(g);  // a grammar whose rules expand without end fails here, not mid-reply
     return g;
   } catch (const Error& e) {
@@ -247,7 +247,7 @@ void check_known_fields(const json& j, bool chat) {
 
 }  // namespace
 
-CompletionRequest parse_completion_request(std::string_view body, bool chat) {
+CompletionRequest parse_completion_request(std::string_view body, bool chat, const GrammarVocab& vocab) {
   const json j = parse_object(body);
   check_known_fields(j, chat);
   CompletionRequest r;
@@ -261,14 +261,31 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
     for (size_t i = 0; i < m->size(); ++i) r.messages.push_back(chat_message(ordered["messages"][i], i));
     if (field(j, "tools")) r.tools = tool_list(ordered["tools"]);
     if (const json* c = field(j, "tool_choice")) {
-      const bool named = c->is_object() && c->value("type", "") == "function";
-      if (named || *c == "required")
-        throw bad_request("tool_choice 'required' or a named function needs constrained decoding, which toy serve does "
-                          "not do yet: use 'auto' (the default) or 'none'", "tool_choice");
-      if (*c != "auto" && *c != "none")
-        throw bad_request("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", ...}",
-                          "tool_choice");
-      r.tool_choice = c->get<std::string>();
+      const char* shape = "'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"function\": "
+                          "{\"name\": ...}}";
+      if (c->is_object()) {
+        const json* f = c->contains("function") ? &(*c)["function"] : nullptr;
+        if (c->value("type", json()) != "function" || !f || !f->is_object() || !f->contains("name") ||
+            !(*f)["name"].is_string())
+          throw bad_request(shape, "tool_choice");
+        r.tool_choice = "required";
+        r.tool_choice_name = (*f)["name"].get<std::string>();
+      } else if (*c == "auto" || *c == "none" || *c == "required") {
+        r.tool_choice = c->get<std::string>();
+      } else {
+        throw bad_request(shape, "tool_choice");
+      }
+      if (r.tool_choice == "required") {
+        if (r.tools.is_null() || r.tools.empty())
+          throw bad_request("tool_choice asks for a tool call, but the request offers no 'tools'", "tool_choice");
+        const bool offered = r.tool_choice_name.empty() ||
+                             std::any_of(r.tools.begin(), r.tools.end(), [&](const nlohmann::ordered_json& t) {
+                               return t["function"]["name"] == r.tool_choice_name;
+                             });
+        if (!offered)
+          throw bad_request(fmt::format("tool_choice names the function '{}', which is not among 'tools'",
+                                        printable(r.tool_choice_name, 60)), "tool_choice");
+      }
     }
     if (field(j, "parallel_tool_calls")) r.parallel_tool_calls = boolean(j, "parallel_tool_calls");
   } else {
@@ -326,7 +343,10 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
     std::erase(r.stop, std::string());
   }
   if (const json* b = field(j, "logit_bias")) s.logit_bias = logit_bias(*b);
-  r.grammar = structured_output(body, j);
+  r.grammar = structured_output(body, j, vocab);
+  if (r.grammar && r.tool_choice == "required")
+    throw bad_request("a required tool call is itself constrained output: give 'tool_choice' 'required' (or a named "
+                      "function) or 'response_format'/'grammar', not both", "tool_choice");
   if (chat) {
     const bool want = field(j, "logprobs") && boolean(j, "logprobs");
     if (field(j, "top_logprobs")) {

@@ -43,8 +43,10 @@ struct CompletionRequest {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   // chat: the functions the model may call (OpenAI's `tools`, passed to the template; null:
   // none), whether it may ("auto"; "none": not offered), and whether more than one per reply.
+  // "required": a reply must call one (`tool_choice_name`, when the client named it).
   nlohmann::ordered_json tools = nullptr;
   std::string tool_choice = "auto";
+  std::string tool_choice_name;
   bool parallel_tool_calls = true;
   std::string prompt;                 // completions: the text ...
   std::vector<int32_t> prompt_ids;    // ... or token ids
@@ -65,7 +67,8 @@ struct CompletionRequest {
 
 // Parses and validates a body; throws ApiError (400) naming the field for malformed JSON, a
 // field of the wrong type or out of range, n != 1, a missing prompt or messages.
-CompletionRequest parse_completion_request(std::string_view body, bool chat);
+// `vocab` resolves the token references of a `grammar` (<think>, <[id]>).
+CompletionRequest parse_completion_request(std::string_view body, bool chat, const GrammarVocab& vocab = {});
 
 // /v1/embeddings: `input` a string, a list of strings, a list of token ids or a list of such
 // lists; `encoding_format` float (default) or base64; `model`, `user` accepted; anything else

@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 
 #include "toy/core/error.h"
+#include "toy/infer/grammar_mask.h"
+#include "toy/infer/tool_grammar.h"
 #include "toy/serve/connection.h"
 #include "toy/serve/openai.h"
 #include "toy/tokenizer/tokenizer.h"
@@ -241,7 +243,7 @@ std::string Server::process_raw(std::string_view request) {
 }
 
 Server::Server(const Tokenizer& tok, const ChatTemplate& tmpl, Engine& engine, ServerOptions o)
-    : tok_(tok), tmpl_(tmpl), engine_(engine), o_(std::move(o)), http_(std::make_unique<HttpServer>()) {
+    : tok_(tok), vocab_(grammar_vocab(tok)), tmpl_(tmpl), engine_(engine), o_(std::move(o)), http_(std::make_unique<HttpServer>()) {
   // A thread per open connection, started as needed: a slow client holds only its own.
   const size_t threads = o_.http_threads ? size_t(o_.http_threads) : 1024;
   http_->new_task_queue = [threads] { return new ElasticPool(threads); };
@@ -393,7 +395,7 @@ void Server::routes() {
       ChatSyntax syntax;
       bool offer_tools = false, structured = false;
       try {
-        cr = parse_completion_request(req.body, chat);
+        cr = parse_completion_request(req.body, chat, vocab_);
         offer_tools = chat && !cr.tools.is_null() && cr.tool_choice != "none";
         for (const auto& [id, bias] : cr.sampling.logit_bias)
           if (id >= tok_.vocab_size())
@@ -407,6 +409,15 @@ void Server::routes() {
               p.prompt = tmpl_.prompt_ids(tok_, text);
               syntax = tmpl_.syntax().for_prompt(text.text);
               structured = offer_tools || !syntax.think_open.empty() || syntax.tools == ToolCallFormat::GptOss;
+              if (cr.tool_choice == "required") {  // the reply is calls, in the template's format
+                try {
+                  cr.grammar = Grammar::parse_cached(
+                      tool_call_gbnf(syntax, cr.tools, cr.tool_choice_name, cr.parallel_tool_calls, tok_), vocab_);
+                  GrammarMatcher start(cr.grammar);  // (rules that expand without end fail here)
+                } catch (const Error& e) {
+                  throw bad_request(e.what(), "tool_choice");
+                }
+              }
             } else {
               if (tok_.adds_bos()) p.prompt.push_back(tok_.bos_id());
               const std::vector<int32_t> body = tok_.encode(cr.prompt);

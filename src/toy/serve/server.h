@@ -61,6 +61,7 @@ class Server {
  private:
   void routes();
   const Tokenizer& tok_;
+  GrammarVocab vocab_;  // what grammars' token references resolve against
   ChatTemplate tmpl_;
   Engine& engine_;
   ServerOptions o_;

@@ -1,0 +1,271 @@
+// Token elements in grammars, texts without a marker, and tool_choice "required": the grammar of
+// each tool-call format, walked at random over a vocabulary (as a random-weight model at
+// temperature 1 would), always yields calls parse_chat_reply reads back with valid arguments.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "gguf_edit.h"
+#include "toy/core/error.h"
+#include "toy/infer/chat_output.h"
+#include "toy/infer/gbnf.h"
+#include "toy/infer/grammar.h"
+#include "toy/infer/grammar_mask.h"
+#include "toy/infer/tool_grammar.h"
+#include "toy/io/gguf.h"
+#include "toy/tokenizer/tokenizer.h"
+
+namespace fs = std::filesystem;
+using namespace toy;
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+// A byte-level BPE vocabulary whose <|ctrl_N|> tokens are renamed to `markers` (normal tokens,
+// type 1, for the ASCII ones: text the grammar spells; control tokens, type 3, or user-defined,
+// type 4: tokens the grammar asks for), as a chat model's vocabulary holds its format's markers.
+std::unique_ptr<Tokenizer> vocab(const std::vector<std::string>& markers, int type, const std::string& tag) {
+  const std::string path =  // (one file per process: ctest runs tests side by side)
+      (fs::path(testing::TempDir()) / ("tool_vocab_" + tag + "_" + std::to_string(getpid()) + ".gguf")).string();
+  {
+    const auto trained = Tokenizer::train_fixed_size(
+        "the weather in paris is fine, call get_weather with city and unit. {\"name\": \"x\"}", "qwen2", 400);
+    gguf::Writer w;
+    trained->save(w);
+    w.write(path);
+  }
+  test::edit_gguf(path, [&](test::GgufContents& c) {
+    gguf::Value* tokens = c.find("tokenizer.ggml.tokens");
+    gguf::Value* types = c.find("tokenizer.ggml.token_type");
+    std::vector<std::string> names;
+    for (const std::string& m : markers)
+      if (type != 1 || std::all_of(m.begin(), m.end(), [](char c) { return c > 0x20 && c < 0x7F; })) names.push_back(m);
+    size_t next = 0;
+    for (size_t i = 0; i < tokens->as.size() && next < names.size(); ++i)
+      if (tokens->as[i].starts_with("<|ctrl_")) {
+        tokens->as[i] = names[next++];
+        types->ai[i] = type;
+      }
+    ASSERT_EQ(next, names.size()) << "too few tokens to rename";
+  });
+  gguf::Reader r(path);
+  return Tokenizer::load(r);
+}
+
+int32_t special_id(const Tokenizer& tok, const std::string& text) {
+  for (int32_t id : tok.special_ids())
+    if (tok.token_bytes(id) == text) return id;
+  return -1;
+}
+
+// Tokens drawn uniformly among those the grammar allows (ending, when it may, with odds 1 in 6).
+// Returns false when the walk ran past `limit` tokens without ending.
+bool random_reply(const std::shared_ptr<const Grammar>& g, const Tokenizer& tok, TokenMasker& masker,
+                  std::mt19937& rng, std::string& text, size_t limit = 3000) {
+  GrammarMatcher m(g);
+  std::vector<int32_t> ends = tok.end_of_generation_ids();
+  std::vector<int32_t> specials = tok.special_ids();
+  std::sort(specials.begin(), specials.end());
+  text.clear();
+  for (size_t step = 0; step < limit; ++step) {  // (limit: tokens)
+    if (m.complete() && (m.finished() || rng() % 6 == 0)) return true;
+    const std::vector<uint8_t>& ok = masker.allowed(m, g);
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < ok.size(); ++i)
+      if (ok[i] && std::find(ends.begin(), ends.end(), int32_t(i)) == ends.end()) ids.push_back(int32_t(i));
+    if (ids.empty()) return m.complete();
+    // Half the time a token without letters or digits (quotes, brackets), or a marker: walks end sooner.
+    std::vector<int32_t> closers;
+    for (int32_t i : ids) {
+      const std::string& b = tok.token_bytes(i);
+      if ((b.size() > 1 && (b[0] == '<' || b[0] == '[')) ||
+          std::none_of(b.begin(), b.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || uint8_t(c) >= 0x80; }))
+        closers.push_back(i);
+    }
+    const int32_t id = !closers.empty() && rng() % 2 ? closers[rng() % closers.size()] : ids[rng() % ids.size()];
+    const bool special = std::binary_search(specials.begin(), specials.end(), id);
+    EXPECT_TRUE(m.accept_token(id, tok.token_bytes(id), special)) << "the mask allowed a token the matcher refuses";
+    text += tok.token_bytes(id);
+  }
+  return false;
+}
+
+const Json kTools = Json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["c", "f"]}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+    "required": ["city"], "additionalProperties": false}}},
+  {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}},
+  {"type": "function", "function": {"name": "note", "parameters": {"type": "object",
+    "properties": {"text": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 2}},
+    "required": ["text", "tags"]}}}
+])");
+
+// The arguments a call carries are valid for its tool (the subset of JSON Schema kTools uses).
+void expect_valid(const ToolCall& c, const std::string& context) {
+  const Json args = Json::parse(c.arguments, nullptr, false);
+  ASSERT_TRUE(args.is_object()) << context << " arguments " << c.arguments;
+  if (c.name == "get_weather") {
+    ASSERT_TRUE(args.contains("city") && args["city"].is_string()) << context;
+    for (const auto& [k, v] : args.items()) {
+      EXPECT_TRUE(k == "city" || k == "unit" || k == "days") << context << " key " << k;
+      if (k == "unit") {
+        EXPECT_TRUE(v == "c" || v == "f") << context;
+      }
+      if (k == "days") {
+        EXPECT_TRUE(v.is_number_integer() && v.get<int>() >= 1 && v.get<int>() <= 7) << context;
+      }
+    }
+  } else if (c.name == "now") {
+    SUCCEED();
+  } else if (c.name == "note") {
+    EXPECT_TRUE(args.contains("text") && args["text"].is_string()) << context;
+    ASSERT_TRUE(args.contains("tags") && args["tags"].is_array()) << context;
+    EXPECT_LE(args["tags"].size(), 2u) << context;
+  } else {
+    ADD_FAILURE() << context << ": a call of an unknown tool '" << c.name << "'";
+  }
+}
+
+// Every marker the formats write (those the vocabulary makes tokens of).
+const std::vector<std::string> kMarkers = {
+    "<tool_call>", "</tool_call>", "<seed:tool_call>", "</seed:tool_call>", "<minimax:tool_call>",
+    "</minimax:tool_call>", "[TOOL_CALLS]", "[ARGS]", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", "<|tool_calls_section_begin|>",
+    "<|tool_calls_section_end|>", "<|tool_call_begin|>", "<|tool_call_end|>", "<|tool_call_argument_begin|>",
+    "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|start|>", "<|START_ACTION|>", "<|END_ACTION|>",
+    "<TOOLCALL>", "</TOOLCALL>", "<|tool_call|>", "<|tools_prefix|>", "<|tools_suffix|>", "<|tool_call>",
+    "<tool_call|>", "<|\"|>", "<think>", "</think>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+    "<function=", "</function>", "<parameter=", "</parameter>", "<invoke name=\"", "</invoke>", "<parameter name=\"",
+    "<function name=\"", "<param name=\"", "</param>"};
+
+}  // namespace
+
+TEST(Grammar, TokenElementsMatchWholeTokens) {
+  const auto tok = vocab({"<think>", "</think>"}, 4, "think");
+  const int32_t open = special_id(*tok, "<think>"), close = special_id(*tok, "</think>");
+  ASSERT_GE(open, 0);
+  ASSERT_GE(close, 0);
+  const GrammarVocab v = grammar_vocab(*tok);
+  // <think> by text and </think> by id; !<[id]> any other token.
+  auto g = Grammar::parse(fmt::format("root ::= <think> !<[{}]>* <[{}]> \"ok\"", close, close), v);
+  GrammarMatcher m(g);
+  const int32_t lt = tok->encode("<")[0];
+  EXPECT_FALSE(GrammarMatcher(m).accept_token(lt, "<", false)) << "a token element takes no text";
+  EXPECT_FALSE(GrammarMatcher(m).accept("<think>")) << "the text of a token is not the token";
+  ASSERT_TRUE(m.accept_token(open, tok->token_bytes(open), true));
+  const std::vector<int32_t> body = tok->encode("the weather");
+  for (int32_t id : body) ASSERT_TRUE(m.accept_token(id, tok->token_bytes(id), false));
+  ASSERT_TRUE(m.accept_token(open, tok->token_bytes(open), true)) << "!<[close]> takes any other token, specials too";
+  EXPECT_FALSE(m.complete());
+  ASSERT_TRUE(m.accept_token(close, tok->token_bytes(close), true));
+  EXPECT_FALSE(GrammarMatcher(m).accept_token(close, tok->token_bytes(close), true));
+  ASSERT_TRUE(m.accept("ok"));
+  EXPECT_TRUE(m.complete());
+  // The mask offers the token element's token, and nothing else special.
+  TokenMasker masker(*tok);
+  GrammarMatcher start(g);
+  const std::vector<uint8_t>& ok = masker.allowed(start, g);
+  EXPECT_EQ(std::count(ok.begin(), ok.end(), 1), 1);
+  EXPECT_EQ(ok[size_t(open)], 1);
+  // Bad references are errors naming the place.
+  EXPECT_THROW(Grammar::parse("root ::= <nothing-like-this>", v), Error);
+  EXPECT_THROW(Grammar::parse("root ::= <[999999]>", v), Error);
+  EXPECT_THROW(Grammar::parse("root ::= <think>"), Error) << "no vocabulary: token references cannot resolve";
+  EXPECT_THROW(Grammar::parse("root ::= <think", v), Error);
+  // A rule of the text named like a group's internal rule does not collide with it.
+  auto g2 = Grammar::parse("root ::= (\"a\" | \"b\") root_1\nroot_1 ::= \"c\"");
+  EXPECT_TRUE(GrammarMatcher(g2).accept("ac"));
+  EXPECT_FALSE(GrammarMatcher(g2).accept("aa"));
+}
+
+TEST(Grammar, TextWithoutAMarkerIsExactlyThat) {
+  std::mt19937 rng(11);
+  for (const std::string marker : {"</think>", "aab", "abab", "<|end|>", "</parameter>"}) {
+    auto g = Grammar::parse("root ::= t\n" + gbnf_text_without("t", marker));
+    std::string alphabet = marker + "xy";
+    for (int i = 0; i < 400; ++i) {
+      std::string s;
+      const size_t n = rng() % 14;
+      for (size_t k = 0; k < n; ++k) s += alphabet[rng() % alphabet.size()];
+      if (i % 7 == 0) s += marker.substr(0, rng() % marker.size());  // ends with part of the marker
+      GrammarMatcher m(g);
+      const bool accepted = m.accept(s) && m.complete();
+      EXPECT_EQ(accepted, s.find(marker) == std::string::npos) << marker << " / " << s;
+    }
+  }
+}
+
+// Every format: random replies under its grammar parse back as calls of the offered tools,
+// with arguments valid for each; one call unless parallel; only the named one when named.
+TEST(ToolGrammar, EveryFormatsRequiredCallsParseBackValid) {
+  const auto plain = vocab(kMarkers, 1, "text");  // markers as text (some of it one token)
+  const auto marked = vocab(kMarkers, 3, "marked");  // markers as control tokens
+  std::mt19937 rng(2026);
+  int replies = 0;
+  for (int f = int(ToolCallFormat::Hermes); f <= int(ToolCallFormat::Gemma4); ++f) {
+    for (int variant = 0; variant < 6; ++variant) {
+      const Tokenizer& tok = variant % 2 ? *marked : *plain;
+      ChatSyntax syntax;
+      syntax.tools = ToolCallFormat(f);
+      if (variant >= 2 && syntax.tools != ToolCallFormat::GptOss) syntax.think_open = "<think>", syntax.think_close = "</think>";
+      syntax.starts_thinking = variant >= 4 && !syntax.think_open.empty();
+      const bool parallel = variant % 3 != 0;
+      const std::string only = variant == 5 ? "note" : "";
+      const std::string gbnf = tool_call_gbnf(syntax, kTools, only, parallel, tok);
+      std::shared_ptr<const Grammar> g;
+      try {
+        g = Grammar::parse(gbnf, grammar_vocab(tok));
+      } catch (const Error& e) {
+        FAIL() << syntax.tools_name() << ": " << e.what() << "\n" << gbnf;
+      }
+      TokenMasker masker(tok);
+      for (int trial = 0; trial < 4; ++trial) {
+        std::string text;
+        if (!random_reply(g, tok, masker, rng, text)) continue;  // (a walk that did not end: no verdict)
+        ++replies;
+        const std::string context = fmt::format("{} variant {}: {}", syntax.tools_name(), variant, text);
+        const ChatReply r = parse_chat_reply(text, syntax, true, false);
+        ASSERT_FALSE(r.tool_calls.empty()) << context;
+        EXPECT_EQ(r.content, "") << context;
+        if (!parallel) {
+          EXPECT_EQ(r.tool_calls.size(), 1u) << context;
+        }
+        for (const ToolCall& c : r.tool_calls) {
+          if (!only.empty()) {
+            EXPECT_EQ(c.name, only) << context;
+          }
+          expect_valid(c, context);
+        }
+      }
+    }
+  }
+  EXPECT_GE(replies, 19 * 6 * 4 * 3 / 4) << "too many random walks did not end";
+}
+
+TEST(ToolGrammar, RefusalsNameTheReason) {
+  const auto tok = vocab({}, 3, "plain");
+  ChatSyntax none;
+  EXPECT_THROW(tool_call_gbnf(none, kTools, "", true, *tok), Error);
+  ChatSyntax hermes;
+  hermes.tools = ToolCallFormat::Hermes;
+  try {
+    tool_call_gbnf(hermes, kTools, "missing", true, *tok);
+    ADD_FAILURE() << "an unknown function was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
+  }
+  const Json bad = Json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"x": {"type": "string", "pattern": "a+"}}}}}])");
+  try {
+    tool_call_gbnf(hermes, bad, "", true, *tok);
+    ADD_FAILURE() << "an unsupported keyword was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pattern"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'f'"), std::string::npos) << e.what();
+  }
+}
