@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include <unistd.h>
@@ -66,7 +67,7 @@ int32_t special_id(const Tokenizer& tok, const std::string& text) {
 // Tokens drawn uniformly among those the grammar allows (ending, when it may, with odds 1 in 6).
 // Returns false when the walk ran past `limit` tokens without ending.
 bool random_reply(const std::shared_ptr<const Grammar>& g, const Tokenizer& tok, TokenMasker& masker,
-                  std::mt19937& rng, std::string& text, size_t limit = 3000) {
+                  std::mt19937& rng, std::string& text, std::vector<size_t>* token_ends = nullptr, size_t limit = 3000) {
   GrammarMatcher m(g);
   std::vector<int32_t> ends = tok.end_of_generation_ids();
   std::vector<int32_t> specials = tok.special_ids();
@@ -91,8 +92,38 @@ bool random_reply(const std::shared_ptr<const Grammar>& g, const Tokenizer& tok,
     const bool special = std::binary_search(specials.begin(), specials.end(), id);
     EXPECT_TRUE(m.accept_token(id, tok.token_bytes(id), special)) << "the mask allowed a token the matcher refuses";
     text += tok.token_bytes(id);
+    if (token_ends) token_ends->push_back(text.size());
   }
   return false;
+}
+
+// What a client of a stream receives: the text given a token at a time (at whole UTF-8
+// characters, as the server's decoder sends it), each parse's deltas, then the final parse's.
+struct Streamed {
+  std::vector<std::string> names, arguments;
+  size_t argument_pieces = 0;
+};
+Streamed stream(const std::string& text, const std::vector<size_t>& token_ends, const ChatSyntax& syntax, bool parallel) {
+  ToolCallStreamer streamer;
+  Streamed out;
+  auto take = [&](const ChatReply& r) {
+    for (const ToolCallStreamer::Delta& d : streamer.update(r, parallel)) {
+      if (d.header) {
+        EXPECT_EQ(d.index, out.names.size());
+        out.names.push_back(d.name);
+        out.arguments.emplace_back();
+      }
+      out.arguments.at(d.index) += d.arguments;
+      out.argument_pieces += !d.arguments.empty();
+    }
+  };
+  for (size_t end : token_ends) {
+    size_t cut = end;  // (back to a whole character)
+    while (cut > 0 && cut < text.size() && (uint8_t(text[cut]) & 0xC0) == 0x80) --cut;
+    take(parse_chat_reply(std::string_view(text).substr(0, cut), syntax, true, true));
+  }
+  take(parse_chat_reply(text, syntax, true, false));
+  return out;
 }
 
 const Json kTools = Json::parse(R"([
@@ -207,6 +238,7 @@ TEST(ToolGrammar, EveryFormatsRequiredCallsParseBackValid) {
   const auto marked = vocab(kMarkers, 3, "marked");  // markers as control tokens
   std::mt19937 rng(2026);
   int replies = 0;
+  std::map<std::string, size_t> streamed_pieces;  // argument deltas beyond one per call, per format
   for (int f = int(ToolCallFormat::Hermes); f <= int(ToolCallFormat::Gemma4); ++f) {
     for (int variant = 0; variant < 6; ++variant) {
       const Tokenizer& tok = variant % 2 ? *marked : *plain;
@@ -226,7 +258,8 @@ TEST(ToolGrammar, EveryFormatsRequiredCallsParseBackValid) {
       TokenMasker masker(tok);
       for (int trial = 0; trial < 4; ++trial) {
         std::string text;
-        if (!random_reply(g, tok, masker, rng, text)) continue;  // (a walk that did not end: no verdict)
+        std::vector<size_t> token_ends;
+        if (!random_reply(g, tok, masker, rng, text, &token_ends)) continue;  // (a walk that did not end: no verdict)
         ++replies;
         const std::string context = fmt::format("{} variant {}: {}", syntax.tools_name(), variant, text);
         const ChatReply r = parse_chat_reply(text, syntax, true, false);
@@ -241,10 +274,24 @@ TEST(ToolGrammar, EveryFormatsRequiredCallsParseBackValid) {
           }
           expect_valid(c, context);
         }
+        // Streamed, the same calls arrive: names whole, arguments in pieces that join into them.
+        if (trial == 0 && token_ends.size() < 800) {
+          const Streamed st = stream(text, token_ends, syntax, parallel);
+          ASSERT_EQ(st.names.size(), r.tool_calls.size()) << context;
+          for (size_t k = 0; k < st.names.size(); ++k) {
+            EXPECT_EQ(st.names[k], r.tool_calls[k].name) << context;
+            EXPECT_EQ(Json::parse(st.arguments[k], nullptr, false), Json::parse(r.tool_calls[k].arguments)) << context;
+          }
+          streamed_pieces[syntax.tools_name()] += st.argument_pieces - st.names.size();
+        }
       }
     }
   }
   EXPECT_GE(replies, 19 * 6 * 4 * 3 / 4) << "too many random walks did not end";
+  // Formats that write arguments as JSON stream them in more pieces than one per call.
+  for (const char* f : {"hermes", "mistral-json", "mistral-args", "deepseek-r1", "deepseek-v3.1", "kimi", "llama3-json",
+                        "gpt-oss", "functionary", "command-r", "nemotron", "granite", "apertus"})
+    EXPECT_GT(streamed_pieces[f], 0u) << f << ": arguments arrived whole";
 }
 
 TEST(ToolGrammar, RefusalsNameTheReason) {

@@ -95,6 +95,54 @@ bool arguments_of(const Json& v, std::string& out) {
   return false;
 }
 
+// The JSON value at i (after whitespace) as written: up to its end, or to the end of s when it
+// does not end there yet.
+string_view raw_json(string_view s, size_t i) {
+  i = skip_space(s, i);
+  if (i >= s.size()) return {};
+  const size_t end = json_end(s, i);
+  return s.substr(i, end == npos ? npos : end - i);
+}
+
+// A call object, whole or being written ({"name": "f", "arguments": {"x": ...): its name once
+// that string is whole, its id, and its arguments object as written so far (raw_arguments; not
+// when the arguments are a string holding JSON). `key_is_name`: Apertus's {NAME: {arguments}}.
+void object_call_parts(string_view obj, bool key_is_name, ToolCall& c) {
+  size_t i = skip_space(obj, 0);
+  if (i >= obj.size() || obj[i] != '{') return;
+  ++i;
+  while (true) {
+    i = skip_space(obj, i);
+    if (i < obj.size() && obj[i] == ',') {
+      ++i;
+      continue;
+    }
+    if (i >= obj.size() || obj[i] != '"') return;
+    const size_t key_end = json_end(obj, i);
+    Json key;
+    if (key_end == npos || !parse_json(obj.substr(i, key_end - i), key) || !key.is_string()) return;
+    i = skip_space(obj, key_end);
+    if (i >= obj.size() || obj[i] != ':') return;
+    i = skip_space(obj, i + 1);
+    if (i >= obj.size()) return;
+    const size_t value_end = json_end(obj, i);
+    const std::string& k = key.get_ref<const std::string&>();
+    const string_view value = obj.substr(i, value_end == npos ? npos : value_end - i);
+    Json v;
+    const bool whole = value_end != npos && parse_json(value, v);
+    if (key_is_name) {
+      c.name = k;
+      if (obj[i] == '{') c.raw_arguments = std::string(value);
+      return;
+    }
+    if ((k == "name" || k == "tool_name") && whole && v.is_string()) c.name = v.get<std::string>();
+    if ((k == "id" || k == "tool_call_id") && whole && v.is_string()) c.id = v.get<std::string>();
+    if ((k == "arguments" || k == "parameters") && obj[i] == '{') c.raw_arguments = std::string(value);
+    if (value_end == npos) return;
+    i = value_end;
+  }
+}
+
 // A call written as a JSON object: {"name"|"tool_name", "arguments"|"parameters", "id"|"tool_call_id"?},
 // or Apertus's {NAME: {arguments}}.
 bool call_from_object(const Json& o, ToolCall& c) {
@@ -129,7 +177,8 @@ Json xml_value(string_view v) {
 struct Calls {
   size_t start = npos, end = npos;
   std::vector<ToolCall> calls;
-  bool ok = false;  // every call finished and well formed
+  bool ok = false;    // every call finished and well formed
+  size_t stop = npos;  // when not ok: where the call that is not (yet) whole begins
 };
 
 // A sequence "OPEN body CLOSE" repeated (whitespace between): body parsed by `one`.
@@ -140,10 +189,12 @@ Calls repeated(string_view s, string_view open, string_view close,
   if (r.start == npos) return r;
   size_t at = r.start;
   while (starts_at(s, at, open)) {
+    r.stop = at;
     const size_t body = at + open.size();
     const size_t end = close.empty() ? npos : s.find(close, body);
     if (end == npos) return r;
     if (!one(s.substr(body, end - body), r.calls)) return r;
+    r.stop = npos;  // (until the next call begins)
     at = skip_space(s, end + close.size());
   }
   r.end = at;
@@ -151,24 +202,39 @@ Calls repeated(string_view s, string_view open, string_view close,
   return r;
 }
 
-// A JSON list of call objects after `open` (and before `close`, when there is one).
-Calls json_list(string_view s, string_view open, string_view close) {
+// A JSON list of call objects after `open` (and before `close`, when there is one), read an
+// object at a time (a stream sees each call once it is whole). `key_is_name`: Apertus's objects.
+Calls json_list(string_view s, string_view open, string_view close, bool key_is_name = false) {
   Calls r;
   r.start = s.find(open);
   if (r.start == npos) return r;
-  const size_t from = r.start + open.size();
-  const size_t end = json_end(s, from);
-  if (end == npos) return r;
-  Json list;
-  if (!parse_json(s.substr(from, end - from), list)) return r;
-  if (list.is_object()) list = Json::array({list});
-  if (!list.is_array()) return r;
-  for (const Json& o : list) {
+  size_t at = skip_space(s, r.start + open.size());
+  if (at >= s.size()) return r;
+  const bool bracketed = s[at] == '[';  // (a single object without the list is taken too)
+  if (bracketed) at = skip_space(s, at + 1);
+  while (true) {
+    if (at >= s.size()) return r;
+    if (bracketed && s[at] == ']' && r.calls.empty()) break;
+    r.stop = at;
+    const size_t end = json_end(s, at);
+    Json o;
     ToolCall c;
-    if (!call_from_object(o, c)) return r;
+    if (end == npos || !parse_json(s.substr(at, end - at), o) || !call_from_object(o, c)) return r;
+    object_call_parts(s.substr(at, end - at), key_is_name, c);
+    if (!c.raw_arguments.empty() && !Json::parse(c.raw_arguments, nullptr, false).is_object()) c.raw_arguments.clear();
     r.calls.push_back(std::move(c));
+    r.stop = npos;  // (until the next call begins)
+    at = skip_space(s, end);
+    if (!bracketed) break;
+    if (at < s.size() && s[at] == ',') {
+      at = skip_space(s, at + 1);
+      continue;
+    }
+    if (at >= s.size() || s[at] != ']') return r;
+    break;
   }
-  size_t at = skip_space(s, end);
+  if (bracketed) at = skip_space(s, at + 1);
+  r.stop = npos;
   if (!close.empty()) {
     if (!starts_at(s, at, close)) return r;
     at += close.size();
@@ -182,6 +248,7 @@ bool json_body(string_view body, std::vector<ToolCall>& out) {
   Json o;
   ToolCall c;
   if (!parse_json(trim(body), o) || !call_from_object(o, c)) return false;
+  object_call_parts(trim(body), false, c);
   out.push_back(std::move(c));
   return true;
 }
@@ -252,6 +319,7 @@ Calls mistral_args(string_view s) {
   if (r.start == npos) return r;
   size_t at = r.start;
   while (starts_at(s, at, "[TOOL_CALLS]")) {
+    r.stop = at;
     const size_t name = at + 12, args = s.find("[ARGS]", name);
     if (args == npos) return r;
     ToolCall c;
@@ -264,7 +332,9 @@ Calls mistral_args(string_view s) {
     const size_t end = json_end(s, args + 6);
     Json j;
     if (end == npos || !parse_json(s.substr(args + 6, end - args - 6), j) || !arguments_of(j, c.arguments)) return r;
+    if (j.is_object()) c.raw_arguments = std::string(raw_json(s.substr(0, end), args + 6));
     r.calls.push_back(std::move(c));
+    r.stop = npos;  // (until the next call begins)
     at = skip_space(s, end);
   }
   r.end = at;
@@ -281,6 +351,7 @@ bool name_then_json(string_view body, string_view sep, std::vector<ToolCall>& ou
   c.name = name_of(trim(body.substr(0, at)));
   Json j;
   if (c.name.empty() || !parse_json(trim(body.substr(at + sep.size())), j) || !arguments_of(j, c.arguments)) return false;
+  if (j.is_object()) c.raw_arguments = std::string(trim(body.substr(at + sep.size())));
   out.push_back(std::move(c));
   return true;
 }
@@ -294,6 +365,7 @@ Calls section(string_view s, string_view begin, string_view end_mark, string_vie
   const size_t end = s.find(end_mark, r.start);
   Calls inner = repeated(s.substr(0, end == npos ? s.size() : end), open, close, one);
   r.calls = std::move(inner.calls);
+  r.stop = inner.stop;
   if (!inner.ok || end == npos || skip_space(s, inner.end) != end) return r;
   r.end = end + end_mark.size();
   r.ok = true;
@@ -318,6 +390,7 @@ Calls deepseek(string_view s, bool r1) {
                    if (const size_t close = json.rfind("```"); close != npos) json = json.substr(0, close);
                    Json j;
                    if (c.name.empty() || !parse_json(trim(json), j) || !arguments_of(j, c.arguments)) return false;
+                   if (j.is_object()) c.raw_arguments = std::string(trim(json));
                    out.push_back(std::move(c));
                    return true;
                  });
@@ -345,8 +418,11 @@ Calls llama3(string_view s) {
   const size_t end = json_end(s, at);
   Json o;
   ToolCall c;
+  r.stop = at;
   if (end == npos || !parse_json(s.substr(at, end - at), o) || !call_from_object(o, c)) return r;
+  object_call_parts(s.substr(at, end - at), false, c);
   r.calls.push_back(std::move(c));
+  r.stop = npos;
   r.end = end;
   r.ok = true;
   return r;
@@ -373,8 +449,15 @@ ChatReply functionary(string_view s, bool partial) {
       Json j;
       ToolCall c;
       c.name = std::string(name);
-      if (parse_json(trim(body), j) && arguments_of(j, c.arguments)) calls.push_back(std::move(c));
-      else if (!partial) out.content += std::string(seg);
+      if (parse_json(trim(body), j) && arguments_of(j, c.arguments)) {
+        if (j.is_object()) c.raw_arguments = std::string(trim(body));
+        calls.push_back(std::move(c));
+      } else if (partial && next == npos && !c.name.empty()) {  // being written
+        if (!trim(body).empty() && trim(body)[0] == '{') c.raw_arguments = std::string(raw_json(body, 0));
+        out.call_in_progress = std::move(c);
+      } else if (!partial) {
+        out.content += std::string(seg);
+      }
     }
     if (next == npos) break;
     at = next + 3;
@@ -406,8 +489,16 @@ ChatReply gpt_oss(string_view s, bool with_tools, bool partial) {
       Json j;
       ToolCall c;
       c.name = std::string(name);
-      if (parse_json(trim(body), j) && arguments_of(j, c.arguments)) out.tool_calls.push_back(std::move(c));
-      else if (!partial) out.content += std::string(body);
+      const bool named = name.size() < header.size() - to - 13;  // (the name's end was written)
+      if (parse_json(trim(body), j) && arguments_of(j, c.arguments)) {  // (the reply's <|call|> ends it unseen)
+        if (j.is_object()) c.raw_arguments = std::string(trim(body));
+        out.tool_calls.push_back(std::move(c));
+      } else if (partial && end == npos && named && !c.name.empty()) {  // being written
+        if (!trim(body).empty() && trim(body)[0] == '{') c.raw_arguments = std::string(raw_json(body, 0));
+        out.call_in_progress = std::move(c);
+      } else if (!partial) {
+        out.content += std::string(body);
+      }
     } else if (header.find("analysis") != npos) {
       out.reasoning += std::string(body);
     } else {
@@ -491,6 +582,74 @@ Calls find_calls(string_view s, ToolCallFormat f) {
     case ToolCallFormat::Gemma4: return repeated(s, "<|tool_call>", "<tool_call|>", gemma4_call);
     default: return {};
   }
+}
+
+// The call a streamed reply is writing, from where it begins (`region`): its name once whole,
+// and its arguments object as written so far where the format writes one.
+std::optional<ToolCall> call_being_written(string_view region, ToolCallFormat f) {
+  ToolCall c;
+  // NAME between `open` and `end` (both present).
+  auto name_between = [&](string_view open, string_view end) -> size_t {
+    const size_t at = region.find(open);
+    if (at == npos) return npos;
+    const size_t e = region.find(end, at + open.size());
+    if (e == npos) return npos;
+    c.name = std::string(trim(region.substr(at + open.size(), e - at - open.size())));
+    return e + end.size();
+  };
+  // NAME then SEP then the arguments (DeepSeek V3.1, Kimi, Mistral's [ARGS]).
+  auto name_sep_args = [&](string_view open, string_view sep) {
+    if (!starts_at(region, 0, open)) return;
+    const size_t at = region.find(sep, open.size());
+    if (at == npos) return;
+    c.name = std::string(trim(region.substr(open.size(), at - open.size())));
+    c.raw_arguments = std::string(raw_json(region, at + sep.size()));
+  };
+  using F = ToolCallFormat;
+  switch (f) {
+    case F::Hermes:
+      if (starts_at(region, 0, "<tool_call>")) object_call_parts(region.substr(11), false, c);
+      break;
+    case F::QwenXml:
+    case F::SeedXml: name_between("<function=", ">"); break;
+    case F::MiniMaxXml: name_between("<invoke name=\"", "\">"); break;
+    case F::MiniCpmXml: name_between("<function name=\"", "\">"); break;
+    case F::Glm:
+      if (starts_at(region, 0, "<tool_call>")) {
+        const size_t e = region.find_first_of("\n<", 11);
+        if (e != npos) c.name = std::string(trim(region.substr(11, e - 11)));
+      }
+      break;
+    case F::MistralJson:
+    case F::Nemotron:
+    case F::Granite:
+    case F::CommandR:
+    case F::Llama3Json: object_call_parts(region, false, c); break;
+    case F::Apertus: object_call_parts(region, true, c); break;
+    case F::MistralArgs:
+      name_sep_args("[TOOL_CALLS]", "[ARGS]");
+      if (const size_t id = c.name.find("[CALL_ID]"); id != npos) {
+        c.id = std::string(trim(string_view(c.name).substr(id + 9)));
+        c.name = std::string(trim(string_view(c.name).substr(0, id)));
+      }
+      break;
+    case F::DeepSeekV31: name_sep_args("<｜tool▁call▁begin｜>", "<｜tool▁sep｜>"); break;
+    case F::DeepSeekR1:
+      if (const size_t after = name_between("<｜tool▁sep｜>", "```json"); after != npos)
+        c.raw_arguments = std::string(raw_json(region, after));
+      break;
+    case F::Kimi:
+      name_sep_args("<|tool_call_begin|>", "<|tool_call_argument_begin|>");
+      if (c.name.starts_with("functions.")) c.name.erase(0, 10);
+      if (const size_t colon = c.name.rfind(':'); colon != std::string::npos) c.name.resize(colon);
+      break;
+    case F::Gemma4: name_between("<|tool_call>call:", "{"); break;
+    default: break;
+  }
+  if (c.name.empty()) return std::nullopt;
+  if (!c.raw_arguments.empty() && c.raw_arguments[0] != '{') c.raw_arguments.clear();
+  c.arguments.clear();
+  return c;
 }
 
 // The marker that opens a format's calls (held back while streaming until it is whole).
@@ -604,12 +763,37 @@ ChatReply parse_chat_reply(string_view text, const ChatSyntax& syntax, bool with
     return out;
   }
   out.tool_calls = std::move(calls.calls);
+  if (partial && !calls.ok && calls.stop != npos) out.call_in_progress = call_being_written(rest.substr(calls.stop), syntax.tools);
   std::string content(trim(rest.substr(0, calls.start)));
   if (calls.ok && calls.end < rest.size()) {
     const string_view after = trim(rest.substr(calls.end));
     if (!after.empty()) content += (content.empty() ? "" : "\n") + std::string(after);
   }
   out.content = std::move(content);
+  return out;
+}
+
+std::vector<ToolCallStreamer::Delta> ToolCallStreamer::update(const ChatReply& now, bool parallel) {
+  std::vector<const ToolCall*> calls;
+  for (const ToolCall& c : now.tool_calls) calls.push_back(&c);
+  if (now.call_in_progress) calls.push_back(&*now.call_in_progress);
+  if (!parallel && calls.size() > 1) calls.resize(1);
+  std::vector<Delta> out;
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const ToolCall& c = *calls[k];
+    const bool finished = k < now.tool_calls.size();
+    if (k >= sent_.size()) {
+      sent_.emplace_back();
+      out.push_back({k, true, c.id, c.name, ""});
+    }
+    // (the raw text only grows: what was sent is its beginning)
+    const std::string& target = !c.raw_arguments.empty() || !finished ? c.raw_arguments : c.arguments;
+    std::string& sent = sent_[k];
+    if (target.size() > sent.size() && target.starts_with(sent)) {
+      out.push_back({k, false, "", "", target.substr(sent.size())});
+      sent = target;
+    }
+  }
   return out;
 }
 

@@ -8,6 +8,7 @@
 // <|tools_prefix|>, Gemma 4's <|tool_call>call:NAME{k:<|"|>v<|"|>}. Reasoning: the template's think markers (<think>...</think>,
 // <seed:think>, <|START_THINKING|>, Gemma 4's thought channel, gpt-oss's analysis channel) become `reasoning`.
 #pragma once
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,11 +19,18 @@ struct ToolCall {
   std::string id;         // when the format carries one (Mistral, Command R); else empty
   std::string name;
   std::string arguments;  // a JSON object, as text (OpenAI's function.arguments)
+  // When the format writes the arguments as a JSON object: that text as the model wrote it (a
+  // call being written: what it has written so far). Streamed replies send it piece by piece;
+  // empty when the format spells arguments otherwise (XML parameters, Gemma's).
+  std::string raw_arguments;
 };
 
 struct ChatReply {
   std::string content, reasoning;
   std::vector<ToolCall> tool_calls;
+  // Streaming (`partial`): the call being written after the finished ones, once its name is
+  // whole (its raw_arguments so far; `arguments` empty). Not set for a final text.
+  std::optional<ToolCall> call_in_progress;
 };
 
 enum class ToolCallFormat {
@@ -44,8 +52,29 @@ struct ChatSyntax {
 
 // Reads `text` (everything generated so far). `with_tools`: tool calls are parsed (the request
 // offered tools); else they stay in the content. `partial` (streaming): an unfinished marker
-// at the end is held back, and only finished tool calls are returned. A final text whose tool
-// calls do not parse is all content (nothing is lost).
+// at the end is held back, finished tool calls are returned and the one being written is
+// call_in_progress. A final text whose tool calls do not parse is all content (nothing is lost).
 ChatReply parse_chat_reply(std::string_view text, const ChatSyntax& syntax, bool with_tools, bool partial);
+
+// A streamed reply's tool calls as OpenAI's deltas. Fed the parse of the text so far (partial)
+// each time, and the final parse at the end, it returns what is new: a call's header (its name,
+// and its id when the format gave one) once the name is whole, then pieces of its arguments as
+// they are written. The pieces of a call join into its arguments: the object as the model wrote
+// it where the format writes one (raw_arguments), else OpenAI's text of them, whole.
+class ToolCallStreamer {
+ public:
+  struct Delta {
+    size_t index = 0;
+    bool header = false;  // a new call: id (may be empty: the server names it) and name
+    std::string id, name;
+    std::string arguments;  // a piece of the arguments (header: empty)
+  };
+  // `parallel` false: only the first call is streamed (as the reply keeps only it).
+  std::vector<Delta> update(const ChatReply& now, bool parallel);
+  size_t calls() const { return sent_.size(); }
+
+ private:
+  std::vector<std::string> sent_;  // per call: the arguments sent so far
+};
 
 }  // namespace toy

@@ -69,19 +69,18 @@ std::string base64(std::string_view bytes) {
   return out;
 }
 
-// OpenAI's tool_calls: ids from the format when it has them, else the reply's id and the
-// call's index; `indexed` (stream deltas) adds each call's index.
-json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index, const std::string& reply_id, bool indexed) {
+// A call's id: the one the model wrote, else made from the reply's (unique per reply and index).
+std::string call_id(const std::string& given, const std::string& reply_id, size_t index) {
+  return given.empty() ? fmt::format("call_{}_{}", reply_id.substr(reply_id.find('-') + 1), index) : given;
+}
+
+// OpenAI's tool_calls of a whole reply.
+json tool_calls_json(const std::vector<ToolCall>& calls, const std::string& reply_id) {
   json out = json::array();
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const size_t index = first_index + i;
-    const std::string tail = reply_id.substr(reply_id.find('-') + 1);
-    json c = {{"id", calls[i].id.empty() ? fmt::format("call_{}_{}", tail, index) : calls[i].id},
-              {"type", "function"},
-              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
-    if (indexed) c["index"] = index;
-    out.push_back(std::move(c));
-  }
+  for (size_t i = 0; i < calls.size(); ++i)
+    out.push_back({{"id", call_id(calls[i].id, reply_id, i)},
+                   {"type", "function"},
+                   {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}});
   return out;
 }
 
@@ -488,7 +487,7 @@ void Server::routes() {
                           {"content", reply.content.empty() && !reply.tool_calls.empty() ? json(nullptr) : json(reply.content)}};
           if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
           if (!reply.tool_calls.empty()) {
-            message["tool_calls"] = tool_calls_json(reply.tool_calls, 0, id, false);
+            message["tool_calls"] = tool_calls_json(reply.tool_calls, id);
             if (job->finish_reason == "stop") choice["finish_reason"] = "tool_calls";
           }
           choice["message"] = std::move(message);
@@ -535,9 +534,11 @@ void Server::routes() {
               return false;
             };
             if (chat && !send(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr))) return drop();
-            // A structured reply streams as what its parse adds: reasoning, content, finished calls.
+            // A structured reply streams as what its parse adds: reasoning, content, and tool
+            // calls (a call's header once its name is whole, then its arguments as written).
             std::string all;
             ChatReply sent;
+            ToolCallStreamer calls;
             auto send_parsed = [&](bool partial) {
               ChatReply now = parse_chat_reply(all, syntax, offer_tools, partial);
               if (!parallel && now.tool_calls.size() > 1) now.tool_calls.resize(1);
@@ -549,11 +550,17 @@ void Server::routes() {
                 ok = ok && send(chunk(json{{"reasoning_content", d}}, nullptr)), sent.reasoning = now.reasoning;
               if (const std::string d = grown(sent.content, now.content); !d.empty())
                 ok = ok && send(chunk(json{{"content", d}}, nullptr)), sent.content = now.content;
-              if (now.tool_calls.size() > sent.tool_calls.size()) {
-                const std::vector<ToolCall> fresh(now.tool_calls.begin() + long(sent.tool_calls.size()), now.tool_calls.end());
-                ok = ok && send(chunk(json{{"tool_calls", tool_calls_json(fresh, sent.tool_calls.size(), id, true)}}, nullptr));
-                sent.tool_calls = now.tool_calls;
+              json deltas = json::array();
+              for (const ToolCallStreamer::Delta& d : calls.update(now, parallel)) {
+                json one = {{"index", d.index}, {"function", {{"arguments", d.arguments}}}};
+                if (d.header) {
+                  one["id"] = call_id(d.id, id, d.index);
+                  one["type"] = "function";
+                  one["function"]["name"] = d.name;
+                }
+                deltas.push_back(std::move(one));
               }
+              if (!deltas.empty()) ok = ok && send(chunk(json{{"tool_calls", std::move(deltas)}}, nullptr));
               return ok;
             };
             std::string piece;
@@ -582,7 +589,7 @@ void Server::routes() {
               send(error_body(job_error(*job)));
             } else {
               if (structured && !send_parsed(false)) return drop();
-              const bool called = !sent.tool_calls.empty() && job->finish_reason == "stop";
+              const bool called = calls.calls() > 0 && job->finish_reason == "stop";
               send(chunk(chat ? json::object() : json(""), called ? "tool_calls" : job->finish_reason));
               if (include_usage) {
                 send({{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model},
