@@ -64,6 +64,7 @@ TEST(ServeClients, TheOfficialOpenAIClientChatsCompletesStreamsAndSeesErrors) {
   EXPECT_FALSE(j["chat"].get<std::string>().empty());
   EXPECT_TRUE(j.value("stop_checked", false));
   EXPECT_EQ(j["logprobs"].size(), 4u);
+  EXPECT_TRUE(j["structured"].is_object()) << "the SDK's parse() read the structured reply";
   // The embedding of "The cat": the mean of the model's final hidden states, unit length.
   std::vector<int32_t> cat = ts.lm.tokenizer->encode("The cat");
   if (ts.lm.tokenizer->adds_bos()) cat.insert(cat.begin(), ts.lm.tokenizer->bos_id());
@@ -147,6 +148,13 @@ TEST(ServeClients, TheOpenAIClientCallsAToolOfAModelToyFineTuned) {
   EXPECT_EQ(j["streamed"][0]["name"], "get_weather");
   EXPECT_EQ(json::parse(j["streamed"][0]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
   EXPECT_EQ(j["stream_finish"], "tool_calls");
+  EXPECT_GT(j["helper_pieces"].get<int>(), 1) << "the arguments arrived whole: " << out;
+  ASSERT_TRUE(j["helper_call"].is_object()) << out;
+  EXPECT_EQ(json::parse(j["helper_call"]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+  EXPECT_EQ(j["forced_finish"], "tool_calls") << out;
+  ASSERT_EQ(j["forced"].size(), 1u) << out;
+  EXPECT_EQ(j["forced"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(j["forced"][0]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
   EXPECT_EQ(j["final"], answer);
   EXPECT_EQ(j["final_finish"], "stop");
 }

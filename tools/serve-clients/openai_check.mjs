@@ -72,6 +72,32 @@ assert.deepEqual(Array.from(emb.data[0].embedding), embFloat.data[0].embedding.m
 out.embedding = Array.from(emb.data[0].embedding);
 out.embedding_tokens = emb.usage.prompt_tokens;
 
+// Structured output through the SDK's parse(): a JSON schema, sampled at temperature 1 from a
+// model that knows nothing of it; the reply parses (the SDK does it) and validates.
+const schema = {
+  type: "object", additionalProperties: false, required: ["name", "age", "tags"],
+  properties: { name: { type: "string", maxLength: 8 }, age: { type: "integer", minimum: 0, maximum: 120 },
+                tags: { type: "array", items: { enum: ["a", "b"] }, maxItems: 3 } },
+};
+const parsed = await client.chat.completions.parse({
+  model: "x", messages, max_tokens: 450, temperature: 1, seed: 5,  // (the schema bounds a reply below that)
+  response_format: { type: "json_schema", json_schema: { name: "person", schema, strict: true } },
+});
+assert.equal(parsed.choices[0].finish_reason, "stop");
+const person = parsed.choices[0].message.parsed;
+assert.deepEqual(Object.keys(person).sort(), ["age", "name", "tags"]);
+assert.ok(typeof person.name === "string" && [...person.name].length <= 8, JSON.stringify(person));
+assert.ok(Number.isInteger(person.age) && person.age >= 0 && person.age <= 120, JSON.stringify(person));
+assert.ok(Array.isArray(person.tags) && person.tags.length <= 3 && person.tags.every((t) => t === "a" || t === "b"));
+out.structured = person;
+const anyObject = await client.chat.completions.create({ model: "x", messages, max_tokens: 450, temperature: 1, seed: 9,
+                                                         response_format: { type: "json_object" } });
+if (anyObject.choices[0].finish_reason === "stop") {
+  const v = JSON.parse(anyObject.choices[0].message.content);
+  assert.ok(v !== null && typeof v === "object" && !Array.isArray(v));
+  out.json_object = true;
+}
+
 // Stop strings: the text ends before the first occurrence, finish_reason stop.
 if (out.completion.length > 6) {
   const stop = out.completion.slice(3, 5);

@@ -1,6 +1,6 @@
 // A tool-call round trip through a running `toy serve` with the official openai SDK: offer a
-// tool, receive the parsed tool call (whole and streamed), send the tool's result back, get the
-// final answer. Prints one JSON object of what it saw; exits non-zero on a broken expectation.
+// tool, receive the parsed tool call (whole, streamed, through the SDK's stream helper, and
+// forced by tool_choice), send the tool's result back, get the final answer. Prints one JSON object of what it saw; exits non-zero on a broken expectation.
 //   node tools_check.mjs BASE_URL QUESTION TOOLS_JSON TOOL_RESULT
 import OpenAI from "openai";
 import assert from "node:assert/strict";
@@ -39,6 +39,21 @@ for await (const chunk of stream) {
 }
 out.streamed = streamed;
 out.stream_finish = streamFinish;
+
+// The SDK's own stream helper: it assembles the calls from the deltas and reports each piece of
+// the arguments as an event (more than one piece: the arguments are streamed as written).
+let pieces = 0;
+const helper = client.chat.completions.stream({ model: "m", messages, tools, max_tokens: 64, temperature: 0 });
+helper.on("tool_calls.function.arguments.delta", () => ++pieces);
+const assembled = await helper.finalChatCompletion();
+out.helper_pieces = pieces;
+out.helper_call = assembled.choices[0].message.tool_calls?.[0] ?? null;
+
+// tool_choice naming the function: the reply is that call (constrained to the template's format).
+const forced = await client.chat.completions.create({ model: "m", messages, tools, max_tokens: 64, temperature: 0,
+  tool_choice: { type: "function", function: { name: tools[0].function.name } } });
+out.forced_finish = forced.choices[0].finish_reason;
+out.forced = forced.choices[0].message.tool_calls ?? [];
 
 // The tool's answer goes back; the model answers in words.
 messages.push(choice.message);
