@@ -17,6 +17,7 @@
 #include "toy/infer/gbnf.h"
 #include "toy/infer/grammar.h"
 #include "toy/infer/grammar_mask.h"
+#include "toy/infer/json_schema.h"
 #include "toy/infer/tool_grammar.h"
 #include "toy/io/gguf.h"
 #include "toy/tokenizer/tokenizer.h"
@@ -35,7 +36,8 @@ std::unique_ptr<Tokenizer> vocab(const std::vector<std::string>& markers, int ty
       (fs::path(testing::TempDir()) / ("tool_vocab_" + tag + "_" + std::to_string(getpid()) + ".gguf")).string();
   {
     const auto trained = Tokenizer::train_fixed_size(
-        "the weather in paris is fine, call get_weather with city and unit. {\"name\": \"x\"}", "qwen2", 400);
+        "the weather in paris is fine, call get_weather with city and unit. {\"name\": \"x\"} "
+        "héllo wörld, é è ü, 日本語の天気, 😀😀 emoji", "qwen2", 400);
     gguf::Writer w;
     trained->save(w);
     w.write(path);
@@ -292,6 +294,50 @@ TEST(ToolGrammar, EveryFormatsRequiredCallsParseBackValid) {
   for (const char* f : {"hermes", "mistral-json", "mistral-args", "deepseek-r1", "deepseek-v3.1", "kimi", "llama3-json",
                         "gpt-oss", "functionary", "command-r", "nemotron", "granite", "apertus"})
     EXPECT_GT(streamed_pieces[f], 0u) << f << ": arguments arrived whole";
+}
+
+// The mask (a walk of the vocabulary's trie over interned grammar states, cached per state) is
+// exactly the set of tokens the matcher takes, token by token: over grammars with bounded
+// strings (chain keys), markers as tokens, unicode and partial UTF-8 tokens, at every step of
+// random walks to their ends.
+TEST(TokenMasker, MasksAreExactlyTheTokensTheMatcherTakes) {
+  const auto tok = vocab(kMarkers, 3, "mask");
+  std::vector<int32_t> specials = tok->special_ids();
+  std::sort(specials.begin(), specials.end());
+  ChatSyntax hermes;
+  hermes.tools = ToolCallFormat::Hermes;
+  hermes.think_open = "<think>", hermes.think_close = "</think>";
+  const std::vector<std::string> grammars = {
+      json_schema_to_gbnf(Json::parse(R"({"type": "object", "properties": {"t": {"type": "string", "minLength": 2,
+          "maxLength": 40}, "n": {"type": "integer", "minimum": -5, "maximum": 300}}, "required": ["t"]})")),
+      json_object_gbnf(),
+      tool_call_gbnf(hermes, kTools, "", true, *tok),
+      "root ::= (\"é\" | [日-語] | [^a-z\"]){1,30} \"!\"\n",
+  };
+  std::mt19937 rng(7);
+  int checked = 0;
+  for (const std::string& gbnf : grammars) {
+    const auto g = Grammar::parse(gbnf, grammar_vocab(*tok));
+    TokenMasker masker(*tok);
+    for (int walk = 0; walk < 6; ++walk) {
+      GrammarMatcher m(g);
+      for (int step = 0; step < 120; ++step) {
+        const std::vector<uint8_t>& ok = masker.allowed(m, g);
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < tok->vocab_size(); ++id) {
+          const bool special = std::binary_search(specials.begin(), specials.end(), id);
+          const bool takes = GrammarMatcher(m).accept_token(id, tok->token_bytes(id), special);
+          ASSERT_EQ(bool(ok[size_t(id)]), takes) << "token " << id << " '" << tok->token_bytes(id) << "' at step " << step;
+          if (takes) allowed.push_back(id);
+          ++checked;
+        }
+        if (allowed.empty() || (m.complete() && rng() % 8 == 0)) break;
+        const int32_t id = allowed[rng() % allowed.size()];
+        ASSERT_TRUE(m.accept_token(id, tok->token_bytes(id), std::binary_search(specials.begin(), specials.end(), id)));
+      }
+    }
+  }
+  EXPECT_GT(checked, 100000);
 }
 
 TEST(ToolGrammar, RefusalsNameTheReason) {

@@ -45,12 +45,33 @@ TokenMasker::TokenMasker(const Tokenizer& tok) : vocab_(size_t(tok.vocab_size())
   }
 }
 
-void TokenMasker::walk(int32_t node, const GrammarMatcher& m, std::vector<uint8_t>& out) const {
+int32_t TokenMasker::intern(States& st, GrammarMatcher m) const {
+  // (states with equal keys accept the same next `horizon_` code points: more than a token has)
+  auto [it, fresh] = st.ids.emplace(m.key(horizon_), int32_t(st.matcher.size()));
+  if (fresh) {
+    st.matcher.push_back(std::move(m));
+    st.next.emplace_back();
+    st.next.back().fill(-2);
+  }
+  return it->second;
+}
+
+int32_t TokenMasker::step(States& st, int32_t from, uint8_t byte) const {
+  if (const int32_t known = st.next[size_t(from)][byte]; known != -2) return known;
+  int32_t found = -1;
+  if (st.matcher[size_t(from)].may_accept_byte(byte)) {  // most bytes die here, without a copy
+    GrammarMatcher next = st.matcher[size_t(from)];
+    if (next.accept_byte(byte)) found = intern(st, std::move(next));
+  }
+  st.next[size_t(from)][byte] = found;  // (intern may have grown st.next: no reference kept)
+  return found;
+}
+
+void TokenMasker::walk(int32_t node, States& st, int32_t state, std::vector<uint8_t>& out) const {
   for (int32_t id : nodes_[size_t(node)].ends) out[size_t(id)] = 1;
   for (const auto& [byte, kid] : nodes_[size_t(node)].kids) {
-    if (!m.may_accept_byte(byte)) continue;  // most branches die here, without a copy
-    GrammarMatcher next = m;
-    if (next.accept_byte(byte)) walk(kid, next, out);
+    const int32_t next = step(st, state, byte);
+    if (next >= 0) walk(kid, st, next, out);
   }
 }
 
@@ -63,7 +84,8 @@ const std::vector<uint8_t>& TokenMasker::allowed(const GrammarMatcher& m, const 
   auto it = c.masks.find(key);
   if (it != c.masks.end()) return it->second;
   std::vector<uint8_t> mask(vocab_, 0);
-  walk(0, m, mask);
+  if (c.states.matcher.size() > kMaxStates) c.states = States();
+  walk(0, c.states, intern(c.states, m), mask);
   for (const Grammar::Elem* e : m.token_elements()) {
     if (!e->negated) {
       if (size_t(e->token) < vocab_) mask[size_t(e->token)] = 1;

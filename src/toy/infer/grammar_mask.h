@@ -3,6 +3,7 @@
 // partial UTF-8 included) and tokens sharing a prefix share the work. Masks are cached per
 // grammar state: a JSON string's inside, or a number's digits, repeat states again and again.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -35,7 +36,17 @@ class TokenMasker {
     std::vector<std::pair<uint8_t, int32_t>> kids;
     std::vector<int32_t> ends;  // tokens whose bytes end here
   };
-  void walk(int32_t node, const GrammarMatcher& m, std::vector<uint8_t>& out) const;
+  // Grammar states met in walks, interned by their keys, with their byte transitions (-2 not
+  // yet known, -1 refused): the inside of a string is one state whatever its characters, so a
+  // walk computes each transition once instead of once per trie branch.
+  struct States {
+    std::vector<GrammarMatcher> matcher;
+    std::vector<std::array<int32_t, 256>> next;
+    std::unordered_map<std::string, int32_t> ids;
+  };
+  int32_t intern(States& st, GrammarMatcher m) const;
+  int32_t step(States& st, int32_t from, uint8_t byte) const;
+  void walk(int32_t node, States& st, int32_t state, std::vector<uint8_t>& out) const;
 
   std::vector<Node> nodes_;
   size_t vocab_ = 0;
@@ -43,7 +54,9 @@ class TokenMasker {
   struct Cache {
     std::shared_ptr<const Grammar> grammar;  // kept alive: the keys hold its addresses
     std::unordered_map<std::string, std::vector<uint8_t>> masks;
+    States states;
   };
+  static constexpr size_t kMaxStates = 20000;  // per grammar (each ~1 KB of transitions)
   std::map<const Grammar*, Cache> caches_;
   static constexpr size_t kMaxMasks = 256;  // ~13 MB for a 50k vocabulary
   size_t masks_ = 0;
