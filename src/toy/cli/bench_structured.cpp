@@ -1,5 +1,6 @@
 // `toy bench structured -m MODEL [--vocab VOCAB.gguf]`: what constrained decoding costs —
-// tokens per second with a grammar (any JSON object, sampled at temperature 1) against the same
+// tokens per second with a grammar (any JSON object, a schema, a required tool call; sampled at
+// temperature 1) against the same
 // engine unconstrained, alternating runs in one process. `--vocab` swaps in a real vocabulary
 // (GPT-2's 50k tokens from ../shared/data/vocab) for a random-weight model whose own is mostly
 // placeholder tokens: the mask walks every token, so its size is what matters.
@@ -13,7 +14,9 @@
 #include "toy/cli/flags.h"
 #include "toy/core/runtime.h"
 #include "toy/infer/grammar.h"
+#include "toy/infer/grammar_mask.h"
 #include "toy/infer/json_schema.h"
+#include "toy/infer/tool_grammar.h"
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
 #include "toy/models/decoder_lm.h"
@@ -46,11 +49,19 @@ Run add_bench_structured_command(CLI::App& bench) {
     serve::Engine engine(*lm.model, tok, {.parallel = 1, .ctx = f->tokens + 16});
     // Any JSON object (states repeat: the masks come from the cache), and a schema whose
     // bounded string makes every position a state of its own (a mask walked per token).
+    // And a required tool call in Hermes's format (tool_choice "required"; strings kept free of
+    // the format's markers, which makes their states automata of their own).
+    ChatSyntax hermes;
+    hermes.tools = ToolCallFormat::Hermes;
+    const auto tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer",
+        "minimum": 1, "maximum": 14}}, "required": ["city"]}}}])");
     const std::pair<const char*, std::shared_ptr<const Grammar>> cases[] = {
         {"structured-json", Grammar::parse(json_object_gbnf())},
         {"structured-schema", Grammar::parse(json_schema_to_gbnf(nlohmann::ordered_json::parse(
                                   R"({"type": "object", "properties": {"text": {"type": "string", "maxLength": 400}},
-                                      "required": ["text"], "additionalProperties": false})")))}};
+                                      "required": ["text"], "additionalProperties": false})")))},
+        {"structured-tool-call", Grammar::parse(tool_call_gbnf(hermes, tools, "", true, tok), grammar_vocab(tok))}};
     for (const auto& [name, grammar] : cases) {
       double seconds[2] = {0, 0};
       int64_t tokens[2] = {0, 0};
