@@ -44,7 +44,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (bool partial : {false, true}) {
         const ChatReply r = parse_chat_reply(body.substr(1), syntax, true, partial);
         for (const ToolCall& c : r.tool_calls) FUZZ_ASSERT(nlohmann::json::parse(c.arguments).is_object());
+        FUZZ_ASSERT(!r.call_in_progress || (partial && !r.call_in_progress->name.empty()));
       }
+      // Streamed in halves: the streamer's deltas never send a call twice.
+      ToolCallStreamer streamer;
+      size_t headers = 0;
+      for (const ChatReply& r : {parse_chat_reply(body.substr(1, body.size() / 2), syntax, true, true),
+                                 parse_chat_reply(body.substr(1), syntax, true, true),
+                                 parse_chat_reply(body.substr(1), syntax, true, false)})
+        for (const ToolCallStreamer::Delta& d : streamer.update(r, true)) headers += d.header;
+      FUZZ_ASSERT(headers == streamer.calls());
       return 0;
     }
     if (kind == 3) {
