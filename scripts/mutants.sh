@@ -1335,6 +1335,60 @@ toy toy_cli_tests
 ^CliFinetune\.ChatTemplateFlag
     r.chat_template = r.chat->source();
     r.chat_template = chat_template_of(vocab_file);
+token-element-negation-ignored
+src/toy/infer/grammar.h
+toy_chat_tests
+^Grammar\.TokenElements|^TokenMasker\.
+    bool matches_token(int32_t id) const { return kind == Token && (id == token) != negated; }
+    bool matches_token(int32_t id) const { return kind == Token && id == token; }
+utf8-surrogate-lead-viable
+src/toy/infer/grammar.cpp
+toy_chat_tests
+^JsonSchema\.EveryText|^ToolGrammar\.|^TokenMasker\.
+  return any(lo, std::min(hi, 0xD7FFu)) || any(std::max(lo, 0xE000u), hi);
+  return any(lo, hi);
+json-lone-surrogate-escape
+src/toy/infer/json_schema.cpp
+toy_chat_tests
+^JsonSchema\.
+ | [dD] [0-7] [0-9a-fA-F]{2} |
+ | [dD] [0-9a-fA-F]{3} |
+tool-strings-may-hold-markers
+src/toy/infer/tool_grammar.cpp
+toy_chat_tests
+^ToolGrammar\.
+    sp.forbidden = markers;
+    sp.forbidden = {};
+tool-markers-never-tokens
+src/toy/infer/tool_grammar.cpp
+toy_chat_tests
+^ToolGrammar\.|^TokenMasker\.
+    return it != specials_.end() ? fmt::format("<[{}]>", it->second) : lit(text);
+    return lit(text);
+tool-choice-required-unconstrained
+src/toy/serve/server.cpp
+toy_serve_tests
+^ServeHttp\.RequiredTool
+              if (cr.tool_choice == "required") {  // the reply is calls, in the template's format
+              if (false) {  // the reply is calls, in the template's format
+streamer-sends-arguments-again
+src/toy/infer/chat_output.cpp
+toy_chat_tests
+^ToolGrammar\.
+      out.push_back({k, false, "", "", target.substr(sent.size())});
+      out.push_back({k, false, "", "", target});
+call-in-progress-never-reported
+src/toy/infer/chat_output.cpp
+toy_chat_tests
+^ToolGrammar\.
+  if (partial && !calls.ok && calls.stop != npos) out.call_in_progress = call_being_written(rest.substr(calls.stop), syntax.tools);
+  (void)0;
+mask-walk-shallow-key
+src/toy/infer/grammar_mask.cpp
+toy_chat_tests
+^TokenMasker\.
+  auto [it, fresh] = st.ids.emplace(m.key(horizon_), int32_t(st.matcher.size()));
+  auto [it, fresh] = st.ids.emplace(m.key(1), int32_t(st.matcher.size()));
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------
