@@ -4,8 +4,8 @@
 // sandbox, trim_blocks, lstrip_blocks, loopcontrols, {% generation %}, HF's tojson,
 // raise_exception, strftime_now fixed at 2026-03-14 09:26:53), rendering with the variables
 // in kVars. Error messages are toy's own (each names the template line); the runtime errors
-// are ones Python raises too, the syntax errors include two features toy refuses (recursive
-// loops, include) where Python would go on.
+// are ones Python raises too, the syntax errors include a feature toy refuses (include) where
+// Python would go on.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -330,9 +330,31 @@ TEST(Jinja, SyntaxErrors) {
   expect_error(R"J({% break %})J", R"J('break' outside of a loop)J");
   expect_error(R"J({{ 'unterminated }})J", R"J(string literal)J");
   expect_error(R"J({# never closed)J", R"J(Missing end of comment tag)J");
-  expect_error(R"J({% for x in y recursive %}{% endfor %})J", R"J(recursive loops are not supported)J");
   expect_error(R"J({{ x ! y }})J", R"J(unexpected char '!')J");
   expect_error(R"J({% include 'x.jinja' %})J", R"J(unknown tag 'include')J");
+}
+
+TEST(Jinja, RecursiveLoops) {
+  EXPECT_EQ(render("{% for m in [{'n': 1, 'kids': [{'n': 2, 'kids': [{'n': 3, 'kids': []}]}, {'n': 4, 'kids': []}]}] recursive %}"
+                   "{{ loop.depth0 }}:{{ m.n }}{% if m.kids %}({{ loop(m.kids) }}){% endif %}{{ loop.index }}/{{ loop.length }} "
+                   "{% endfor %}"),
+            "0:1(1:2(2:31/1 )1/2 1:42/2 )1/1 ");
+  EXPECT_EQ(render("{% for x in [1, 2, 3] if x > 1 recursive %}{{ x }}@{{ loop.depth }}{% else %}none{% endfor %}|"
+                   "{% for x in [[]] recursive %}[{{ loop(x) }}]{% else %}E{% endfor %}"),
+            "2@13@1|[E]");
+  expect_error("{% for x in [1] %}{{ loop([2]) }}{% endfor %}", "not callable");
+  expect_error("{% for x in [[1]] recursive %}{{ loop(x) }}{{ loop(loop) }}{% endfor %}", "line 1");
+}
+
+TEST(Jinja, UrlXmlAndSizeFilters) {
+  EXPECT_EQ(render("{{ 1 | filesizeformat }}|{{ 999 | filesizeformat }}|{{ 1000 | filesizeformat }}|"
+                   "{{ 1048576 | filesizeformat(true) }}|{{ '2500000' | filesizeformat }}|{{ 1e30 | filesizeformat }}"),
+            "1 Byte|999 Bytes|1.0 kB|1.0 MiB|2.5 MB|1000000.0 YB");
+  EXPECT_EQ(render("{{ {'a b': 'c/d', 'x': 3} | urlencode }}|{{ [('k', 'v w')] | urlencode }}|{{ 'é/ ~&' | urlencode }}"),
+            "a+b=c%2Fd&x=3|k=v+w|%C3%A9/%20~%26");
+  EXPECT_EQ(render("<a{{ {'class': 'x<y', 'n': none, 'k': 3} | xmlattr }}>|{{ {'a': 1} | xmlattr(false) }}|[{{ {} | xmlattr }}]"),
+            "<a class=\"x&lt;y\" k=\"3\">|a=\"1\"|[]");
+  expect_error("{{ {'a b': 1} | xmlattr }}", "Invalid character in attribute name");
 }
 
 TEST(Jinja, ErrorsNameTheLine) {

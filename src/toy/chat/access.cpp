@@ -136,6 +136,9 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
 
 Value call_value(const Value& callee, Args& args) {
   if (callee.is_function()) return callee.function().call(args);
+  if (callee.is_object())  // (a recursive loop's `loop`)
+    if (const Value* call = callee.object().attrs.find(Value("__call__")); call && call->is_function())
+      return call->function().call(args);
   if (callee.is_undefined()) callee.fail_undefined();
   failf("'{}' object is not callable", type_name(callee));
 }

@@ -98,6 +98,7 @@ struct Stmt {
   Body body, else_body;
   // Macro: whether the body mentions these names (jinja2 accepts extra arguments only then).
   bool uses_varargs = false, uses_kwargs = false, uses_caller = false;
+  bool recursive = false;  // For: `recursive`, the body may call loop(items) for a nested level
 };
 
 }  // namespace toy::jinja

@@ -330,12 +330,85 @@ Value f_round(const Value& v, Args& a) {
 
 }  // namespace
 
+// Python's urllib quote: unreserved bytes (and `safe`) kept, the rest %XX of its UTF-8.
+std::string url_quote(const std::string& text, bool for_query) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || (c == '/' && !for_query)) out += char(c);
+    else if (c == ' ' && for_query) out += '+';  // (jinja2 turns a query's %20 into +)
+    else out += fmt::format("%{:02X}", c);
+  }
+  return out;
+}
+
+Value f_urlencode(const Value& v, Args& a) {
+  ArgReader("urlencode", a).done();
+  if (v.is_undefined()) v.fail_undefined();
+  if (v.is_string()) return Value(url_quote(v.str(), false));
+  if (!v.is_dict() && !v.is_list()) return Value(url_quote(to_str(v), false));
+  std::vector<std::pair<Value, Value>> pairs;
+  if (v.is_dict()) {
+    pairs = v.dict().entries;
+  } else {
+    for (const Value& item : iterate(v)) {
+      const std::vector<Value> kv = iterate(item);
+      if (kv.size() != 2) failf("urlencode: a pair must have two items");
+      pairs.emplace_back(kv[0], kv[1]);
+    }
+  }
+  std::string out;
+  for (const auto& [k, x] : pairs)
+    out += (out.empty() ? "" : "&") + url_quote(to_str(k), true) + "=" + url_quote(to_str(x), true);
+  return Value(out);
+}
+
+Value f_xmlattr(const Value& v, Args& a) {
+  ArgReader r("xmlattr", a);
+  const bool autospace = flag(r.next("autospace", Value(true)));
+  r.done();
+  if (!v.is_dict()) failf("xmlattr needs a mapping, got {}", type_name(v));
+  std::string out;
+  for (const auto& [k, x] : v.dict().entries) {
+    if (x.is_none() || x.is_undefined()) continue;
+    const std::string key = to_str(k);
+    if (key.find_first_of(" \t\n\r\f\v/>=") != std::string::npos)
+      failf("Invalid character in attribute name: {}", repr(k));
+    out += (out.empty() ? "" : " ") + py::html_escape(key) + "=\"" + (x.markup() ? x.str() : py::html_escape(to_str(x))) + "\"";
+  }
+  if (autospace && !out.empty()) out = " " + out;
+  return Value(out, true);
+}
+
+Value f_filesizeformat(const Value& v, Args& a) {
+  ArgReader r("filesizeformat", a);
+  const bool binary = flag(r.next("binary", Value(false)));
+  r.done();
+  std::optional<double> n;
+  if (v.is_int() || v.is_bool() || v.is_float()) n = v.number();
+  else if (v.is_string()) n = parse_float(v.str());
+  if (!n) failf("filesizeformat needs a number, got {}", type_name(v));
+  const double bytes = *n, base = binary ? 1024 : 1000;
+  static const char* const kDecimal[] = {"kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"};
+  static const char* const kBinary[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
+  if (bytes == 1) return Value(std::string("1 Byte"));
+  if (bytes < base) return Value(fmt::format("{} Bytes", float_to_int(bytes)));
+  double unit = base;
+  for (int i = 0; i < 8; ++i) {
+    unit = std::pow(base, i + 2);
+    if (bytes < unit || i == 7) return Value(fmt::format("{:.1f} {}", base * bytes / unit, (binary ? kBinary : kDecimal)[i]));
+  }
+  return Value();
+}
+
 void add_text_filters(FilterTable& t) {
   t["abs"] = f_abs;
   t["capitalize"] = f_capitalize;
   t["center"] = f_center;
   t["e"] = f_escape;
   t["escape"] = f_escape;
+  t["filesizeformat"] = f_filesizeformat;
+  t["urlencode"] = f_urlencode;
+  t["xmlattr"] = f_xmlattr;
   t["float"] = f_float;
   t["forceescape"] = f_forceescape;
   t["format"] = f_format;

@@ -257,7 +257,7 @@ class Parser {
     if (!skip_name("in")) fail(cur().line, "expected 'in', got " + describe(cur()));
     s->expr = parse_tuple(false, false, {"recursive"});
     if (skip_name("if")) s->cond = parse_expression(true);
-    if (is_name("recursive")) fail(cur().line, "recursive loops are not supported");
+    if (is_name("recursive")) take(), s->recursive = true;
     expect(T::BlockEnd, "'%}'");
     ++loop_depth_;
     s->body = parse_body({"endfor", "else"});

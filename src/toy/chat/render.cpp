@@ -133,7 +133,13 @@ class Renderer {
   }
 
   Flow exec_for(const Stmt& s, const ScopePtr& scope, std::string& out) {
-    const Value seq = eval(*s.expr, scope);
+    return run_for(s, eval(*s.expr, scope), scope, out, 1);
+  }
+
+  // One level of a for loop over `seq` (a recursive loop's nested levels: loop(items) in its
+  // body renders this again one level deeper and gives the text).
+  Flow run_for(const Stmt& s, const Value& seq, const ScopePtr& scope, std::string& out, int depth) {
+    if (depth > kMaxCallDepth) failf("maximum recursion depth exceeded in a recursive loop");
     std::vector<Value> items = at_line(s.line, [&] { return iterate(seq); });
     if (s.cond) {
       std::vector<Value> kept;
@@ -151,14 +157,23 @@ class Renderer {
              "limit for a chat template)", s.line, render_limits().loop_steps, render_limits().text_bytes >> 20);
       auto inner = std::make_shared<Scope>(scope);
       at_line(s.line, [&] { assign(s.target, items[i], *inner); });
-      inner->vars["loop"] = loop_object(items, i, last_changed);
+      Value loop = loop_object(items, i, last_changed, depth);
+      if (s.recursive)
+        loop.object().attrs.set(Value("__call__"), make_function("loop", [this, &s, scope, depth](Args& a) {
+          if (a.pos.size() != 1 || !a.kw.empty()) failf("loop() takes one iterable");
+          std::string text;
+          run_for(s, a.pos[0], scope, text, depth + 1);
+          return Value(std::move(text));
+        }));
+      inner->vars["loop"] = std::move(loop);
       if (exec(s.body, inner, out) == Flow::Break) break;
     }
     if (items.empty()) exec(s.else_body, std::make_shared<Scope>(scope), out);
     return Flow::Normal;
   }
 
-  static Value loop_object(const std::vector<Value>& items, size_t i, std::shared_ptr<std::optional<Value>> last_changed) {
+  static Value loop_object(const std::vector<Value>& items, size_t i, std::shared_ptr<std::optional<Value>> last_changed,
+                           int depth) {
     const int64_t n = static_cast<int64_t>(items.size()), k = static_cast<int64_t>(i);
     auto loop = std::make_shared<Object>();
     loop->type = "LoopContext";
@@ -170,8 +185,8 @@ class Renderer {
     d.set(Value("first"), Value(k == 0));
     d.set(Value("last"), Value(k == n - 1));
     d.set(Value("length"), Value(n));
-    d.set(Value("depth"), Value(1));
-    d.set(Value("depth0"), Value(0));
+    d.set(Value("depth"), Value(int64_t(depth)));
+    d.set(Value("depth0"), Value(int64_t(depth - 1)));
     d.set(Value("previtem"), k > 0 ? items[k - 1] : Value::undefined("there is no previous item"));
     d.set(Value("nextitem"), k + 1 < n ? items[k + 1] : Value::undefined("there is no next item"));
     d.set(Value("cycle"), make_function("cycle", [k](Args& a) {
