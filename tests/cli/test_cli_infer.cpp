@@ -165,6 +165,33 @@ TEST(CliChat, OneTurnAndTheTemplateDecision) {
   EXPECT_EQ(r.status, 0) << describe(r);
 }
 
+// A template with reasoning blocks: the thinking streams to stderr, only the answer to stdout
+// (the same generated text as a template without the markers prints raw).
+TEST(CliChat, ReasoningGoesToStderrTheAnswerToStdout) {
+  const std::string m = init_tiny("qwen3");
+  const std::string body =
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "<|im_start|>assistant\n<think>\n";
+  const std::string thinking = temp("think.jinja"), plain = temp("plain_think.jinja");
+  { std::ofstream(thinking) << "{# closes with </think> #}" << body; }
+  { std::ofstream(plain) << body; }
+  auto r = run_toy({"chat", "-m", m, "--chat-template", thinking, "-p", "Hello", "-n", "6", "--temp", "0"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  const auto raw = run_toy({"chat", "-m", m, "--chat-template", plain, "-p", "Hello", "-n", "6", "--temp", "0"});
+  ASSERT_EQ(raw.status, 0) << describe(raw);
+  ASSERT_FALSE(raw.out.empty());
+  EXPECT_EQ(r.out, "") << "the reasoning never closed: no answer on stdout";
+  const size_t at = r.err.find("[thinking] ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  std::string reasoning = r.err.substr(at + 11);
+  auto trim = [](std::string x) {
+    while (!x.empty() && std::isspace(static_cast<unsigned char>(x.back()))) x.pop_back();
+    while (!x.empty() && std::isspace(static_cast<unsigned char>(x.front()))) x.erase(0, 1);
+    return x;
+  };
+  EXPECT_EQ(trim(reasoning), trim(raw.out));
+}
+
 TEST(CliPerplexity, JsonShapeAndTooShortText) {
   const std::string m = init_tiny("llama");
   const std::string text = temp("ppl.txt");

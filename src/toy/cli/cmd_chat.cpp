@@ -2,7 +2,8 @@
 // Interactive: each line read from stdin is a user turn; the reply streams to stdout and the
 // conversation goes on (/reset starts over, /exit or end of input ends). With -p, one turn:
 // exactly the reply on stdout. The model's own template (tokenizer.chat_template) renders the
-// conversation, or --chat-template FILE; a file with none gets ChatML, said on stderr.
+// conversation, or --chat-template FILE; a file with none gets ChatML, said on stderr. A
+// reasoning model's thinking goes to stderr ("[thinking] ..."), its answer to stdout.
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "toy/core/text.h"
 #include "toy/core/runtime.h"
 #include "toy/infer/chat.h"
+#include "toy/infer/chat_output.h"
 #include "toy/infer/generate.h"
 #include "toy/io/model_file.h"
 
@@ -34,20 +36,48 @@ struct ChatFlags {
 };
 
 // One assistant turn after `messages`: rendered, tokenized with the format's special tokens,
-// generated until the end of the turn; returns the reply text (also streamed to stdout).
+// generated until the end of the turn; returns the answer (also streamed to stdout). With a
+// template that has reasoning blocks (or gpt-oss's channels), the reasoning streams to stderr
+// and only the answer to stdout (and into the conversation, as the templates keep it).
 std::string reply(DecoderLM& m, const Tokenizer& tok, const ChatTemplate& tmpl, Sampler& sampler,
                   const std::vector<ChatMessage>& messages, const ChatFlags& f, int64_t capacity) {
-  std::vector<int32_t> ids = tmpl.prompt_ids(tok, tmpl.render(messages, true));
+  const ChatText prompt = tmpl.render(messages, true);
+  std::vector<int32_t> ids = tmpl.prompt_ids(tok, prompt);
   if (int64_t(ids.size()) >= capacity)
     std::fprintf(stderr, "toy chat: the conversation (%zu tokens) is longer than the context (%lld): the model sees "
                  "its end only; /reset starts over\n", ids.size(), static_cast<long long>(capacity));
+  const ChatSyntax syntax = tmpl.syntax().for_prompt(prompt.text);
+  const bool parsed = !syntax.think_open.empty() || syntax.tools == ToolCallFormat::GptOss;
   std::string text;
+  ChatReply shown;  // what has been printed of the parse so far
+  auto show = [&](bool partial) {
+    const ChatReply now = parse_chat_reply(text, syntax, false, partial);
+    auto grown = [](const std::string& was, const std::string& is) {
+      return is.size() > was.size() && is.starts_with(was) ? is.substr(was.size()) : std::string();
+    };
+    if (const std::string d = grown(shown.reasoning, now.reasoning); !d.empty()) {
+      if (shown.reasoning.empty()) std::fputs("[thinking] ", stderr);
+      std::fwrite(d.data(), 1, d.size(), stderr);
+      shown.reasoning = now.reasoning;
+    }
+    if (const std::string d = grown(shown.content, now.content); !d.empty()) {
+      if (!shown.reasoning.empty() && shown.content.empty()) std::fputc('\n', stderr);
+      std::fwrite(d.data(), 1, d.size(), stdout);
+      shown.content = now.content;
+    }
+    std::fflush(stderr);
+    std::fflush(stdout);
+  };
   generate(m, tok, sampler, std::move(ids), f.n, [&](const std::string& piece) {
     text += piece;
+    if (parsed) return show(true);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   }, capacity);
-  return text;
+  if (!parsed) return text;
+  show(false);
+  if (!shown.reasoning.empty() && shown.content.empty()) std::fputc('\n', stderr);
+  return shown.content;
 }
 
 int run_chat(const ChatFlags& f) {
