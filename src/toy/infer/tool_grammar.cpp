@@ -189,9 +189,13 @@ std::string call(Writer& w, F f, const Tool& t) {
       return w.mark("<|tool_call_begin|>") + " \"functions.\" " + name + " \":\" [0-9]{1,2} " +
              w.mark("<|tool_call_argument_begin|>") + " " + t.args + " " + w.mark("<|tool_call_end|>");
     case F::Llama3Json: return json_call(t, "name", "parameters");
-    case F::GptOss:
-      return w.mark("<|channel|>") + " \"commentary to=functions.\" " + name + " \" \" " + w.mark("<|constrain|>") +
-             " \"json\" " + w.mark("<|message|>") + " " + t.args;
+    case F::GptOss: {
+      // The recipient after the channel (as the model writes it) or before it (as the template
+      // renders a call in history, after "<|start|>assistant"); json, or <|constrain|>json.
+      const std::string type = "(\" \" " + w.mark("<|constrain|>") + " \"json\" | \" json\")? ";
+      return "(" + w.mark("<|channel|>") + " \"commentary to=functions.\" " + name + " " + type + "| \" to=functions.\" " +
+             name + " " + w.mark("<|channel|>") + " \"commentary\" " + type + ") " + w.mark("<|message|>") + " " + t.args;
+    }
     case F::Functionary: return name + " \"\\n\" " + t.args;
     case F::CommandR: return json_call(t, "tool_name", "parameters", true);
     case F::MistralJson:
