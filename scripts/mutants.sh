@@ -1303,14 +1303,14 @@ grammar-first-draw-unchecked
 src/toy/serve/engine.cpp
 toy_serve_tests
 ^ServeHttp\.StructuredOutput
-      if (taken) {
-      if (true) {
+  } else if (GrammarMatcher next(*s.matcher); next.accept_token(first, tok_.token_bytes(first), is_special(first))) {
+  } else if (GrammarMatcher next(*s.matcher); (void)next.accept_token(first, tok_.token_bytes(first), is_special(first)), true) {
 grammar-end-any-time
 src/toy/serve/engine.cpp
 toy_serve_tests
 ^ServeHttp\.StructuredOutput
-      const bool taken = is_end ? s.matcher->complete()
-      const bool taken = is_end ? true
+    if (s.matcher->complete()) return first;
+    return first;
 grammar-overlong-utf8
 src/toy/infer/grammar.cpp
 toy_chat_tests toy_serve_tests

@@ -255,6 +255,48 @@ void Engine::release(Slot& s, const std::string& reason, const std::string& erro
 
 bool Engine::is_special(int32_t id) const { return std::binary_search(specials_.begin(), specials_.end(), id); }
 
+// Structured output, as llama.cpp samples it: draw from the model's distribution; when the
+// grammar takes that token keep it (usually: the mask is never built), else draw again with the
+// tokens it does not allow at -inf (an end only once the reply is a whole sentence of it).
+// Exactly the masked distribution for plain sampling (accepting a valid first draw and
+// resampling from the renormalised rest sum to it); with top-k/p the cut comes first. Returns
+// the token with the slot's matcher past it, or -1 when the slot was released.
+int32_t Engine::draw_constrained(Slot& s) {
+  Job& job = *s.job;
+  const int32_t first = s.sampler->sample(s.logits, s.history);
+  if (is_end(first)) {
+    if (s.matcher->complete()) return first;
+  } else if (GrammarMatcher next(*s.matcher); next.accept_token(first, tok_.token_bytes(first), is_special(first))) {
+    *s.matcher = std::move(next);
+    return first;
+  }
+  if (!masker_) masker_ = std::make_unique<TokenMasker>(tok_);
+  const std::vector<uint8_t>& ok = masker_->allowed(*s.matcher, job.params.grammar);
+  const bool complete = s.matcher->complete();
+  const int64_t V = s.logits.numel();
+  mask_bias_.assign(size_t(V), -std::numeric_limits<float>::infinity());
+  for (size_t i = 0; i < ok.size() && i < size_t(V); ++i)
+    if (ok[i]) mask_bias_[i] = 0;
+  for (int32_t e : ends_)  // (an end only where the reply may end, whatever the mask says)
+    if (e < V) mask_bias_[size_t(e)] = complete ? 0 : -std::numeric_limits<float>::infinity();
+  if (std::none_of(mask_bias_.begin(), mask_bias_.end(), [](float b) { return b == 0; })) {
+    if (!s.filter->push(s.decoder->flush())) s.filter->flush();
+    release(s, complete ? "stop" : "error", complete ? "" : "the grammar cannot go on with this vocabulary");
+    return -1;
+  }
+  const Tensor masked =
+      add(cast(reshape(s.logits, Shape{V}), DType::F32), to(from_vector(mask_bias_, Shape{V}), s.logits.device()));
+  const int32_t id = s.sampler->sample(masked, s.history);
+  if (!is_end(id) && !s.matcher->accept_token(id, tok_.token_bytes(id), is_special(id))) {  // (the mask allowed it)
+    if (!s.filter->push(s.decoder->flush())) s.filter->flush();
+    release(s, "error", "a token outside the grammar was drawn");
+    return -1;
+  }
+  return id;
+}
+
+bool Engine::is_end(int32_t id) const { return std::find(ends_.begin(), ends_.end(), id) != ends_.end(); }
+
 void Engine::sample(Slot& s) {
   Job& job = *s.job;
   if (job.cancelled()) return release(s, "cancelled");
@@ -272,39 +314,11 @@ void Engine::sample(Slot& s) {
   std::vector<float> logprobs;
   if (job.params.top_logprobs >= 0)
     logprobs = to(log_softmax(cast(reshape(s.logits.detach(), Shape{-1}), DType::F32)), Device::CPU).to_f32_vector();
-  // Structured output, as llama.cpp samples it: draw from the model's distribution; when the
-  // grammar takes that token keep it (usually: the mask is never built), else draw again with
-  // the tokens it does not allow at -inf (an end only once the reply is a whole sentence of
-  // it). Exactly the masked distribution for plain sampling (accepting a valid first draw and
-  // resampling from the renormalised rest sum to it); with top-k/p the cut comes first.
   int32_t id = -1;
   if (s.matcher) {
     try {
-      const int32_t first = s.sampler->sample(s.logits, s.history);
-      const bool is_end = std::find(ends_.begin(), ends_.end(), first) != ends_.end();
-      const bool taken = is_end ? s.matcher->complete()
-                                : GrammarMatcher(*s.matcher).accept_token(first, tok_.token_bytes(first), is_special(first));
-      if (taken) {
-        id = first;
-      } else {
-        if (!masker_) masker_ = std::make_unique<TokenMasker>(tok_);
-        const std::vector<uint8_t>& ok = masker_->allowed(*s.matcher, job.params.grammar);
-        const bool complete = s.matcher->complete();
-        const int64_t V = s.logits.numel();
-        mask_bias_.assign(size_t(V), -std::numeric_limits<float>::infinity());
-        for (size_t i = 0; i < ok.size() && i < size_t(V); ++i)
-          if (ok[i]) mask_bias_[i] = 0;
-        for (int32_t e : ends_)  // (an end only where the reply may end, whatever the mask says)
-          if (e < V) mask_bias_[size_t(e)] = complete ? 0 : -std::numeric_limits<float>::infinity();
-        const bool any = std::any_of(mask_bias_.begin(), mask_bias_.end(), [](float b) { return b == 0; });
-        if (!any) {
-          if (!s.filter->push(s.decoder->flush())) s.filter->flush();
-          return release(s, complete ? "stop" : "error", complete ? "" : "the grammar cannot go on with this vocabulary");
-        }
-        const Tensor masked =
-            add(cast(reshape(s.logits, Shape{V}), DType::F32), to(from_vector(mask_bias_, Shape{V}), s.logits.device()));
-        id = s.sampler->sample(masked, s.history);
-      }
+      id = draw_constrained(s);
+      if (id < 0) return;  // (released)
     } catch (const Error& e) {  // (a grammar whose rules nest without end)
       if (!s.filter->push(s.decoder->flush())) s.filter->flush();
       return release(s, "error", e.what());
@@ -314,7 +328,7 @@ void Engine::sample(Slot& s) {
   }
   s.logits = Tensor();
   if (job.completion_tokens == 0) job.first_token();
-  if (std::find(ends_.begin(), ends_.end(), id) != ends_.end()) {
+  if (is_end(id)) {
     if (!s.filter->push(s.decoder->flush())) s.filter->flush();
     return release(s, "stop");
   }
@@ -328,10 +342,6 @@ void Engine::sample(Slot& s) {
     });
     for (size_t i = 0; i < k; ++i) lp.top.emplace_back(order[i], logprobs[size_t(order[i])]);
     job.record(std::move(lp));
-  }
-  if (s.matcher && !s.matcher->accept_token(id, tok_.token_bytes(id), is_special(id))) {  // (the mask allowed it: cannot happen)
-    if (!s.filter->push(s.decoder->flush())) s.filter->flush();
-    return release(s, "error", "a token outside the grammar was drawn");
   }
   ++job.completion_tokens;
   --s.budget;

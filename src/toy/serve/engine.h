@@ -160,6 +160,8 @@ class Engine {
   std::vector<int32_t> ends_;  // end-of-generation ids
   std::vector<int32_t> specials_;  // control and user-defined ids, sorted (a grammar takes them only as token elements)
   bool is_special(int32_t id) const;
+  bool is_end(int32_t id) const;
+  int32_t draw_constrained(Slot& s);
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
