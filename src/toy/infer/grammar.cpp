@@ -455,16 +455,18 @@ void GrammarMatcher::expand(Stack& s, std::vector<Stack>& out, int depth) const 
   }
 }
 
+void GrammarMatcher::step_past_top(const Stack& s, std::vector<Stack>& out) const {
+  Stack t = s;
+  const Grammar::Elem* top = t.back();
+  t.pop_back();
+  if ((top + 1)->kind != Grammar::Elem::End) t.push_back(top + 1);
+  expand(t, out, 0);
+}
+
 bool GrammarMatcher::advance(uint32_t cp, std::vector<Stack>& next) const {
   next.clear();
-  for (const Stack& s : stacks_) {
-    if (s.empty() || !s.back()->matches(cp)) continue;
-    Stack t = s;
-    const Grammar::Elem* top = t.back();
-    t.pop_back();
-    if ((top + 1)->kind != Grammar::Elem::End) t.push_back(top + 1);
-    expand(t, next, 0);
-  }
+  for (const Stack& s : stacks_)
+    if (!s.empty() && s.back()->matches(cp)) step_past_top(s, next);
   std::sort(next.begin(), next.end());
   next.erase(std::unique(next.begin(), next.end()), next.end());
   return !next.empty();
@@ -560,14 +562,8 @@ bool GrammarMatcher::accept(std::string_view bytes) {
 bool GrammarMatcher::accept_token(int32_t id, std::string_view bytes, bool special) {
   std::vector<Stack> next;
   if (pending_.empty())
-    for (const Stack& s : stacks_) {
-      if (s.empty() || !s.back()->matches_token(id)) continue;
-      Stack t = s;
-      const Grammar::Elem* top = t.back();
-      t.pop_back();
-      if ((top + 1)->kind != Grammar::Elem::End) t.push_back(top + 1);
-      expand(t, next, 0);
-    }
+    for (const Stack& s : stacks_)
+      if (!s.empty() && s.back()->matches_token(id)) step_past_top(s, next);
   if (!special && !bytes.empty()) {
     GrammarMatcher as_text = *this;
     // (a text path that ends inside a code point is dropped when the token path also holds: the

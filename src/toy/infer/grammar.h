@@ -103,6 +103,8 @@ class GrammarMatcher {
 
  private:
   void expand(Stack& s, std::vector<Stack>& out, int depth) const;
+  // The element on top of `s` matched: the stack goes on after it (expanded into `out`).
+  void step_past_top(const Stack& s, std::vector<Stack>& out) const;
   bool advance(uint32_t cp, std::vector<Stack>& next) const;
   bool partial_viable() const { return viable(pending_); }
   bool viable(std::string_view partial) const;  // an unfinished code point some stack could take
