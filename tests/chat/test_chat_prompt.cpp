@@ -5,9 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include <unistd.h>
-
-#include "gguf_edit.h"
+#include "chat_vocab.h"
 #include "helpers.h"
 #include "requirements.h"
 #include "toy/core/error.h"
@@ -29,36 +27,10 @@ const char* const kCorpus =
 // (BOS), <|im_start|> and <|im_end|> (EOS), the user-defined token <think> (as Qwen3 has), and
 // add_bos_token as asked.
 std::unique_ptr<Tokenizer> vocab(bool add_bos) {
-  // (one file per process: ctest runs this file's tests side by side)
-  const std::string path = (fs::path(testing::TempDir()) / ((add_bos ? "vocab_bos_" : "vocab_") + std::to_string(getpid()) + ".gguf")).string();
-  {
-    const auto trained = Tokenizer::train_fixed_size(kCorpus, "qwen2", 400);
-    gguf::Writer w;
-    trained->save(w);
-    w.write(path);
-  }
-  test::edit_gguf(path, [&](test::GgufContents& c) {
-    gguf::Value* tokens = c.find("tokenizer.ggml.tokens");
-    gguf::Value* types = c.find("tokenizer.ggml.token_type");
-    for (size_t i = 0; i < tokens->as.size(); ++i)
-      if (tokens->as[i] == "<|ctrl_0|>") {
-        tokens->as[i] = "<think>";
-        types->ai[i] = 4;  // user-defined
-      }
-    bool found = false;
-    for (auto& [k, v] : c.kv)
-      if (k == "tokenizer.ggml.add_bos_token") v = gguf::Value::boolean(add_bos), found = true;
-    if (!found) c.kv.emplace_back("tokenizer.ggml.add_bos_token", gguf::Value::boolean(add_bos));
-  });
-  gguf::Reader r(path);
-  return Tokenizer::load(r);
+  return test::chat_vocab(kCorpus, {"<think>"}, 4, add_bos ? "prompt_bos" : "prompt", add_bos);
 }
 
-int32_t id_of(const Tokenizer& tok, const std::string& text) {
-  for (int32_t id : tok.special_ids())
-    if (tok.token_bytes(id) == text) return id;
-  return -1;
-}
+int32_t id_of(const Tokenizer& tok, const std::string& text) { return test::special_id(tok, text); }
 
 int count(const std::vector<int32_t>& ids, int32_t id) { return int(std::count(ids.begin(), ids.end(), id)); }
 

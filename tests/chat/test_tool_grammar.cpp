@@ -3,15 +3,12 @@
 // temperature 1 would), always yields calls parse_chat_reply reads back with valid arguments.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <map>
 #include <random>
 
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
-#include "gguf_edit.h"
+#include "chat_vocab.h"
 #include "toy/core/error.h"
 #include "toy/infer/chat_output.h"
 #include "toy/infer/gbnf.h"
@@ -22,49 +19,20 @@
 #include "toy/io/gguf.h"
 #include "toy/tokenizer/tokenizer.h"
 
-namespace fs = std::filesystem;
 using namespace toy;
 using Json = nlohmann::ordered_json;
 
 namespace {
 
-// A byte-level BPE vocabulary whose <|ctrl_N|> tokens are renamed to `markers` (normal tokens,
-// type 1, for the ASCII ones: text the grammar spells; control tokens, type 3, or user-defined,
-// type 4: tokens the grammar asks for), as a chat model's vocabulary holds its format's markers.
+const char* const kCorpus =
+    "the weather in paris is fine, call get_weather with city and unit. {\"name\": \"x\"} "
+    "héllo wörld, é è ü, 日本語の天気, 😀😀 emoji";
+
 std::unique_ptr<Tokenizer> vocab(const std::vector<std::string>& markers, int type, const std::string& tag) {
-  const std::string path =  // (one file per process: ctest runs tests side by side)
-      (fs::path(testing::TempDir()) / ("tool_vocab_" + tag + "_" + std::to_string(getpid()) + ".gguf")).string();
-  {
-    const auto trained = Tokenizer::train_fixed_size(
-        "the weather in paris is fine, call get_weather with city and unit. {\"name\": \"x\"} "
-        "héllo wörld, é è ü, 日本語の天気, 😀😀 emoji", "qwen2", 400);
-    gguf::Writer w;
-    trained->save(w);
-    w.write(path);
-  }
-  test::edit_gguf(path, [&](test::GgufContents& c) {
-    gguf::Value* tokens = c.find("tokenizer.ggml.tokens");
-    gguf::Value* types = c.find("tokenizer.ggml.token_type");
-    std::vector<std::string> names;
-    for (const std::string& m : markers)
-      if (type != 1 || std::all_of(m.begin(), m.end(), [](char c) { return c > 0x20 && c < 0x7F; })) names.push_back(m);
-    size_t next = 0;
-    for (size_t i = 0; i < tokens->as.size() && next < names.size(); ++i)
-      if (tokens->as[i].starts_with("<|ctrl_")) {
-        tokens->as[i] = names[next++];
-        types->ai[i] = type;
-      }
-    ASSERT_EQ(next, names.size()) << "too few tokens to rename";
-  });
-  gguf::Reader r(path);
-  return Tokenizer::load(r);
+  return test::chat_vocab(kCorpus, markers, type, "tool_" + tag);
 }
 
-int32_t special_id(const Tokenizer& tok, const std::string& text) {
-  for (int32_t id : tok.special_ids())
-    if (tok.token_bytes(id) == text) return id;
-  return -1;
-}
+using test::special_id;
 
 // Tokens drawn uniformly among those the grammar allows (ending, when it may, with odds 1 in 6).
 // Returns false when the walk ran past `limit` tokens without ending.

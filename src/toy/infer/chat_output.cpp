@@ -104,6 +104,12 @@ string_view raw_json(string_view s, size_t i) {
   return s.substr(i, end == npos ? npos : end - i);
 }
 
+// The arguments object a call's body holds so far (empty unless it begins as an object).
+std::string object_so_far(string_view body) {
+  const string_view v = raw_json(body, 0);
+  return !v.empty() && v[0] == '{' ? std::string(v) : std::string();
+}
+
 // A call object, whole or being written ({"name": "f", "arguments": {"x": ...): its name once
 // that string is whole, its id, and its arguments object as written so far (raw_arguments; not
 // when the arguments are a string holding JSON). `key_is_name`: Apertus's {NAME: {arguments}}.
@@ -312,6 +318,15 @@ bool glm_call(string_view body, std::vector<ToolCall>& out) {
   return true;
 }
 
+// Mistral's NAME([CALL_ID]ID)? before [ARGS].
+void mistral_head(string_view head, ToolCall& c) {
+  if (const size_t id = head.find("[CALL_ID]"); id != npos) {
+    c.id = std::string(trim(head.substr(id + 9)));
+    head = head.substr(0, id);
+  }
+  c.name = std::string(trim(head));
+}
+
 // Mistral Small 3.2 / Devstral: ([TOOL_CALLS]NAME([CALL_ID]ID)?[ARGS]{json})+
 Calls mistral_args(string_view s) {
   Calls r;
@@ -323,12 +338,7 @@ Calls mistral_args(string_view s) {
     const size_t name = at + 12, args = s.find("[ARGS]", name);
     if (args == npos) return r;
     ToolCall c;
-    string_view head = s.substr(name, args - name);
-    if (const size_t id = head.find("[CALL_ID]"); id != npos) {
-      c.id = std::string(head.substr(id + 9));
-      head = head.substr(0, id);
-    }
-    c.name = std::string(trim(head));
+    mistral_head(s.substr(name, args - name), c);
     const size_t end = json_end(s, args + 6);
     Json j;
     if (end == npos || !parse_json(s.substr(args + 6, end - args - 6), j) || !arguments_of(j, c.arguments)) return r;
@@ -396,15 +406,18 @@ Calls deepseek(string_view s, bool r1) {
                  });
 }
 
+// Kimi's call names are written functions.NAME:INDEX.
+std::string kimi_name(string_view n) {
+  if (n.starts_with("functions.")) n.remove_prefix(10);
+  if (const size_t colon = n.rfind(':'); colon != npos) n = n.substr(0, colon);
+  return std::string(n);
+}
+
 // Kimi: a section of functions.NAME:INDEX<|tool_call_argument_begin|>{json} calls.
 Calls kimi(string_view s) {
   return section(s, "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
                  "<|tool_call_end|>", [](string_view body, std::vector<ToolCall>& out) {
-                   return name_then_json(body, "<|tool_call_argument_begin|>", out, [](string_view n) {
-                     if (n.starts_with("functions.")) n.remove_prefix(10);
-                     if (const size_t colon = n.rfind(':'); colon != npos) n = n.substr(0, colon);
-                     return std::string(n);
-                   });
+                   return name_then_json(body, "<|tool_call_argument_begin|>", out, kimi_name);
                  });
 }
 
@@ -453,7 +466,7 @@ ChatReply functionary(string_view s, bool partial) {
         if (j.is_object()) c.raw_arguments = std::string(trim(body));
         calls.push_back(std::move(c));
       } else if (partial && next == npos && !c.name.empty()) {  // being written
-        if (!trim(body).empty() && trim(body)[0] == '{') c.raw_arguments = std::string(raw_json(body, 0));
+        c.raw_arguments = object_so_far(body);
         out.call_in_progress = std::move(c);
       } else if (!partial) {
         out.content += std::string(seg);
@@ -494,7 +507,7 @@ ChatReply gpt_oss(string_view s, bool with_tools, bool partial) {
         if (j.is_object()) c.raw_arguments = std::string(trim(body));
         out.tool_calls.push_back(std::move(c));
       } else if (partial && end == npos && named && !c.name.empty()) {  // being written
-        if (!trim(body).empty() && trim(body)[0] == '{') c.raw_arguments = std::string(raw_json(body, 0));
+        c.raw_arguments = object_so_far(body);
         out.call_in_progress = std::move(c);
       } else if (!partial) {
         out.content += std::string(body);
@@ -626,13 +639,12 @@ std::optional<ToolCall> call_being_written(string_view region, ToolCallFormat f)
     case F::CommandR:
     case F::Llama3Json: object_call_parts(region, false, c); break;
     case F::Apertus: object_call_parts(region, true, c); break;
-    case F::MistralArgs:
+    case F::MistralArgs: {
       name_sep_args("[TOOL_CALLS]", "[ARGS]");
-      if (const size_t id = c.name.find("[CALL_ID]"); id != npos) {
-        c.id = std::string(trim(string_view(c.name).substr(id + 9)));
-        c.name = std::string(trim(string_view(c.name).substr(0, id)));
-      }
+      const std::string head = c.name;
+      mistral_head(head, c);
       break;
+    }
     case F::DeepSeekV31: name_sep_args("<｜tool▁call▁begin｜>", "<｜tool▁sep｜>"); break;
     case F::DeepSeekR1:
       if (const size_t after = name_between("<｜tool▁sep｜>", "```json"); after != npos)
@@ -640,8 +652,7 @@ std::optional<ToolCall> call_being_written(string_view region, ToolCallFormat f)
       break;
     case F::Kimi:
       name_sep_args("<|tool_call_begin|>", "<|tool_call_argument_begin|>");
-      if (c.name.starts_with("functions.")) c.name.erase(0, 10);
-      if (const size_t colon = c.name.rfind(':'); colon != std::string::npos) c.name.resize(colon);
+      c.name = kimi_name(c.name);
       break;
     case F::Gemma4: name_between("<|tool_call>call:", "{"); break;
     default: break;
