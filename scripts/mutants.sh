@@ -1389,6 +1389,66 @@ toy_chat_tests
 ^TokenMasker\.
   auto [it, fresh] = st.ids.emplace(m.key(horizon_), int32_t(st.matcher.size()));
   auto [it, fresh] = st.ids.emplace(m.key(1), int32_t(st.matcher.size()));
+ring-forgets-last-old-key
+src/toy/nn/attention.cpp
+toy_model_tests
+^Decoder\.PublishedArchitecturesDecode
+  const int64_t m = std::min(start, R - 1);  // cached positions the first new query sees
+  const int64_t m = std::min(start, R - 2);  // cached positions the first new query sees
+window-mask-off-by-one
+src/toy/backend/cpu/attention.cpp
+toy_op_tests
+^Forward\.AttentionSlidingWindow
+    if (g.window > 0) first = std::clamp<int64_t>(i + g.off - g.window + 1 - j0, 0, visible);
+    if (g.window > 0) first = std::clamp<int64_t>(i + g.off - g.window - j0, 0, visible);
+window-decode-starts-at-zero
+src/toy/backend/cpu/attention.cpp
+toy_op_tests
+^Forward\.AttentionSlidingWindow
+    const int64_t j_first = g.key_begin(0), S = g.key_end(1) - j_first;
+    const int64_t j_first = 0, S = g.key_end(1) - j_first;
+swa-layers-global-base
+src/toy/models/decoder_lm.cpp
+toy_model_tests
+^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/gemma3
+  o.freq_base = c.swa.rope_base;
+  o.freq_base = c.rope.base;
+gemma-post-norm-skipped
+src/toy/models/decoder_lm.cpp
+toy_model_tests
+^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/gemma3
+  if (b.ffn_post_norm.defined()) m = b.ffn_post_norm(m);
+  (void)0;
+softcap-missing
+src/toy/models/decoder_lm.cpp
+toy_model_tests
+^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/gemma3
+  if (cfg_.logit_softcap == 0.0f) return z;
+  if (true) return z;
+smollm3-rope-everywhere
+src/toy/models/config.cpp
+toy_model_tests
+^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/smollm3
+  return pos == PosKind::RoPE && (nope_interval == 0 || (l + 1) % nope_interval != 0);
+  return pos == PosKind::RoPE;
+longrope-always-short
+src/toy/nn/attention.h
+toy_model_tests
+^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/phi3
+    return rope_long && context > long_after ? rope_long : rope;
+    return rope;
+longrope-no-attn-factor
+src/toy/models/decoder_lm.cpp
+toy_model_tests
+^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/phi3
+  if (c.rope.long_short) o.attn_factor = c.rope.attn_factor;  // LongRoPE's cos/sin scale
+  (void)0;
+fused-gate-up-halves-swapped
+src/toy/nn/mlp.cpp
+toy_model_tests
+^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/phi3
+  if (!gate.defined()) return down(swiglu(up(x)));  // gate and up fused in one [2F, D] weight
+  if (!gate.defined()) return down(swiglu(concat({slice(up(x), -1, up.out_features() / 2, up.out_features()), slice(up(x), -1, 0, up.out_features() / 2)}, -1)));
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

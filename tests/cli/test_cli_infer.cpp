@@ -60,14 +60,19 @@ TEST(CliInit, WritesEveryArchitectureWithStandardKeysOnly) {
 TEST(CliInit, RefusesPairsThatDoNotExistAndListsTheValidOnes) {
   auto r = run_toy({"init", "--arch", "qwen2", "--shape", "smollm2-135m", "--out", temp("bad.gguf")});
   EXPECT_EQ(r.status, 1) << describe(r);
-  EXPECT_NE(r.err.find("--arch llama  --shape smollm2-135m"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--arch llama   --shape smollm2-135m"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(temp("bad.gguf")));
   r = run_toy({"init", "--arch", "llama", "--shape", "tiny", "--type", "q3_k", "--out", temp("bad.gguf")});
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("q4_k_m"), std::string::npos) << r.err;
   r = run_toy({"init", "--help"});
   EXPECT_EQ(r.status, 0);
-  EXPECT_NE(r.out.find("--arch qwen3  --shape qwen3-0.6b"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--arch qwen3   --shape qwen3-0.6b"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--arch gemma3  --shape gemma3-1b"), std::string::npos) << r.out;
+  // A published-only architecture has no preset shape of another's.
+  r = run_toy({"init", "--arch", "phi3", "--shape", "gemma3-270m", "--out", temp("bad.gguf")});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_NE(r.err.find("is a gemma3 model, not phi3"), std::string::npos) << r.err;
 }
 
 // SmolLM2-135M's exact shape, as llama.cpp would quantize it to Q4_K: 576-wide rows fall back

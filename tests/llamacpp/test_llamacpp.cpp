@@ -359,6 +359,10 @@ TEST(LlamaCpp, RunsToyInitModelsOfEveryArchitectureAndType) {
   for (const char* arch : {"llama", "qwen2", "qwen3", "gpt2"})
     for (const char* type : {"f32", "q8_0", "q4_k_m"}) cases.push_back({arch, type});
   for (const char* type : {"f16", "bf16", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k"}) cases.push_back({"llama", type});
+  // Published architectures (tiny: width 64, every part present — SmolLM3's no-RoPE layer,
+  // Phi-3's fused tensors and LongRoPE, Gemma 3's sliding layers and soft cap).
+  for (const char* arch : {"smollm3", "phi3", "gemma3"})
+    for (const char* type : {"f32", "f16", "q8_0", "q4_k_m"}) cases.push_back({arch, type});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.arch + " " + c.type);
     const std::string path = (fs::path(::testing::TempDir()) / ("toy_init_" + c.arch + "_" + c.type + ".gguf")).string();
@@ -372,6 +376,35 @@ TEST(LlamaCpp, RunsToyInitModelsOfEveryArchitectureAndType) {
     expect_same_distributions(path, ids, tolerance, exact ? 0.0 : 2 * tolerance);
     expect_same_greedy_tokens(path, ids, 16, exact ? 1e-4 : 2 * tolerance);
   }
+}
+
+// Phi-3's LongRoPE: within the original context (tiny: 256 positions) the short factors rotate,
+// past it the long ones — in llama.cpp by its context's size (padded to 256), in toy by the
+// cache's capacity (or the sequence's length without a cache). Both agree either side.
+TEST(LlamaCpp, Phi3LongRopeSwitchesFactorsAsLlamaCppDoes) {
+  REQUIRE_LLAMACPP();
+  const std::string path = (fs::path(::testing::TempDir()) / "toy_init_phi3_longrope.gguf").string();
+  const auto r = toy::test::run_toy({"init", "--arch", "phi3", "--shape", "tiny", "--seed", "9", "--out", path});
+  ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+  std::string text;
+  while (text.size() < 1200) text += "the terms and conditions for copying, distribution and modification; ";
+  const std::vector<int32_t> ids = encode(path, text);
+  ASSERT_GT(ids.size(), 260u);
+  ASSERT_LT(ids.size(), 1000u);
+  const std::vector<int32_t> short_ids(ids.begin(), ids.begin() + 40);
+  const double within = expect_same_distributions(path, short_ids, 1e-3);
+  const double past = expect_same_distributions(path, ids, 1e-3);
+  // (The factors differ: the first 40 positions under the long ones move the distributions.)
+  LoadedModel lm = load_model(path);
+  NoGradGuard ng;
+  nn::KVCache long_cache = lm.model->new_cache(1, 512);
+  const std::vector<float> a = lm.model->logits(from_vector(short_ids, Shape{1, 40})).to_f32_vector();
+  const std::vector<float> b =
+      lm.model->logits(from_vector(short_ids, Shape{1, 40}), false, nullptr, &long_cache).to_f32_vector();
+  double moved = 0;
+  for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, double(std::fabs(a[i] - b[i])));
+  EXPECT_GT(moved, 0.05) << "short and long factors give the same logits: the switch is not tested";
+  std::printf("phi3 LongRoPE: short %.2e, long %.2e, factors move logits by %.3f\n", within, past, moved);
 }
 
 // A hybrid toy trains (3:1 Gated DeltaNet : gated attention, byte vocabulary) is a qwen35 file
@@ -423,6 +456,42 @@ TEST(LlamaCpp, AppliesOurLoraAdapterOnAHybrid) {
   expect_same_distributions(base, ids, 1e-3, 0.0, adapter);
   expect_same_greedy_tokens(base, encode(base, "work code ="), 16, 0.0, adapter);
   expect_same_distributions(merged, ids, 1e-3, 0.0);
+}
+
+// LoRA on every projection of the published architectures — Phi-3's fused attn_qkv and
+// gate/up ffn_up, Gemma 3's and SmolLM3's separate ones: llama.cpp applies the adapter as toy
+// does (a Q8_0 base: QLoRA), and runs the merged model.
+TEST(LlamaCpp, AppliesOurLoraAdapterOnPublishedArchitectures) {
+  REQUIRE_LLAMACPP();
+  const std::string data = (fs::path(::testing::TempDir()) / "toy_llamacpp_arch_lora.jsonl").string();
+  {
+    std::ofstream f(data);
+    const std::string words[] = {"program", "license", "source", "copies", "notice", "terms", "work", "code"};
+    for (int i = 0; i < 48; ++i) {
+      const std::string w = words[i % 8] + " " + words[(i * 3 + 1) % 8];
+      f << nlohmann::json({{"prompt", w + " ="}, {"completion", " " + std::string(w.rbegin(), w.rend())}}).dump() << "\n";
+    }
+  }
+  for (const char* arch : {"smollm3", "phi3", "gemma3"}) {
+    SCOPED_TRACE(arch);
+    const std::string base = (fs::path(::testing::TempDir()) / (std::string("toy_llamacpp_lora_") + arch + ".gguf")).string();
+    const auto r = toy::test::run_toy({"init", "--arch", arch, "--shape", "tiny", "--type", "q8_0", "--seed", "12",
+                                       "--out", base});
+    ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+    FinetuneOptions o;
+    o.model = base, o.data = data, o.method = "lora", o.merge_type = "f32";
+    o.out = (fs::path(::testing::TempDir()) / (std::string("toy_llamacpp_lora_") + arch)).string();
+    o.lora_rank = 4, o.lora_alpha = 8, o.steps = 30, o.batch = 8, o.lr = 1e-2f, o.quiet = true, o.force = true;
+    finetune(o);
+    const std::string adapter = o.out + "/adapter.gguf", merged = o.out + "/model.gguf";
+    const std::vector<int32_t> ids = encode(base, "source notice = ecruos eciton and the terms of this License");
+    EXPECT_GT(adapter_moves_logits(base, adapter, ids), 0.1);
+    // On the Q8_0 base, the quantized files' tolerance (RunsToyInitModels…): llama.cpp rounds
+    // GELU's input and output to f16 (its table), and Gemma's 8-bit activations after the GeGLU
+    // can then round a step apart (measured 1.0e-2; smollm3 and phi3 1e-6). Merged F32: 1e-3.
+    expect_same_distributions(base, ids, 0.04, 0.08, adapter);
+    expect_same_distributions(merged, ids, 1e-3, 0.0);
+  }
 }
 
 // Qwen3.5's hybrid (a Gated DeltaNet layer, a gated-attention layer, fewer K heads than V heads

@@ -196,6 +196,133 @@ TEST(Decoder, HybridGradientsMatchFiniteDifferences) {
   }
 }
 
+namespace {
+
+// A small model of a published architecture with every parameter random (its RoPE tables
+// kept): gemma3 with sliding layers (window 5, every 2nd layer global) and a soft cap, phi3
+// with fused q/k/v and gate/up and LongRoPE switching at 16 positions, smollm3 with its
+// no-RoPE 4th layer.
+DecoderLM random_published(const std::string& arch, int64_t ctx, uint64_t seed = 5) {
+  ModelConfig c = ModelConfig::for_arch(arch);
+  c.vocab = 11, c.dim = 32, c.layers = 4, c.heads = 4, c.kv_heads = 2, c.ctx = ctx, c.ffn = 48;
+  if (arch == "gemma3") c.head_dim = 16, c.swa = SwaConfig{5, 2, 10000.0f}, c.logit_softcap = 5.0f;
+  if (arch == "phi3") {
+    c.fused_qkv = true, c.rope.n_rot = 4, c.rope.long_short = true, c.rope.orig_ctx = 16, c.rope.attn_factor = 1.2f;
+    c.tied = false;
+  }
+  DecoderLM m(c);
+  m.init(seed);
+  NoGradGuard ng;
+  uint64_t stream = 0;
+  for (Tensor& p : m.params().values()) {
+    Generator g(seed, 1000 + ++stream);
+    if (p.name().starts_with("rope_")) continue;
+    Tensor noise = randn(p.shape(), g, 0.0f, 0.3f);
+    copy_(p, p.ndim() == 1 ? add(p, noise) : noise);
+  }
+  return m;
+}
+
+}  // namespace
+
+// Cached decoding of the published architectures equals the full forward at every position,
+// fed in chunks of every size (one token, a few, more than a window at once) and through
+// decode_step; a sliding layer's cache is a ring of its window, the global layers' the whole
+// context.
+TEST(Decoder, PublishedArchitecturesDecodeAsTheFullForward) {
+  const int64_t T = 40;
+  for (const char* arch : {"gemma3", "phi3", "smollm3"}) {
+    SCOPED_TRACE(arch);
+    DecoderLM m = random_published(arch, T);
+    const std::vector<int32_t> ids = token_ids(T, m.config().vocab);
+    const int64_t V = m.config().vocab;
+    nn::KVCache cache = m.new_cache();  // capacity T: LongRoPE's long factors, as the full forward's
+    Tensor full;
+    {
+      NoGradGuard ng;
+      full = m.logits(from_vector(ids, Shape{1, T}));
+    }
+    int64_t t = 0;
+    for (int64_t chunk : {3, 1, 1, 7, 1, 12, 1, 2, 1, 1, 6, 1, 1, 1, 1}) {
+      const std::vector<int32_t> part(ids.begin() + t, ids.begin() + t + chunk);
+      Tensor last = m.decode(cache, part);
+      t += chunk;
+      ASSERT_TRUE(close(last, reshape(slice(full, 1, t - 1, t), Shape{V}), 1e-4, 1e-4)) << "after position " << t - 1;
+    }
+    ASSERT_EQ(t, T);
+    // decode_step: two sequences at different lengths, each continuing its own cache.
+    nn::KVCache a = m.new_cache(), b = m.new_cache();
+    m.decode(a, std::vector<int32_t>(ids.begin(), ids.begin() + 9));
+    m.decode(b, std::vector<int32_t>(ids.begin(), ids.begin() + 21));
+    std::vector<nn::KVCache*> both{&a, &b};
+    const Tensor step = m.decode_step(both, std::vector<int32_t>{ids[9], ids[21]});
+    EXPECT_TRUE(close(slice(step, 0, 0, 1), reshape(slice(full, 1, 9, 10), Shape{1, V}), 1e-4, 1e-4));
+    EXPECT_TRUE(close(slice(step, 0, 1, 2), reshape(slice(full, 1, 21, 22), Shape{1, V}), 1e-4, 1e-4));
+    if (std::string(arch) == "gemma3") {
+      // Layers 0 and 2 slide: 5 positions each; 1 and 3 hold all 40.
+      EXPECT_EQ(cache.slots(0), 5);
+      EXPECT_EQ(cache.slots(1), T);
+      EXPECT_TRUE(cache.ring(2));
+      EXPECT_FALSE(cache.ring(3));
+      const double full_bytes = nn::KVCache::bytes(4, 1, T, 2, 16, DType::F32);
+      EXPECT_DOUBLE_EQ(cache.bytes(), full_bytes * (2 * 5 + 2 * T) / (4 * T));
+    }
+  }
+}
+
+// The published architectures' parts get the right gradients (central differences of the
+// loss): the sliding-window mask, post-norms, GeGLU, the soft cap (gemma3); fused q/k/v and
+// gate/up under LongRoPE (phi3); the no-RoPE layer (smollm3).
+TEST(Decoder, PublishedArchitectureGradientsMatchFiniteDifferences) {
+  for (const char* arch : {"gemma3", "phi3", "smollm3"}) {
+    SCOPED_TRACE(arch);
+    DecoderLM m = random_published(arch, 12, 7);
+    for (Tensor& p : m.params().values()) {
+      NoGradGuard ng;
+      if (p.name().starts_with("rope_")) continue;
+      Tensor& w = p;
+      copy_(w, scale(w, 0.5f));  // gentler weights: the loss stays smooth at the step below
+    }
+    const std::vector<int32_t> ids = token_ids(24, m.config().vocab);
+    std::vector<int32_t> targets(ids.begin() + 1, ids.end());
+    targets.push_back(0);
+    const Tensor x = from_vector(ids, Shape{2, 12}), y = from_vector(targets, Shape{2, 12});
+    backward(m.loss(x, y));
+    for (const Tensor& p : m.params().values()) {
+      if (p.name().starts_with("rope_")) continue;
+      ASSERT_TRUE(p.grad().defined()) << p.name();
+      double norm = 0;
+      for (float v : p.grad().to_f32_vector()) norm += double(v) * v;
+      EXPECT_GT(norm, 0.0) << p.name() << " gets no gradient";
+    }
+    NoGradGuard ng;
+    std::vector<std::string> names;
+    if (std::string(arch) == "gemma3")
+      names = {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_q_norm.weight",
+               "blk.0.post_attention_norm.weight", "blk.0.ffn_gate.weight", "blk.0.post_ffw_norm.weight",
+               "blk.1.attn_v.weight"};
+    else if (std::string(arch) == "phi3")
+      names = {"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight", "blk.1.ffn_down.weight", "output.weight"};
+    else
+      names = {"blk.3.attn_q.weight", "blk.3.attn_k.weight", "blk.2.attn_q.weight"};
+    for (const std::string& name : names) {
+      Tensor& p = m.params().get(name);
+      const std::vector<float> grad = p.grad().to_f32_vector();
+      float* w = p.data<float>();
+      for (int64_t i : {int64_t(0), p.numel() / 2 + 1, p.numel() - 1}) {
+        const float keep = w[i], h = 1e-2f;
+        w[i] = keep + h;
+        const double up = m.loss(x, y).item();
+        w[i] = keep - h;
+        const double down = m.loss(x, y).item();
+        w[i] = keep;
+        const double numeric = (up - down) / (2 * h);
+        EXPECT_NEAR(grad[size_t(i)], numeric, 2e-3 + 3e-2 * std::fabs(numeric)) << name << " element " << i;
+      }
+    }
+  }
+}
+
 // depth_scale (layer l's pre-norm outputs times 1/sqrt(l + 1)) is folded into the norms when a
 // model is saved: a plain llama / qwen35 file with the same logits (checkpoints stay unfolded).
 TEST(Decoder, DepthScaleIsFoldedIntoTheNormsAtSave) {

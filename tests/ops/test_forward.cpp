@@ -396,7 +396,7 @@ TEST(Forward, RopeLayoutsScalingAndYarn) {
 
 namespace {
 std::vector<double> attention_ref(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                  const std::vector<int>& seg, float scale) {
+                                  const std::vector<int>& seg, float scale, int64_t window = 0) {
   const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), S = k.size(1), Hkv = k.size(2),
                 Dv = v.size(3);
   std::vector<double> qv = to_double(contiguous(q)), kv = to_double(contiguous(k)), vv = to_double(contiguous(v));
@@ -409,6 +409,7 @@ std::vector<double> attention_ref(const Tensor& q, const Tensor& k, const Tensor
         double mx = -INFINITY;
         for (int64_t j = 0; j < S; ++j) {
           if (causal && j > i + (S - T)) continue;
+          if (window > 0 && i + (S - T) - j >= window) continue;
           if (!seg.empty() && seg[size_t(b * T + j)] != seg[size_t(b * T + i)]) continue;
           double d = 0;
           for (int64_t e = 0; e < D; ++e)
@@ -477,6 +478,48 @@ TEST(Forward, AttentionCausalGqaSegmentsAndKvOffset) {
   Tensor ob = attention(qb, kb, vb);
   EXPECT_EQ(ob.dtype(), DType::BF16);
   EXPECT_TRUE(close(ob, attention_ref(qb, kb, vb, true, {}, sc), 2e-2, 2e-2));
+}
+
+// Sliding windows (Gemma 3's local layers): a query sees only the `window` latest keys — in
+// tiles (whole key chunks before the window skipped), with more keys than queries (a cache),
+// one query (the decode path), segments, and through the backward against composed ops.
+TEST(Forward, AttentionSlidingWindow) {
+  Tensor q = randn_t(Shape{2, 300, 4, 8}, 160), k = randn_t(Shape{2, 600, 2, 8}, 161), v = randn_t(Shape{2, 600, 2, 5}, 162);
+  const float sc = 1.0f / std::sqrt(8.0f);
+  for (int64_t w : {int64_t(1), int64_t(7), int64_t(100), int64_t(257), int64_t(700)}) {
+    SCOPED_TRACE(w);
+    AttentionOptions o;
+    o.window = w;
+    EXPECT_TRUE(close(attention(q, k, v, o), attention_ref(q, k, v, true, {}, sc, w), 1e-5, 1e-4));
+    Tensor q1 = slice(q, 1, 299, 300);
+    EXPECT_TRUE(close(attention(q1, k, v, o), attention_ref(q1, k, v, true, {}, sc, w), 1e-5, 1e-4));
+    Tensor ks = slice(k, 1, 0, 300), vs = slice(v, 1, 0, 300);
+    std::vector<int> seg(600);
+    for (int t = 0; t < 300; ++t) seg[size_t(t)] = t / 90, seg[size_t(300 + t)] = (t / 7) % 3;
+    o.segments = from_vector(std::vector<int32_t>(seg.begin(), seg.end()), Shape{2, 300});
+    EXPECT_TRUE(close(attention(q, ks, vs, o), attention_ref(q, ks, vs, true, seg, sc, w), 1e-5, 1e-4));
+  }
+  AttentionOptions bad;
+  bad.causal = false;
+  bad.window = 4;
+  EXPECT_THROW(attention(q, k, v, bad), Error);
+  // Gradients across key chunks with a window that cuts inside them.
+  Tensor qq = param(randn_t(Shape{1, 520, 2, 4}, 163)), kk = param(randn_t(Shape{1, 520, 1, 4}, 164)),
+         vv = param(randn_t(Shape{1, 520, 1, 4}, 165));
+  Tensor g = randn_t(Shape{1, 520, 2, 4}, 166);
+  AttentionOptions o;
+  o.window = 300;
+  auto fused = grad(mul(attention(qq, kk, vv, o), g), {qq, kk, vv}, ones(Shape{1, 520, 2, 4}));
+  std::vector<float> far(size_t(520 * 520), 0.0f);
+  for (int64_t i = 0; i < 520; ++i)
+    for (int64_t j = 0; j < 520; ++j)
+      if (j > i || i - j >= 300) far[size_t(i * 520 + j)] = -INFINITY;
+  Tensor mask = from_vector(far, Shape{1, 1, 520, 520});
+  Tensor kr = repeat_kv_for_test(kk, 2), vr = repeat_kv_for_test(vv, 2);
+  Tensor qh = permute(qq, {0, 2, 1, 3}), kh = permute(kr, {0, 2, 1, 3}), vh = permute(vr, {0, 2, 1, 3});
+  Tensor out = permute(matmul(softmax(matmul(qh, kh, false, true), 0.5f, mask), vh), {0, 2, 1, 3});
+  auto composed = grad(mul(out, g), {qq, kk, vv}, ones(Shape{1, 520, 2, 4}));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(close(fused[size_t(i)], composed[size_t(i)], 1e-5, 1e-4)) << i;
 }
 
 TEST(Forward, AttentionAcceptsRowStridesBlasCannotTake) {

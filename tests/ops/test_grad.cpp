@@ -405,6 +405,14 @@ TEST(OpGrad, attention) {
   seg.segments = from_vector(std::vector<int32_t>{0, 0, 0, 1, 1, 2}, Shape{1, 6});
   EXPECT_TRUE(grad_ok([seg](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], seg); },
                       {R(Shape{1, 6, 2, 4}, 146), R(Shape{1, 6, 1, 4}, 147), R(Shape{1, 6, 1, 4}, 148)}));
+  // A sliding window of 3 over 7 positions (with a cache's extra keys), and with segments.
+  AttentionOptions win;
+  win.window = 3;
+  EXPECT_TRUE(grad_ok([win](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], win); },
+                      {R(Shape{1, 7, 2, 4}, 150), R(Shape{1, 9, 1, 4}, 151), R(Shape{1, 9, 1, 4}, 152)}));
+  win.segments = from_vector(std::vector<int32_t>{0, 0, 0, 0, 1, 1, 1}, Shape{1, 7});
+  EXPECT_TRUE(grad_ok([win](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], win); },
+                      {R(Shape{1, 7, 2, 4}, 153), R(Shape{1, 7, 1, 4}, 154), R(Shape{1, 7, 1, 4}, 155)}));
   // Strided views of one fused qkv tensor.
   Tensor qkv = R(Shape{1, 4, 3, 2, 4}, 149);
   Fn fused = [](const std::vector<Tensor>& in) {

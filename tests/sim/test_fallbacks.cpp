@@ -125,6 +125,12 @@ TEST(Fallbacks, AttentionCausalGqaSegmentsAndPackedQkv) {
   expect_fallback_matches("attention", kernels, [&] { return attention(qs, ks, vs, seg); }, {qs, ks, vs}, 1e-5);
   const Tensor qkv = leaf(Shape{2, 5, 4 + 2 * 2, 8}, 17);
   expect_fallback_matches("attention", kernels, [&] { return attention_qkv(qkv, 4, 2); }, {qkv}, 1e-5);
+  // A sliding window (keys 2 or more behind a query hidden), alone and with segments.
+  AttentionOptions win = o;
+  win.window = 2;
+  expect_fallback_matches("attention", kernels, [&] { return attention(q, k, v, win); }, {q, k, v}, 1e-5);
+  seg.window = 2;
+  expect_fallback_matches("attention", kernels, [&] { return attention(qs, ks, vs, seg); }, {qs, ks, vs}, 1e-5);
 }
 
 TEST(Fallbacks, APrimitiveWithoutAKernelIsAClearErrorNamingItAndTheDevice) {

@@ -135,6 +135,7 @@ using Rope = void(const Tensor& x, const Tensor& pos, const Tensor& freq_factors
 struct AttentionArgs {
   float scale = 1.0f;
   bool causal = true;  // key j visible to query i iff j <= i + (S - T)
+  int64_t window = 0;  // and, when > 0, i + (S - T) - j < window (a sliding window)
 };
 // q [B, T, H, D], k [B, S, Hkv, D], v [B, S, Hkv, Dv] with last stride 1; segments I32 [B, T]
 // (T == S) or undefined: key j is visible only within the query's segment.

@@ -44,7 +44,7 @@ void perturb_vectors(DecoderLM& m, uint64_t seed) {
   uint64_t stream = 0;
   for (Tensor& p : m.params().values()) {
     ++stream;
-    if (p.ndim() != 1 || p.name() == "rope_freqs.weight") continue;
+    if (p.ndim() != 1 || p.name().starts_with("rope_")) continue;  // (RoPE tables are constants)
     Generator g(seed ^ 0x9e3779b97f4a7c15ull, stream);
     const bool is_norm = p.name().find("norm") != std::string::npos;
     Tensor noise = randn(p.shape(), g, 0.0f, is_norm ? 0.1f : 0.02f);
@@ -61,9 +61,8 @@ Run add_init_command(CLI::App& app) {
     uint64_t seed = 1;
   };
   auto f = std::make_shared<Flags>();
-  cmd->add_option("--arch", f->arch, "llama, qwen2, qwen3, qwen35 or gpt2")->required();
-  cmd->add_option("--shape", f->shape, "tiny, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, qwen3.5-0.8b or gpt2-124m")
-      ->required();
+  cmd->add_option("--arch", f->arch, "llama, qwen2, qwen3, qwen35, gpt2, smollm3, phi3 or gemma3")->required();
+  cmd->add_option("--shape", f->shape, "tiny or a published model's shape (the pairs below)")->required();
   cmd->add_option("--type", f->type, "Weight type: " + quant_kind_names() + " (default f32)");
   add_u64(cmd, "--seed", f->seed, "Seed of the random weights (default 1)");
   cmd->add_option("--out", f->out, "The model file to write")->required();
@@ -81,7 +80,10 @@ Run add_init_command(CLI::App& app) {
     TOY_CHECK(need <= double(avail), "[init] a {} {} model needs about {} to write, more than the {} available",
               f->arch, f->shape, format_bytes(need), format_bytes(double(avail)));
     Corpus corpus = read_corpus(std::vector<std::string>{});
-    auto tok = Tokenizer::train_fixed_size(corpus.text, shape_pretokenizer(f->arch, f->shape), cfg.vocab);
+    // (llama.cpp looks up SentencePiece's <unk>, <s> and </s> in a Phi-3's vocabulary by name.)
+    const std::vector<std::string> controls =
+        f->arch == "phi3" ? std::vector<std::string>{"<unk>", "<s>", "</s>"} : std::vector<std::string>{};
+    auto tok = Tokenizer::train_fixed_size(corpus.text, shape_pretokenizer(f->arch, f->shape), cfg.vocab, controls);
     DecoderLM model(cfg);
     model.init(f->seed);
     perturb_vectors(model, f->seed);

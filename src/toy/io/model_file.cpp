@@ -78,7 +78,17 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
       w.set(arch + ".rope.scaling.factor", Value::f32(c.rope.factor));
       if (c.rope.orig_ctx) w.set(arch + ".rope.scaling.original_context_length", Value::u32(uint32_t(c.rope.orig_ctx)));
     }
+    if (c.rope.long_short) {
+      w.set(arch + ".rope.scaling.original_context_length", Value::u32(uint32_t(c.rope.orig_ctx)));
+      w.set(arch + ".rope.scaling.attn_factor", Value::f32(c.rope.attn_factor));
+    }
   }
+  if (c.swa.window) {
+    w.set(arch + ".attention.sliding_window", Value::u32(uint32_t(c.swa.window)));
+    w.set(arch + ".attention.sliding_window_pattern", Value::u32(uint32_t(c.swa.pattern)));
+    w.set(arch + ".rope.freq_base_swa", Value::f32(c.swa.rope_base));
+  }
+  if (c.logit_softcap != 0.0f) w.set(arch + ".final_logit_softcapping", Value::f32(c.logit_softcap));
   if (arch == "qwen35") {
     const GdnConfig& g = c.gdn;
     const GdnConfig gd = c.has_gdn() ? g : GdnConfig{c.heads, c.heads, c.head_dim, 4};  // (keys llama.cpp requires)
@@ -194,6 +204,38 @@ void read_qwen35_keys(const gguf::Reader& r, ModelConfig& c) {
   // position, which is NEOX RoPE over the rotated dims.
 }
 
+// Phi-3's LongRoPE: the long and short factor tensors (both or neither), the context they
+// switch at (llama.cpp's default: the trained context) and the cos/sin scale. Its
+// attention.sliding_window is ignored, as llama.cpp ignores it.
+void read_phi3_keys(const gguf::Reader& r, ModelConfig& c) {
+  const std::string shown = printable(r.path()), a = "phi3.";
+  const bool has_long = r.find_tensor("rope_factors_long.weight") != nullptr;
+  const bool has_short = r.find_tensor("rope_factors_short.weight") != nullptr;
+  TOY_CHECK(has_long == has_short, "[model] '{}': it has rope_factors_{}.weight but no rope_factors_{}.weight", shown,
+            has_long ? "long" : "short", has_long ? "short" : "long");
+  c.rope.long_short = has_long;
+  c.rope.attn_factor = find_float(r, a + "rope.scaling.attn_factor").value_or(1.0f);
+  if (has_long) c.rope.orig_ctx = find_int(r, a + "rope.scaling.original_context_length").value_or(c.ctx);
+}
+
+// Gemma 3: sliding-window layers (attention.sliding_window; a scalar sliding_window_pattern,
+// default 6, as llama.cpp reads it) with their own RoPE base, the final logit soft-cap, and the
+// 27B model's query scale (llama.cpp: 1/sqrt(dim / heads) for 62 layers).
+void read_gemma3_keys(const gguf::Reader& r, ModelConfig& c) {
+  const std::string shown = printable(r.path()), a = "gemma3.";
+  c.swa.window = find_int(r, a + "attention.sliding_window").value_or(0);
+  TOY_CHECK(c.swa.window >= 0, "[model] '{}': attention.sliding_window {} is negative", shown, c.swa.window);
+  if (c.swa.window > 0) {
+    if (const gguf::Value* v = r.find(a + "attention.sliding_window_pattern"))
+      TOY_CHECK(v->type != gguf::Type::ARRAY, "[model] '{}': a per-layer attention.sliding_window_pattern array is not "
+                "supported for gemma3 (a number n: every n-th layer global)", shown);
+    c.swa.pattern = find_int(r, a + "attention.sliding_window_pattern").value_or(6);
+    c.swa.rope_base = find_float(r, a + "rope.freq_base_swa").value_or(10000.0f);
+  }
+  c.logit_softcap = find_float(r, a + "final_logit_softcapping").value_or(0.0f);
+  if (c.layers == 62) c.attn_scale = 1.0f / std::sqrt(float(c.dim / c.heads));
+}
+
 // The hyper-parameters a GGUF file states in llama.cpp's standard keys.
 ModelConfig config_from_standard_keys(const gguf::Reader& r, const std::string& arch) {
   const std::string shown = printable(r.path());
@@ -256,7 +298,12 @@ ModelConfig config_from_standard_keys(const gguf::Reader& r, const std::string& 
     c.rope.freq_factors = r.find_tensor("rope_freqs.weight") != nullptr;
   }
   c.tied = r.find_tensor("output.weight") == nullptr;
+  // One attn_qkv tensor instead of attn_q/k/v (llama.cpp takes either for these architectures;
+  // GPT-2's is always fused, Qwen3.5's attn_qkv is a Gated DeltaNet layer's).
+  if (arch != "gpt2" && arch != "qwen35" && r.find_tensor("blk.0.attn_qkv.weight")) c.fused_qkv = true;
   if (arch == "qwen35") read_qwen35_keys(r, c);
+  if (arch == "phi3") read_phi3_keys(r, c);
+  if (arch == "gemma3") read_gemma3_keys(r, c);
   if (auto v = find_int(r, a + "vocab_size")) {
     c.vocab = *v;
   } else if (const gguf::TensorInfo* emb = r.find_tensor("token_embd.weight"); emb && emb->shape.ndim() == 2) {

@@ -16,12 +16,18 @@ namespace toy {
 double json_float(float f) { return std::stod(fmt::format("{}", f)); }
 
 std::string to_string(NormKind k) { return k == NormKind::RMS ? "rms" : "layer"; }
-std::string to_string(MlpKind k) { return k == MlpKind::SwiGLU ? "swiglu" : "gelu"; }
+std::string to_string(MlpKind k) { return k == MlpKind::SwiGLU ? "swiglu" : k == MlpKind::GELU ? "gelu" : "geglu"; }
 std::string to_string(PosKind k) { return k == PosKind::RoPE ? "rope" : "learned"; }
 
 LayerKind ModelConfig::layer_kind(int64_t l) const {
   return layer_kinds.empty() ? LayerKind::Attention : layer_kinds[size_t(l)];
 }
+
+bool ModelConfig::layer_has_rope(int64_t l) const {
+  return pos == PosKind::RoPE && (nope_interval == 0 || (l + 1) % nope_interval != 0);
+}
+
+bool ModelConfig::layer_slides(int64_t l) const { return swa.window > 0 && l % swa.pattern < swa.pattern - 1; }
 
 bool ModelConfig::has_gdn() const {
   for (LayerKind k : layer_kinds)
@@ -113,6 +119,23 @@ void ModelConfig::validate() const {
   }
   TOY_CHECK(!attn_gate || (norm == NormKind::RMS && !bias && !qkv_bias),
             "[model] gated attention comes in Qwen3.5's block: RMSNorm, no biases");
+  TOY_CHECK(nope_interval >= 0 && nope_interval <= 10000, "[model] no-RoPE layer interval must be in 0..10000, got {}",
+            nope_interval);
+  TOY_CHECK(!fused_gate_up || mlp == MlpKind::SwiGLU, "[model] a fused gate/up tensor needs the SwiGLU MLP");
+  TOY_CHECK(!fused_qkv || !attn_gate, "[model] gated attention's q projection cannot be fused with k and v");
+  TOY_CHECK(std::isfinite(attn_scale) && attn_scale >= 0 && attn_scale <= 100, "[model] attention scale must be in "
+            "[0, 100], got {}", attn_scale);
+  TOY_CHECK(std::isfinite(logit_softcap) && logit_softcap >= 0 && logit_softcap <= 1e6, "[model] logit soft-cap must "
+            "be in [0, 1e6], got {}", logit_softcap);
+  TOY_CHECK(swa.window >= 0 && swa.window <= (int64_t(1) << 24) && swa.pattern >= 1 && swa.pattern <= 10000,
+            "[model] sliding window {} must be in 0..2^24 and its pattern {} in 1..10000", swa.window, swa.pattern);
+  TOY_CHECK(std::isfinite(swa.rope_base) && swa.rope_base > 1, "[model] sliding layers' rope base must be a finite "
+            "number > 1, got {}", swa.rope_base);
+  TOY_CHECK(!rope.long_short || (rope.orig_ctx > 0 && !rope.freq_factors && rope.scaling == RopeScaling::None),
+            "[model] LongRoPE factors need the original context (rope.scaling.original_context_length) and no "
+            "other scaling");
+  TOY_CHECK(std::isfinite(rope.attn_factor) && rope.attn_factor > 0 && rope.attn_factor <= 100,
+            "[model] rope attention factor must be in (0, 100], got {}", rope.attn_factor);
   TOY_CHECK(lens_dim >= 0 && lens_dim <= (int64_t(1) << 20), "[model] lens width must be in 0..2^20, got {}",
             lens_dim);
   TOY_CHECK(lens_dim == 0 || !tied, "[model] a projection lens needs an untied output head");
@@ -122,17 +145,44 @@ void ModelConfig::validate() const {
 
 std::string ModelConfig::gguf_arch(bool tokenizer_ok) const {
   if (!tokenizer_ok || depth_scale || dropout < 0 || lens_dim) return "toy";
+  const bool plain_rope = rope.scaling == RopeScaling::None && (rope.n_rot == 0 || rope.n_rot == head_dim);
+  const bool llama_like = norm == NormKind::RMS && mlp == MlpKind::SwiGLU && pos == PosKind::RoPE && !bias;
+  // Gemma's and Phi-3's variations belong to their architectures only.
+  const bool gemma_parts = mlp == MlpKind::GeGLU || embed_scale || post_norms || swa.window || logit_softcap ||
+                           attn_scale != 0.0f;
+  const bool others_parts = nope_interval || fused_gate_up || rope.long_short || gemma_parts;
   if (qwen35_layout()) {
     // Qwen3.5: NEOX RoPE (partial allowed, plain frequencies), q/k norms, gated attention.
     const bool qwen35 = norm == NormKind::RMS && mlp == MlpKind::SwiGLU && pos == PosKind::RoPE && !bias &&
                         !qkv_bias && qk_norm && attn_gate && rope.neox && rope.scaling == RopeScaling::None &&
-                        !rope.freq_factors;
+                        !rope.freq_factors && !others_parts;
     return qwen35 ? "qwen35" : "toy";
   }
-  const bool plain_rope = rope.scaling == RopeScaling::None && (rope.n_rot == 0 || rope.n_rot == head_dim);
+  if (gemma_parts) {
+    // Gemma 3: every part at once; llama.cpp scales queries by 1/sqrt(key_length) (27B's 62
+    // layers: 1/sqrt(dim / heads), which attn_scale then states).
+    const float want_scale = layers == 62 ? 1.0f / std::sqrt(float(dim / heads)) : 0.0f;
+    const bool gemma3 = norm == NormKind::RMS && mlp == MlpKind::GeGLU && pos == PosKind::RoPE && !bias &&
+                        !qkv_bias && qk_norm && rope.neox && embed_scale && post_norms && attn_scale == want_scale &&
+                        (rope.n_rot == 0 || rope.n_rot == head_dim) && rope.scaling != RopeScaling::Yarn &&
+                        !rope.freq_factors && !nope_interval && !fused_gate_up && !rope.long_short;
+    return gemma3 ? "gemma3" : "toy";
+  }
+  if (fused_gate_up || rope.long_short) {
+    // Phi-3: fused gate/up, NEOX RoPE (partial allowed), LongRoPE factors optional; its output
+    // projection is [dim, dim].
+    const bool phi3 = llama_like && fused_gate_up && rope.neox && !qkv_bias && !qk_norm && head_dim * heads == dim &&
+                      rope.scaling == RopeScaling::None && !rope.freq_factors && !nope_interval;
+    return phi3 ? "phi3" : "toy";
+  }
+  if (nope_interval) {
+    // SmolLM3: llama with no RoPE on every 4th layer (llama.cpp's fixed step), the whole head rotated.
+    const bool smollm3 = llama_like && nope_interval == 4 && !rope.neox && !qkv_bias && !qk_norm &&
+                         (rope.n_rot == 0 || rope.n_rot == head_dim);
+    return smollm3 ? "smollm3" : "toy";
+  }
   const bool gpt2 = norm == NormKind::Layer && mlp == MlpKind::GELU && pos == PosKind::Learned && bias &&
                     kv_heads == heads && !qkv_bias && !qk_norm && head_dim * heads == dim;
-  const bool llama_like = norm == NormKind::RMS && mlp == MlpKind::SwiGLU && pos == PosKind::RoPE && !bias;
   if (gpt2) return "gpt2";
   if (llama_like && !rope.neox && !qkv_bias && !qk_norm) return "llama";
   if (llama_like && rope.neox && qkv_bias && !qk_norm && plain_rope && !rope.freq_factors) return "qwen2";
@@ -152,9 +202,19 @@ ModelConfig ModelConfig::for_arch(const std::string& arch) {
   } else if (arch == "qwen35") {
     c.qk_norm = true;
     c.attn_gate = true;
+  } else if (arch == "smollm3") {
+    c.rope.neox = false;
+    c.nope_interval = 4;  // llama.cpp's fixed step (SmolLM3's no_rope_layer_interval)
+  } else if (arch == "phi3") {
+    c.fused_gate_up = true;
+  } else if (arch == "gemma3") {
+    c.mlp = MlpKind::GeGLU;
+    c.qk_norm = true;
+    c.embed_scale = true;
+    c.post_norms = true;
   } else {
-    fail("[model] architecture '{}' is not supported (toy runs gpt2, llama, qwen2, qwen3 and qwen35)",
-         printable(arch));
+    fail("[model] architecture '{}' is not supported (toy runs gpt2, llama, qwen2, qwen3, qwen35, smollm3, phi3 and "
+         "gemma3)", printable(arch));
   }
   return c;
 }
@@ -216,6 +276,17 @@ nlohmann::json ModelConfig::to_json() const {
   if (lens_dim) j["lens_dim"] = lens_dim;  // (only a lens model's, which files never hold unfolded)
   // Fields of Qwen3.5's block, written when used (older files load without them).
   if (attn_gate) j["attn_gate"] = true;
+  // Published architectures' variations, written when used.
+  if (nope_interval) j["nope_interval"] = nope_interval;
+  if (fused_qkv) j["fused_qkv"] = true;
+  if (fused_gate_up) j["fused_gate_up"] = true;
+  if (embed_scale) j["embed_scale"] = true;
+  if (post_norms) j["post_norms"] = true;
+  if (attn_scale != 0.0f) j["attn_scale"] = json_float(attn_scale);
+  if (logit_softcap != 0.0f) j["logit_softcap"] = json_float(logit_softcap);
+  if (swa.window)
+    j["swa"] = {{"window", swa.window}, {"pattern", swa.pattern}, {"rope_base", json_float(swa.rope_base)}};
+  if (rope.long_short) j["rope"]["long_short"] = true;
   if (has_gdn())
     j["gdn"] = {{"k_heads", gdn.k_heads}, {"v_heads", gdn.v_heads}, {"head_dim", gdn.head_dim},
                 {"conv_kernel", gdn.conv_kernel}};
@@ -240,7 +311,12 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
     return v == a;
   };
   c.norm = pick("norm", "rms", "layer") ? NormKind::RMS : NormKind::Layer;
-  c.mlp = pick("mlp", "swiglu", "gelu") ? MlpKind::SwiGLU : MlpKind::GELU;
+  {
+    const std::string m = get_string(j, "mlp", where);
+    TOY_CHECK(m == "swiglu" || m == "gelu" || m == "geglu", "{}: field 'mlp' must be 'swiglu', 'gelu' or 'geglu', got "
+              "'{}'", where, printable(m));
+    c.mlp = m == "swiglu" ? MlpKind::SwiGLU : m == "gelu" ? MlpKind::GELU : MlpKind::GeGLU;
+  }
   c.pos = pick("pos", "rope", "learned") ? PosKind::RoPE : PosKind::Learned;
   c.bias = get_bool(j, "bias", where);
   c.tied = get_bool(j, "tied", where);
@@ -269,12 +345,27 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
     c.rope.beta_fast = get_float(r, "beta_fast", rw);
     c.rope.beta_slow = get_float(r, "beta_slow", rw);
     c.rope.freq_factors = get_bool(r, "freq_factors", rw);
+    if (r.contains("long_short")) c.rope.long_short = get_bool(r, "long_short", rw);
   } else {
     c.rope.base = get_float(j, "rope_base", where);
   }
   c.init_scale = get_float(j, "init_scale", where);
   c.dropout = get_float(j, "dropout", where);
   if (j.contains("attn_gate")) c.attn_gate = get_bool(j, "attn_gate", where);
+  if (j.contains("nope_interval")) c.nope_interval = get_int(j, "nope_interval", where);
+  if (j.contains("fused_qkv")) c.fused_qkv = get_bool(j, "fused_qkv", where);
+  if (j.contains("fused_gate_up")) c.fused_gate_up = get_bool(j, "fused_gate_up", where);
+  if (j.contains("embed_scale")) c.embed_scale = get_bool(j, "embed_scale", where);
+  if (j.contains("post_norms")) c.post_norms = get_bool(j, "post_norms", where);
+  if (j.contains("attn_scale")) c.attn_scale = get_float(j, "attn_scale", where);
+  if (j.contains("logit_softcap")) c.logit_softcap = get_float(j, "logit_softcap", where);
+  if (j.contains("swa")) {
+    const nlohmann::json& w = get_object(j, "swa", where);
+    const std::string ww = where + " swa";
+    c.swa.window = get_int(w, "window", ww);
+    c.swa.pattern = get_int(w, "pattern", ww);
+    c.swa.rope_base = get_float(w, "rope_base", ww);
+  }
   if (j.contains("gdn")) {
     const nlohmann::json& g = get_object(j, "gdn", where);
     const std::string gw = where + " gdn";

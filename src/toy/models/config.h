@@ -9,8 +9,11 @@
 // q/k RMSNorm (qwen3, qwen35), an explicit head dim (qwen3), RoPE on halves (NEOX: qwen2/qwen3/
 // qwen35), partial rotation and long-context scaling (Llama 3's per-frequency factors, linear,
 // YaRN), Gated DeltaNet layers (qwen35).
-// The GGUF architecture name follows from the fields: "gpt2", "llama", "qwen2", "qwen3", "qwen35"
-// when llama.cpp runs the model as it is, otherwise "toy" (our own name, so llama.cpp refuses
+// Published architectures loaded from GGUF (and written by toy init) add: no-RoPE layers
+// (smollm3), fused q/k/v and gate/up tensors with LongRoPE factors (phi3), Gemma 3's scaled
+// embeddings, post-norms, GeGLU, q/k norms, sliding-window layers and logit soft-capping (gemma3).
+// The GGUF architecture name follows from the fields: "gpt2", "llama", "qwen2", "qwen3", "qwen35",
+// "smollm3", "phi3", "gemma3" when llama.cpp runs the model as it is, otherwise "toy" (our own name, so llama.cpp refuses
 // the file rather than running it wrong).
 #pragma once
 #include <cstdint>
@@ -22,7 +25,7 @@
 namespace toy {
 
 enum class NormKind { RMS, Layer };
-enum class MlpKind { SwiGLU, GELU };
+enum class MlpKind { SwiGLU, GELU, GeGLU };  // GeGLU: down(gelu_tanh(gate x) * up x) (Gemma)
 enum class PosKind { RoPE, Learned };
 // The per-layer mixer: attention, or a Gated DeltaNet (linear attention with a recurrent
 // state, as Qwen3.5 defines it).
@@ -50,6 +53,19 @@ struct RopeConfig {
   int64_t orig_ctx = 0;    // yarn: the context the model was trained for
   float ext_factor = 0.0f, attn_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f;  // yarn ramp
   bool freq_factors = false;  // the model has rope_freqs.weight [n_rot/2] dividing each frequency (Llama 3)
+  // Phi-3's LongRoPE: rope_factors_long.weight and rope_factors_short.weight [n_rot/2] divide the
+  // frequencies, the long ones when the run's context (a cache's capacity, else the sequence)
+  // exceeds orig_ctx; cos and sin are multiplied by attn_factor either way.
+  bool long_short = false;
+};
+
+// Sliding-window attention (Gemma 3): with pattern n, layer l attends only to the `window`
+// latest positions (a query at p sees keys at p - window < k <= p) when l % n < n - 1; every
+// n-th layer is global. Sliding layers rotate with their own RoPE base and no scaling.
+struct SwaConfig {
+  int64_t window = 0;  // 0: no sliding layers
+  int64_t pattern = 6;
+  float rope_base = 10000.0f;
 };
 
 struct ModelConfig {
@@ -78,6 +94,16 @@ struct ModelConfig {
   float dropout = 0.0f;
   std::vector<LayerKind> layer_kinds;  // empty: every layer is attention
   GdnConfig gdn;                       // the Gated DeltaNet layers' widths
+  // Published architectures' variations (each 0 / false when unused):
+  int64_t nope_interval = 0;  // SmolLM3: layers l with (l + 1) % n == 0 have no RoPE at all
+  bool fused_qkv = false;     // q, k, v rows in one attn_qkv tensor (Phi-3's layout; any llama-like file may use it)
+  bool fused_gate_up = false; // ffn_up holds gate rows then up rows, [2F, D], and there is no ffn_gate (Phi-3)
+  bool embed_scale = false;   // token embeddings multiplied by sqrt(dim) (Gemma)
+  bool post_norms = false;    // RMSNorm of the attention and MLP outputs before each residual add (Gemma 3):
+                              // blk.N.post_attention_norm / blk.N.post_ffw_norm
+  float attn_scale = 0.0f;    // the query scale; 0: 1 / sqrt(head_dim)
+  float logit_softcap = 0.0f; // logits = c tanh(logits / c); 0: none (Gemma's final_logit_softcapping)
+  SwaConfig swa;
   // Projection lens (`toy finetune --donor-embeddings`): the token table is lens_dim wide (a
   // donor model's, frozen) and token_embd_proj.weight [dim, lens_dim] projects each row to
   // dim. 0: no lens. Needs an untied head; a file for llama.cpp folds it (fold_lens).
@@ -86,6 +112,9 @@ struct ModelConfig {
   // Fills defaults that depend on other fields (ffn from dim, head_dim from dim / heads).
   void resolve();
   LayerKind layer_kind(int64_t l) const;
+  // Whether layer l rotates q and k (SmolLM3's no-RoPE layers do not), and whether it slides.
+  bool layer_has_rope(int64_t l) const;
+  bool layer_slides(int64_t l) const;
   bool has_gdn() const;
   // Qwen3.5's tensor names and block layout (the FFN norm is post_attention_norm).
   bool qwen35_layout() const { return attn_gate || has_gdn(); }
@@ -96,7 +125,7 @@ struct ModelConfig {
   static std::vector<LayerKind> interval_layer_kinds(int64_t interval, int64_t layers);
   // Throws toy::Error naming the first nonsense value.
   void validate() const;
-  // "gpt2", "llama", "qwen2", "qwen3", "qwen35" or "toy" (see above); tokenizer_ok says whether the
+  // "gpt2", "llama", "qwen2", "qwen3", "qwen35", "smollm3", "phi3", "gemma3" or "toy" (see above); tokenizer_ok says whether the
   // vocabulary is one llama.cpp can read (byte / bpe, not char).
   std::string gguf_arch(bool tokenizer_ok) const;
   // The configuration a GGUF architecture implies for the fields its keys do not state

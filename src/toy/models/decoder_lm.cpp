@@ -9,6 +9,7 @@
 
 #include "toy/autograd/backward.h"
 #include "toy/autograd/grad_mode.h"
+#include "toy/models/shapes.h"
 #include "toy/ops/ops.h"
 
 namespace toy {
@@ -37,7 +38,17 @@ RopeOptions rope_options(const ModelConfig& c, const Tensor& freq_factors) {
     o.beta_slow = c.rope.beta_slow;
     o.n_ctx_orig = int(c.rope.orig_ctx ? c.rope.orig_ctx : c.ctx);
   }
+  if (c.rope.long_short) o.attn_factor = c.rope.attn_factor;  // LongRoPE's cos/sin scale
   o.freq_factors = freq_factors;
+  return o;
+}
+
+// A sliding layer's RoPE: its own base, no scaling (llama.cpp's freq_base_swa / freq_scale_swa).
+RopeOptions swa_rope_options(const ModelConfig& c) {
+  RopeOptions o;
+  o.n_dims = int(c.rope.n_rot ? c.rope.n_rot : c.head_dim);
+  o.neox = c.rope.neox;
+  o.freq_base = c.swa.rope_base;
   return o;
 }
 }  // namespace
@@ -63,10 +74,14 @@ void DecoderLM::declare(Add add) {
   tok_emb_.weight = add("token_embd.weight", Shape{V, E ? E : D}, true);
   lens_ = E ? make_linear("token_embd_proj", D, E, false) : nn::Linear{};
   if (cfg_.pos == PosKind::Learned) pos_emb_.weight = add("position_embd.weight", Shape{cfg_.ctx, D}, true);
-  Tensor freq_factors;
-  if (cfg_.pos == PosKind::RoPE && cfg_.rope.freq_factors) {
-    const int64_t n_rot = cfg_.rope.n_rot ? cfg_.rope.n_rot : d;
+  Tensor freq_factors, long_factors;
+  const int64_t n_rot = cfg_.rope.n_rot ? cfg_.rope.n_rot : d;
+  if (cfg_.pos == PosKind::RoPE && cfg_.rope.freq_factors)
     freq_factors = add("rope_freqs.weight", Shape{n_rot / 2}, false);  // a constant of the model, never trained
+  if (cfg_.pos == PosKind::RoPE && cfg_.rope.long_short) {
+    // (Constants too.) The short factors are the ones a run within the original context uses.
+    long_factors = add("rope_factors_long.weight", Shape{n_rot / 2}, false);
+    freq_factors = add("rope_factors_short.weight", Shape{n_rot / 2}, false);
   }
   blocks_.clear();
   for (int64_t l = 0; l < cfg_.layers; ++l) {
@@ -90,9 +105,9 @@ void DecoderLM::declare(Add add) {
     } else {
       nn::Attention& a = b.attn;
       a.heads = H, a.kv_heads = Hkv, a.head_dim = d;
-      if (gpt_qkv) {
-        // GPT-2's GGUF layout: one fused projection, rows Q then K then V.
-        a.qkv = make_linear(blk(l, "attn_qkv"), (H + 2 * Hkv) * d, D, cfg_.bias);
+      if (gpt_qkv || cfg_.fused_qkv) {
+        // GPT-2's GGUF layout (and Phi-3's): one fused projection, rows Q then K then V.
+        a.qkv = make_linear(blk(l, "attn_qkv"), (H + 2 * Hkv) * d, D, cfg_.bias || cfg_.qkv_bias);
       } else {
         const bool qkv_bias = cfg_.bias || cfg_.qkv_bias;  // split weights, split biases (Qwen2-style)
         a.gated = cfg_.attn_gate;
@@ -107,14 +122,26 @@ void DecoderLM::declare(Add add) {
                             cfg_.norm_eps};
       }
       a.out = make_linear(blk(l, "attn_output"), D, H * d, cfg_.bias);
-      if (cfg_.pos == PosKind::RoPE) a.rope = rope_options(cfg_, freq_factors);
+      a.scale = cfg_.attn_scale;
+      if (cfg_.layer_slides(l)) {
+        a.window = cfg_.swa.window;
+        a.rope = swa_rope_options(cfg_);
+      } else if (cfg_.layer_has_rope(l)) {
+        a.rope = rope_options(cfg_, freq_factors);
+        if (long_factors.defined()) a.rope_long = rope_options(cfg_, long_factors), a.long_after = cfg_.rope.orig_ctx;
+      }
+      if (cfg_.post_norms) b.attn_post_norm = make_norm(blk(l, "post_attention_norm"), D, false);
     }
     // (A Gated DeltaNet block is Qwen3.5's: RMSNorm and SwiGLU, validate() says so.)
     b.ffn_norm = make_norm(blk(l, cfg_.qwen35_layout() ? "post_attention_norm" : "ffn_norm"), D, norm_bias);
-    b.mlp.kind = cfg_.mlp == MlpKind::SwiGLU ? nn::Mlp::Kind::SwiGLU : nn::Mlp::Kind::GELU;
-    if (cfg_.mlp == MlpKind::SwiGLU) b.mlp.gate = make_linear(blk(l, "ffn_gate"), F, D, cfg_.bias);
-    b.mlp.up = make_linear(blk(l, "ffn_up"), F, D, cfg_.bias);
+    b.mlp.kind = cfg_.mlp == MlpKind::SwiGLU ? nn::Mlp::Kind::SwiGLU
+                 : cfg_.mlp == MlpKind::GeGLU ? nn::Mlp::Kind::GeGLU
+                                              : nn::Mlp::Kind::GELU;
+    const bool gated = cfg_.mlp != MlpKind::GELU;
+    if (gated && !cfg_.fused_gate_up) b.mlp.gate = make_linear(blk(l, "ffn_gate"), F, D, cfg_.bias);
+    b.mlp.up = make_linear(blk(l, "ffn_up"), cfg_.fused_gate_up ? 2 * F : F, D, cfg_.bias);
     b.mlp.down = make_linear(blk(l, "ffn_down"), D, F, cfg_.bias);
+    if (cfg_.post_norms) b.ffn_post_norm = make_norm(blk(l, "post_ffw_norm"), D, false);
     blocks_.push_back(std::move(b));
   }
   out_norm_ = make_norm("output_norm", D, norm_bias);
@@ -175,6 +202,9 @@ void DecoderLM::init_parameter(Tensor& p, uint64_t seed, uint64_t stream, float 
   const auto ends_with = [&](const char* s) { return n.ends_with(s); };
   if (n == "rope_freqs.weight") {
     fill_(p, 1.0);  // no scaling until a file says otherwise
+  } else if (n == "rope_factors_long.weight" || n == "rope_factors_short.weight") {
+    float* f = p.data<float>();  // LongRoPE tables: a ramp over the frequencies (models/shapes.h)
+    for (int64_t i = 0; i < p.numel(); ++i) f[i] = long_rope_factor(i, p.numel(), n == "rope_factors_long.weight");
   } else if (ends_with(".ssm_a")) {
     // Gated DeltaNet decay rates (as flash-linear-attention / Mamba initialise them): a = -A,
     // A ~ U(1, 16); with dt below, a head's decay per token exp(-A dt) spans short to long
@@ -224,6 +254,7 @@ void DecoderLM::fold_lens() {
 Tensor DecoderLM::embed(const Tensor& ids, int64_t start, const Tensor& positions, bool training, Generator* gen) {
   Tensor x = tok_emb_(ids);  // [B, T, D] ([B, T, E] through the lens)
   if (lens_.defined()) x = lens_(x);
+  if (cfg_.embed_scale) x = scale(x, std::sqrt(float(cfg_.dim)));
   if (cfg_.pos == PosKind::Learned) {
     const int64_t T = ids.size(-1);
     TOY_CHECK(start + T <= cfg_.ctx, "[model] position {} is past the {} learned positions", start + T - 1, cfg_.ctx);
@@ -247,11 +278,13 @@ Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, con
                                                                                      : b.attn.step(h, positions, step_caches, l))
              : b.kind == LayerKind::GatedDeltaNet ? b.gdn(h, cache, l)
                                                   : b.attn(h, positions, cache, l, segments);
+  if (b.attn_post_norm.defined()) a = b.attn_post_norm(a);
   if (training && cfg_.dropout > 0) a = dropout(a, cfg_.dropout, true, g);
   Tensor xa = add(x, a);
   Tensor h2 = b.ffn_norm(xa);
   if (depth != 1.0f) h2 = scale(h2, depth);
   Tensor m = b.mlp(h2);
+  if (b.ffn_post_norm.defined()) m = b.ffn_post_norm(m);
   if (training && cfg_.dropout > 0) m = dropout(m, cfg_.dropout, true, g);
   return add(xa, m);
 }
@@ -320,8 +353,15 @@ Tensor DecoderLM::hidden(const Tensor& ids_in, bool training, Generator* gen, nn
   return out_norm_(x);
 }
 
+Tensor DecoderLM::head_logits(const Tensor& h) const {
+  Tensor z = head_(h);
+  if (cfg_.logit_softcap == 0.0f) return z;
+  const float c = cfg_.logit_softcap;  // Gemma's soft cap: c tanh(z / c)
+  return scale(tanh(scale(z, 1.0f / c)), c);
+}
+
 Tensor DecoderLM::logits(const Tensor& ids, bool training, Generator* gen, nn::KVCache* cache) {
-  return head_(hidden(ids, training, gen, cache));
+  return head_logits(hidden(ids, training, gen, cache));
 }
 
 Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, Generator* gen,
@@ -335,7 +375,7 @@ Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, 
   // Past ~4M logits, compute the loss in chunks of rows (each a recomputation region) so
   // that no logits-sized buffer exists; below that one pass is faster.
   constexpr int64_t kChunkElements = int64_t(1) << 22;
-  if (rows * cfg_.vocab > kChunkElements) {
+  if (rows * cfg_.vocab > kChunkElements && cfg_.logit_softcap == 0.0f) {
     // The batch's count of counted targets, from the host copy when there is one (a device
     // run then reads nothing back for it).
     CrossEntropyOptions o;
@@ -348,7 +388,7 @@ Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, 
     }
     return linear_cross_entropy(h, head_.weight, targets_d, std::max<int64_t>(1, kChunkElements / cfg_.vocab), o);
   }
-  return cross_entropy(head_(h), targets_d);
+  return cross_entropy(head_logits(h), targets_d);
 }
 
 nn::KVCache DecoderLM::new_cache(int64_t batch, int64_t capacity, DType dtype) const {
@@ -359,8 +399,12 @@ nn::KVCache DecoderLM::new_cache(int64_t batch, int64_t capacity, DType dtype) c
   if (cfg_.has_gdn())
     for (const Block& b : blocks_)
       recurrent.push_back(b.kind == LayerKind::GatedDeltaNet ? b.gdn.state_shape() : nn::RecurrentShape{});
+  // Sliding layers keep only their window (a ring).
+  std::vector<int64_t> windows;
+  for (int64_t l = 0; l < cfg_.layers && cfg_.swa.window > 0; ++l)
+    windows.push_back(cfg_.layer_slides(l) ? cfg_.swa.window : 0);
   return nn::KVCache(cfg_.layers, batch, capacity, cfg_.kv_heads, cfg_.head_dim, dtype, std::move(recurrent),
-                     device());
+                     device(), std::move(windows));
 }
 
 Tensor DecoderLM::decode(nn::KVCache& cache, std::span<const int32_t> ids) {
@@ -373,7 +417,7 @@ Tensor DecoderLM::decode(nn::KVCache& cache, std::span<const int32_t> ids) {
   std::copy(ids.begin(), ids.end(), batch.data<int32_t>());
   Tensor x = hidden(batch, false, nullptr, &cache);
   Tensor last = slice(x, 1, T - 1, T);  // [1, 1, D]
-  return reshape(head_(last), Shape{cfg_.vocab});
+  return reshape(head_logits(last), Shape{cfg_.vocab});
 }
 
 Tensor DecoderLM::decode_step(std::span<nn::KVCache* const> caches, std::span<const int32_t> ids) {
@@ -394,7 +438,7 @@ Tensor DecoderLM::decode_step(std::span<nn::KVCache* const> caches, std::span<co
   Tensor x = embed(tokens, 0, positions, false, nullptr);
   for (int64_t l = 0; l < cfg_.layers; ++l) x = block(l, x, positions, Tensor(), false, nullptr, nullptr, caches);
   for (nn::KVCache* c : caches) c->advance(1);
-  return reshape(head_(out_norm_(x)), Shape{N, cfg_.vocab});
+  return reshape(head_logits(out_norm_(x)), Shape{N, cfg_.vocab});
 }
 
 }  // namespace toy

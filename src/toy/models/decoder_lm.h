@@ -122,6 +122,7 @@ class DecoderLM {
   struct Block {
     LayerKind kind = LayerKind::Attention;
     nn::Norm attn_norm, ffn_norm;
+    nn::Norm attn_post_norm, ffn_post_norm;  // Gemma 3's norms of the attention and MLP outputs
     nn::Attention attn;     // attention layers
     nn::GatedDeltaNet gdn;  // Gated DeltaNet layers
     nn::Mlp mlp;
@@ -131,6 +132,8 @@ class DecoderLM {
   // Declares every parameter through add(name, shape, trainable) -> Tensor and binds the modules.
   template <class Add>
   void declare(Add add);
+  // The output head on hidden states h (soft-capped when the model says so).
+  Tensor head_logits(const Tensor& h) const;
   Tensor embed(const Tensor& ids, int64_t start, const Tensor& positions, bool training, Generator* gen);
   Tensor block(int64_t l, const Tensor& x, const Tensor& positions, const Tensor& segments, bool training,
                Generator* gen, nn::KVCache* cache, std::span<nn::KVCache* const> step_caches = {});

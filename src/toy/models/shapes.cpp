@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <cmath>
+
 #include "toy/core/error.h"
 #include "toy/core/text.h"
 
@@ -17,6 +19,12 @@ const std::vector<ModelShape>& model_shapes() {
       {"gpt2-124m", "gpt2", 768, 12, 12, 12, 0, 3072, 50257, 1024, 10000.0f, 1e-5f},
       // Qwen3.5-0.8B's text model (its Gated DeltaNet widths: shape_config).
       {"qwen3.5-0.8b", "qwen35", 1024, 24, 8, 2, 256, 3584, 248320, 262144, 10000000.0f, 1e-6f},
+      {"smollm3-3b", "smollm3", 2048, 36, 16, 4, 0, 11008, 128256, 65536, 5000000.0f, 1e-6f},
+      // Phi-3.5-mini: LongRoPE from 4096 to 131072 positions, untied head (shape_config).
+      {"phi-3.5-mini", "phi3", 3072, 32, 32, 32, 0, 8192, 32064, 131072, 10000.0f, 1e-5f},
+      // Gemma 3: 512-token sliding windows on 5 of every 6 layers (shape_config).
+      {"gemma3-270m", "gemma3", 640, 18, 4, 1, 256, 2048, 262144, 32768, 1000000.0f, 1e-6f},
+      {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f},
   };
   return shapes;
 }
@@ -24,9 +32,45 @@ const std::vector<ModelShape>& model_shapes() {
 std::string model_shape_pairs() {
   std::string s;
   for (const ModelShape& m : model_shapes())
-    for (const char* arch : {"llama", "qwen2", "qwen3", "qwen35", "gpt2"})
-      if (m.arch.empty() || m.arch == arch) s += fmt::format("  --arch {:<6} --shape {}\n", arch, m.name);
+    for (const char* arch : {"llama", "qwen2", "qwen3", "qwen35", "gpt2", "smollm3", "phi3", "gemma3"})
+      if (m.arch.empty() || m.arch == arch) s += fmt::format("  --arch {:<7} --shape {}\n", arch, m.name);
   return s;
+}
+
+namespace {
+
+// Architectures toy runs only as published (no preset trains them from scratch).
+bool published_only(const std::string& arch) { return arch == "smollm3" || arch == "phi3" || arch == "gemma3"; }
+
+// Their `tiny`: width 64, a 288-token vocabulary, and every part of the architecture present —
+// SmolLM3's no-RoPE 4th layer; Phi-3's GQA and partial rotation; Gemma 3's sliding and global
+// layers (pattern 2, an 8-token window), its head dim other than dim / heads, and a soft cap.
+void tiny_of(const std::string& arch, ModelConfig& c) {
+  c.dim = 64, c.layers = 4, c.heads = 4, c.kv_heads = 2, c.head_dim = 0, c.ffn = 96, c.vocab = 288, c.ctx = 256;
+  if (arch == "phi3") c.layers = 2, c.rope.n_rot = 8, c.ctx = 1024;
+  if (arch == "gemma3") {
+    c.head_dim = 32;
+    c.swa = SwaConfig{8, 2, 10000.0f};
+    c.logit_softcap = 30.0f;
+  }
+}
+
+// Phi-3's LongRoPE from orig positions to the model's context: factors that stretch the low
+// frequencies (long) or barely touch them (short), and HF's cos/sin scale for that stretch.
+void long_rope(ModelConfig& c, int64_t orig) {
+  c.rope.long_short = true;
+  c.rope.orig_ctx = orig;
+  const double stretch = double(c.ctx) / double(orig);
+  c.rope.attn_factor = float(std::sqrt(1.0 + std::log(stretch) / std::log(double(orig))));
+}
+
+}  // namespace
+
+// Factor i of LongRoPE's n (for toy init's phi3 files): a ramp over the frequencies, 1 at the
+// highest; long ones stretch the lowest by up to ~the context extension.
+float long_rope_factor(int64_t i, int64_t n, bool long_ones) {
+  const double t = n > 1 ? double(i) / double(n - 1) : 0.0;
+  return long_ones ? float(1.0 + 31.0 * t * t) : float(1.0 + 0.1 * t);
 }
 
 ModelConfig shape_config(const std::string& arch, const std::string& shape) {
@@ -59,6 +103,12 @@ ModelConfig shape_config(const std::string& arch, const std::string& shape) {
         c.gdn = GdnConfig{16, 16, 128, 4};  // Qwen3.5-0.8B: linear_num_key/value_heads, head dims, conv
       }
     }
+    if (shape == "tiny" && published_only(arch)) tiny_of(arch, c);
+    // (tiny: 256 original positions of 1024, as llama.cpp pads its context to 256: a short
+    // prompt there runs with the short factors, one past 256 tokens with the long ones.)
+    if (arch == "phi3") long_rope(c, shape == "tiny" ? 256 : 4096);
+    if (arch == "gemma3" && shape != "tiny") c.swa = SwaConfig{512, 6, 10000.0f};
+    if (arch == "phi3") c.tied = false;
     c.resolve();
     c.validate();
     return c;
@@ -68,6 +118,7 @@ ModelConfig shape_config(const std::string& arch, const std::string& shape) {
 
 std::string shape_pretokenizer(const std::string& arch, const std::string& shape) {
   if (shape == "smollm2-135m") return "smollm";
+  if (arch == "phi3" || arch == "gemma3") return "default";  // (SentencePiece vocabularies: no pre-tokenizer)
   if (arch == "qwen2" || arch == "qwen3") return "qwen2";
   if (arch == "qwen35") return "qwen35";
   if (arch == "gpt2") return "gpt-2";

@@ -22,6 +22,8 @@ const std::vector<ModelShape>& model_shapes();
 std::string model_shape_pairs();
 // The configuration of `shape` in architecture `arch`; throws naming the valid pairs.
 ModelConfig shape_config(const std::string& arch, const std::string& shape);
+// Factor i of n of the LongRoPE tables toy init writes for phi3 (long or short ones).
+float long_rope_factor(int64_t i, int64_t n, bool long_ones);
 // The pre-tokenizer the real model's file names (tokenizer.ggml.pre).
 std::string shape_pretokenizer(const std::string& arch, const std::string& shape);
 

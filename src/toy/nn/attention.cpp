@@ -18,7 +18,15 @@ Tensor rotate(const Tensor& x, const Tensor& positions, RopeOptions o, int64_t h
 }
 }  // namespace
 
-Attention::Heads Attention::heads_of(const Tensor& x, const Tensor& positions, Tensor packed) const {
+AttentionOptions Attention::options() const {
+  AttentionOptions ao;
+  ao.causal = causal;
+  ao.window = window;
+  ao.scale = scale;
+  return ao;
+}
+
+Attention::Heads Attention::heads_of(const Tensor& x, const Tensor& positions, int64_t context, Tensor packed) const {
   const int64_t B = x.size(0), T = x.size(1), H = heads, Hkv = kv_heads, d = head_dim;
   Heads h;
   if (!packed.defined() && qkv.defined()) packed = reshape(qkv(x), Shape{B, T, H + 2 * Hkv, d});
@@ -39,9 +47,9 @@ Attention::Heads Attention::heads_of(const Tensor& x, const Tensor& positions, T
   }
   if (q_norm.defined()) h.q = q_norm(h.q);
   if (k_norm.defined()) h.k = k_norm(h.k);
-  if (rope) {
-    h.q = rotate(h.q, positions, *rope, 0, H);
-    h.k = rotate(h.k, positions, *rope, 0, Hkv);
+  if (const auto& r = rope_for(context)) {
+    h.q = rotate(h.q, positions, *r, 0, H);
+    h.k = rotate(h.k, positions, *r, 0, Hkv);
   }
   return h;
 }
@@ -64,6 +72,60 @@ std::pair<Tensor, Tensor> append_to_cache(KVCache& cache, int64_t layer, const T
   if (kh.dtype() != dtype) kh = cast(kh, dtype), vh = cast(vh, dtype);
   return {kh, vh};
 }
+// Copies rows [0, n) of src [1, n, Hkv, d] to the ring dst [1, R, Hkv, d], row i to slot
+// (first + i) % R (n <= R: at most two runs).
+void write_ring(Tensor& dst, const Tensor& src, int64_t first) {
+  NoGradGuard ng;
+  const int64_t R = dst.size(1), n = src.size(1), s0 = first % R, head = std::min(n, R - s0);
+  Tensor a = slice(dst, 1, s0, s0 + head);
+  copy_(a, slice(src, 1, 0, head));
+  if (head < n) {
+    Tensor b = slice(dst, 1, 0, n - head);
+    copy_(b, slice(src, 1, head, n));
+  }
+}
+
+// Rows for positions [first, first + n) of a ring [1, R, Hkv, d] (n <= R), oldest first.
+Tensor read_ring(const Tensor& ring, int64_t first, int64_t n) {
+  const int64_t R = ring.size(1), s0 = first % R, head = std::min(n, R - s0);
+  if (head == n) return slice(ring, 1, s0, s0 + n);
+  return concat({slice(ring, 1, s0, R), slice(ring, 1, 0, n - head)}, 1);
+}
+
+// A sliding layer's ring (R = window slots, position p at slot p % R): writes the new keys and
+// values k, v [1, T, Hkv, d] and returns those the new queries attend over, in an order the
+// kernel's causal-and-window mask reads right. One new token: every slot that holds a
+// position, in slot order (each is within its window, and a softmax does not depend on the
+// keys' order). Several: the cached positions the first new query still sees (up to
+// window - 1, oldest first), then the new ones.
+std::pair<Tensor, Tensor> append_to_ring(KVCache& cache, int64_t layer, const Tensor& k, const Tensor& v,
+                                         DType dtype) {
+  const int64_t start = cache.size(), T = k.size(1), R = cache.slots(layer);
+  Tensor& kc = cache.keys(layer);
+  Tensor& vc = cache.values(layer);
+  auto as = [&](const Tensor& t) { return t.dtype() == dtype ? t : cast(t, dtype); };
+  if (T == 1) {
+    write_ring(kc, k, start);
+    write_ring(vc, v, start);
+    const int64_t n = std::min(start + 1, R);
+    return {as(slice(kc, 1, 0, n)), as(slice(vc, 1, 0, n))};
+  }
+  const int64_t m = std::min(start, R - 1);  // cached positions the first new query sees
+  Tensor kh = k, vh = v;
+  if (m > 0) {
+    kh = concat({as(read_ring(kc, start - m, m)), k}, 1);
+    vh = concat({as(read_ring(vc, start - m, m)), v}, 1);
+  }
+  const int64_t keep = std::min(T, R);  // (the new positions the ring keeps)
+  write_ring(kc, slice(k, 1, T - keep, T), start + T - keep);
+  write_ring(vc, slice(v, 1, T - keep, T), start + T - keep);
+  return {kh, vh};
+}
+
+// The keys and values the new queries attend over, after writing the new ones to the cache.
+std::pair<Tensor, Tensor> append(KVCache& cache, int64_t layer, const Tensor& k, const Tensor& v, DType dtype) {
+  return cache.ring(layer) ? append_to_ring(cache, layer, k, v, dtype) : append_to_cache(cache, layer, k, v, dtype);
+}
 }  // namespace
 
 Tensor Attention::output(const Tensor& o, const Tensor& gate) const {
@@ -75,9 +137,9 @@ Tensor Attention::output(const Tensor& o, const Tensor& gate) const {
 Tensor Attention::operator()(const Tensor& x, const Tensor& positions, KVCache* cache, int64_t layer,
                              const Tensor& segments) const {
   const int64_t B = x.size(0), T = x.size(1), H = heads, Hkv = kv_heads, d = head_dim;
-  AttentionOptions ao;
-  ao.causal = causal;
+  AttentionOptions ao = options();
   ao.segments = segments;
+  const int64_t context = cache ? cache->capacity() : T;
   // The packed projection [B, T, H + 2 Hkv, d]: GPT-2's fused weight, or, while training, q/k/v
   // concatenated so one matmul projects all three and the backward returns one gradient.
   Tensor packed;
@@ -92,11 +154,11 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& positions, KVCache* 
   }
   if (packed.defined() && !cache && !q_norm.defined()) {
     // The training path: RoPE on the q and k heads of the packed tensor, fused attention on it.
-    if (rope) packed = rotate(packed, positions, *rope, 0, H + Hkv);
+    if (const auto& r = rope_for(context)) packed = rotate(packed, positions, *r, 0, H + Hkv);
     return output(attention_qkv(packed, H, Hkv, ao), Tensor());
   }
-  Heads h = heads_of(x, positions, packed);
-  if (cache) std::tie(h.k, h.v) = append_to_cache(*cache, layer, h.k, h.v, h.q.dtype());
+  Heads h = heads_of(x, positions, context, packed);
+  if (cache) std::tie(h.k, h.v) = append(*cache, layer, h.k, h.v, h.q.dtype());
   return output(attention(h.q, h.k, h.v, ao), h.gate);
 }
 
@@ -104,15 +166,14 @@ Tensor Attention::step(const Tensor& x, const Tensor& positions, std::span<KVCac
                        int64_t layer) const {
   const int64_t N = x.size(0);
   TOY_CHECK(int64_t(caches.size()) == N, "[attention] {} caches for a batch of {}", caches.size(), N);
-  AttentionOptions ao;
-  ao.causal = causal;
-  // One projection for every sequence (a GEMM), then each attends over its own cache.
-  const Heads h = heads_of(x, positions);
+  const AttentionOptions ao = options();
+  // One projection for every sequence (a GEMM), then each attends over its own cache (of one
+  // capacity: the server makes them alike; the first decides LongRoPE's factors).
+  const Heads h = heads_of(x, positions, caches.empty() ? 0 : caches[0]->capacity());
   std::vector<Tensor> rows;
   rows.reserve(size_t(N));
   for (int64_t i = 0; i < N; ++i) {
-    auto [kh, vh] = append_to_cache(*caches[size_t(i)], layer, slice(h.k, 0, i, i + 1), slice(h.v, 0, i, i + 1),
-                                    h.q.dtype());
+    auto [kh, vh] = append(*caches[size_t(i)], layer, slice(h.k, 0, i, i + 1), slice(h.v, 0, i, i + 1), h.q.dtype());
     rows.push_back(attention(slice(h.q, 0, i, i + 1), kh, vh, ao));
   }
   return output(N == 1 ? rows[0] : concat(rows, 0), h.gate);

@@ -24,6 +24,12 @@ struct Attention {
   Norm q_norm, k_norm;  // over each head's d values (weights [d]), or undefined
   int64_t heads = 1, kv_heads = 1, head_dim = 1;
   std::optional<RopeOptions> rope;  // none: positions come from elsewhere (learned, or none)
+  // LongRoPE (Phi-3): these options replace `rope` when the run's context (a cache's capacity,
+  // else the sequence's length) exceeds long_after.
+  std::optional<RopeOptions> rope_long;
+  int64_t long_after = 0;
+  int64_t window = 0;   // sliding window: a query sees only the `window` latest keys (0: all)
+  float scale = 0.0f;   // the query scale (0: 1 / sqrt(head_dim))
   bool causal = true;
   bool gated = false;
 
@@ -42,8 +48,12 @@ struct Attention {
   struct Heads {
     Tensor q, k, v, gate;  // [B, T, H, d], [B, T, Hkv, d] x 2, [B, T, H d] (gated only)
   };
-  // q, k and v heads of x (from `packed` when given), normed and rotated.
-  Heads heads_of(const Tensor& x, const Tensor& positions, Tensor packed = Tensor()) const;
+  // q, k and v heads of x (from `packed` when given), normed and rotated for a run of `context` positions.
+  Heads heads_of(const Tensor& x, const Tensor& positions, int64_t context, Tensor packed = Tensor()) const;
+  const std::optional<RopeOptions>& rope_for(int64_t context) const {
+    return rope_long && context > long_after ? rope_long : rope;
+  }
+  AttentionOptions options() const;
   // The output projection of o [B, T, H, d] (gated by sigmoid(gate) when gated).
   Tensor output(const Tensor& o, const Tensor& gate) const;
 };

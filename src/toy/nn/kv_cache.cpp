@@ -1,5 +1,7 @@
 #include "toy/nn/kv_cache.h"
 
+#include <algorithm>
+
 #include "toy/core/error.h"
 #include "toy/core/machine.h"
 #include "toy/ops/ops.h"
@@ -13,7 +15,7 @@ double KVCache::bytes(int64_t layers, int64_t batch, int64_t capacity, int64_t k
 }
 
 KVCache::KVCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_heads, int64_t head_dim, DType dtype,
-                 std::vector<RecurrentShape> recurrent, Device device)
+                 std::vector<RecurrentShape> recurrent, Device device, std::vector<int64_t> windows)
     : layers_(layers), batch_(batch), capacity_(capacity), dtype_(dtype) {
   TOY_CHECK(dtype == DType::F32 || dtype == DType::F16, "[kv cache] dtype must be f32 or f16, got {}", name(dtype));
   TOY_CHECK(layers >= 0 && batch > 0 && capacity > 0 && kv_heads > 0 && head_dim > 0,
@@ -21,21 +23,26 @@ KVCache::KVCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_hea
             kv_heads, head_dim);
   TOY_CHECK(recurrent.empty() || int64_t(recurrent.size()) == layers, "[kv cache] {} recurrent shapes for {} layers",
             recurrent.size(), layers);
+  TOY_CHECK(windows.empty() || int64_t(windows.size()) == layers, "[kv cache] {} windows for {} layers",
+            windows.size(), layers);
   recurrent.resize(size_t(layers));
-  int64_t attention = 0;
+  windows.resize(size_t(layers), 0);
+  // Positions each attention layer keeps: the capacity, or its window's ring.
+  auto slots_of = [&](size_t l) { return windows[l] > 0 ? std::min(capacity, windows[l]) : capacity; };
   double need = 0;
-  for (const RecurrentShape& r : recurrent) {
+  for (size_t l = 0; l < recurrent.size(); ++l) {
+    const RecurrentShape& r = recurrent[l];
     if (!r.defined()) {
-      ++attention;
+      need += bytes(1, batch, slots_of(l), kv_heads, head_dim, dtype);
       continue;
     }
     need += double(batch) * double(r.conv_tail * r.conv_channels + r.state.numel()) * sizeof(float);
   }
-  need += bytes(attention, batch, capacity, kv_heads, head_dim, dtype);
   const uint64_t avail = available_memory_bytes();
   TOY_CHECK(need <= double(avail), "[kv cache] {} tokens x {} sequences need {}, more than the {} available: use a "
             "smaller context (--ctx)", capacity, batch, format_bytes(need), format_bytes(double(avail)));
-  for (const RecurrentShape& r : recurrent) {
+  for (size_t l = 0; l < recurrent.size(); ++l) {
+    const RecurrentShape& r = recurrent[l];
     if (r.defined()) {
       keys_.emplace_back(), values_.emplace_back();
       conv_.push_back(zeros(Shape{batch, r.conv_tail, r.conv_channels}, DType::F32, device));
@@ -44,10 +51,18 @@ KVCache::KVCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_hea
       state_.push_back(zeros(Shape(dims), DType::F32, device));
       continue;
     }
-    keys_.push_back(zeros(Shape{batch, capacity, kv_heads, head_dim}, dtype, device));
-    values_.push_back(zeros(Shape{batch, capacity, kv_heads, head_dim}, dtype, device));
+    keys_.push_back(zeros(Shape{batch, slots_of(l), kv_heads, head_dim}, dtype, device));
+    values_.push_back(zeros(Shape{batch, slots_of(l), kv_heads, head_dim}, dtype, device));
     conv_.emplace_back(), state_.emplace_back();
   }
+}
+
+double KVCache::bytes() const {
+  double total = 0;
+  for (const auto* v : {&keys_, &values_, &conv_, &state_})
+    for (const Tensor& t : *v)
+      if (t.defined()) total += double(t.numel()) * double(element_size(t.dtype()));
+  return total;
 }
 
 void KVCache::clear() {

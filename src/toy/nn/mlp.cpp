@@ -7,6 +7,8 @@ namespace toy::nn {
 
 Tensor Mlp::operator()(const Tensor& x) const {
   if (kind == Kind::GELU) return down(gelu(up(x), gelu_approx));
+  if (kind == Kind::GeGLU) return down(mul(gelu(gate(x), GeluApprox::Tanh), up(x)));
+  if (!gate.defined()) return down(swiglu(up(x)));  // gate and up fused in one [2F, D] weight
   // Training: one matmul for gate and up together, then the packed swiglu (its backward
   // returns one packed gradient). Inference: two products (no per-call weight copy).
   if (grad_enabled() && gate.weight.requires_grad()) {

@@ -39,6 +39,7 @@ kern::AttentionArgs kernel_args(const AttentionOptions& o, int64_t head_dim) {
   kern::AttentionArgs a;
   a.scale = o.scale != 0.0f ? o.scale : 1.0f / std::sqrt(float(head_dim));
   a.causal = o.causal;
+  a.window = o.window;
   return a;
 }
 }  // namespace
@@ -67,6 +68,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   TOY_CHECK(!o.causal || S >= T, "[attention] causal attention needs at least as many keys ({}) as queries ({})", S,
             T);
   TOY_CHECK(!o.segments.defined() || T == S, "[attention] segment ids need T == S, got T {} and S {}", T, S);
+  TOY_CHECK(o.window >= 0 && (o.window == 0 || o.causal), "[attention] a sliding window ({}) needs causal attention",
+            o.window);
   const Tensor seg = checked_segments(o, B, T);
   if (!fused_here(q.device())) return attention_composite(q, k, v, o);
   const kern::AttentionArgs a = kernel_args(o, D);

@@ -74,6 +74,15 @@ Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, co
     const Tensor apart = abs(sub(reshape(seg, Shape{B, 1, T, 1}), reshape(seg, Shape{B, 1, 1, T})));
     mask = scale(clamp(apart, 0.0f, 1.0f), -1e30f);
   }
+  if (o.window > 0) {
+    // Keys at or past `window` behind the query: the same finite -1e30.
+    std::vector<float> far(size_t(T * S), 0.0f);
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < S; ++j)
+        if (i + (S - T) - j >= o.window) far[size_t(i * S + j)] = -1e30f;
+    const Tensor w = to(from_vector(far, Shape{1, 1, T, S}), q.device());
+    mask = mask.defined() ? add(mask, w) : w;
+  }
   const float sc = o.scale != 0.0f ? o.scale : 1.0f / std::sqrt(float(D));
   const Tensor out = matmul(softmax(scores, sc, mask), heads(v));  // [B, H, T, Dv]
   return as(contiguous(permute(out, {0, 2, 1, 3})), q.dtype());     // [B, T, H, Dv]

@@ -111,6 +111,7 @@ struct AttentionOptions {
   float scale = 0.0f;  // 0 = 1/sqrt(D)
   bool causal = true;
   Tensor segments;     // I32 [B, T]: block-causal within equal ids (packed sequences)
+  int64_t window = 0;  // causal only: query i sees keys j with i' - window < j <= i' (i' = i + S - T); 0: all
 };
 // Fused scaled-dot-product attention: q [B, T, H, D], k [B, S, Hkv, D], v [B, S, Hkv, Dv]
 // (H a multiple of Hkv; heads share K/V by index) -> [B, T, H, Dv]. Never stores T x S.

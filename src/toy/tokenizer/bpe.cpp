@@ -381,9 +381,9 @@ std::unique_ptr<Tokenizer> train_bpe_tokenizer(int64_t n_merges, std::string_vie
 }
 
 std::unique_ptr<Tokenizer> train_fixed_size_bpe(std::string_view corpus, const std::string& pre_name,
-                                                int64_t vocab_size) {
+                                                int64_t vocab_size, const std::vector<std::string>& controls) {
   static constexpr std::string_view kChatTokens[] = {kEndOfText, "<|im_start|>", "<|im_end|>"};
-  const int64_t n_chat = int64_t(std::size(kChatTokens));
+  const int64_t n_chat = int64_t(std::size(kChatTokens)) + int64_t(controls.size());
   TOY_CHECK(vocab_size >= 256 + n_chat && vocab_size <= INT32_MAX,
             "[tokenizer:bpe] a vocabulary of {} tokens cannot hold the 256 bytes and {} chat tokens", vocab_size, n_chat);
   const PreTokenizer& pre = PreTokenizer::get(pre_name);
@@ -391,6 +391,10 @@ std::unique_ptr<Tokenizer> train_fixed_size_bpe(std::string_view corpus, const s
   const int32_t first_chat = int32_t(pieces.size());
   for (std::string_view t : kChatTokens) {
     pieces.emplace_back(t);
+    types.push_back(kTokenControl);
+  }
+  for (const std::string& t : controls) {
+    pieces.push_back(t);
     types.push_back(kTokenControl);
   }
   for (int64_t i = 0; int64_t(pieces.size()) < vocab_size; ++i) {

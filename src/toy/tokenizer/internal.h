@@ -84,7 +84,7 @@ std::unique_ptr<Tokenizer> load_byte_tokenizer(const gguf::Reader& r);
 std::unique_ptr<Tokenizer> train_char_tokenizer(std::string_view corpus);
 std::unique_ptr<Tokenizer> load_char_tokenizer(const gguf::Reader& r);
 std::unique_ptr<Tokenizer> train_fixed_size_bpe(std::string_view corpus, const std::string& pre_name,
-                                                int64_t vocab_size);
+                                                int64_t vocab_size, const std::vector<std::string>& controls);
 std::unique_ptr<Tokenizer> train_bpe_tokenizer(int64_t n_merges, std::string_view corpus,
                                                const std::string& pre_name = "gpt-2");
 std::unique_ptr<Tokenizer> load_bpe_tokenizer(const gguf::Reader& r);

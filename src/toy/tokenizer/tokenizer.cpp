@@ -263,8 +263,8 @@ std::vector<int32_t> Tokenizer::encode_special(std::string_view text, std::span<
 // ---- factories -------------------------------------------------------------------------------
 
 std::unique_ptr<Tokenizer> Tokenizer::train_fixed_size(std::string_view corpus, const std::string& pre,
-                                                       int64_t vocab_size) {
-  return td::train_fixed_size_bpe(corpus, pre, vocab_size);
+                                                       int64_t vocab_size, const std::vector<std::string>& controls) {
+  return td::train_fixed_size_bpe(corpus, pre, vocab_size, controls);
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::train(const std::string& spec, std::string_view corpus) {

@@ -68,9 +68,9 @@ class Tokenizer {
   // A byte-level BPE vocabulary of exactly vocab_size tokens, for a model of a fixed shape
   // (toy init): merges learned from corpus with pre-tokenizer `pre` (as many as the text
   // yields and fit), then <|endoftext|> (BOS), <|im_start|>, <|im_end|> (EOS) and control
-  // tokens <|ctrl_N|> up to the size.
+  // tokens (`controls`, then <|ctrl_N|>) up to the size.
   static std::unique_ptr<Tokenizer> train_fixed_size(std::string_view corpus, const std::string& pre,
-                                                     int64_t vocab_size);
+                                                     int64_t vocab_size, const std::vector<std::string>& controls = {});
   // Reads the tokenizer a model file carries; throws if it has none or it is malformed.
   static std::unique_ptr<Tokenizer> load(const gguf::Reader& r);
 };

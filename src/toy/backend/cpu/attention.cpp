@@ -9,7 +9,8 @@
 // Layout: q [B, T, H, D], k [B, S, Hkv, D], v [B, S, Hkv, Dv] with unit last stride (other
 // strides free: views of a fused qkv projection work without copies); head h reads K/V
 // head h / (H / Hkv). out [B, T, H, Dv] and lse [B, H, T] contiguous.
-// Visibility of key j to query i: causal -> j <= i + (S - T); segments -> same segment id.
+// Visibility of key j to query i: causal -> j <= i + (S - T); a sliding window W -> also
+// i + (S - T) - j < W; segments -> same segment id.
 // Forward parallelizes over (b, h); backward over (b, kv head), which owns its dK/dV rows
 // exclusively, so nothing is shared between threads and results are deterministic.
 // Block GEMMs go to single-threaded OpenBLAS. Tolerance vs the composed reference: 1e-5.
@@ -38,12 +39,16 @@ struct Geometry {
   const int32_t* seg;  // [B, T] or null
   float scale;
   bool causal;
+  int64_t window;  // 0: none
+
 
   const float* qrow(int64_t b, int64_t t, int64_t h) const { return q + b * qs0 + t * qs1 + h * qs2; }
   const float* krow(int64_t b, int64_t s, int64_t hk) const { return k + b * ks0 + s * ks1 + hk * ks2; }
   const float* vrow(int64_t b, int64_t s, int64_t hk) const { return v + b * vs0 + s * vs1 + hk * vs2; }
   // Last key (exclusive) any query of [i0, i1) can see.
   int64_t key_end(int64_t i1) const { return causal ? std::min(S, i1 + off) : S; }
+  // First key any query of [i0, ...) can see.
+  int64_t key_begin(int64_t i0) const { return window > 0 ? std::max<int64_t>(0, i0 + off - window + 1) : 0; }
 };
 
 Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seg, const kern::AttentionArgs& a) {
@@ -59,6 +64,7 @@ Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   g.seg = seg.defined() ? seg.data<int32_t>() : nullptr;
   g.scale = a.scale;
   g.causal = a.causal;
+  g.window = a.causal ? a.window : 0;
   return g;
 }
 
@@ -68,7 +74,9 @@ Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 void mask_block(const Geometry& g, int64_t b, int64_t i0, int64_t rows, int64_t j0, int64_t cols, float* s,
                 int64_t ld) {
   const bool diag = g.causal && j0 + cols - 1 > i0 + g.off;
-  if (!diag && !g.seg) return;
+  // A key of this tile falls out of the last row's window.
+  const bool far = g.window > 0 && i0 + rows - 1 + g.off - j0 >= g.window;
+  if (!diag && !far && !g.seg) return;
   const int32_t* sg = g.seg ? g.seg + b * g.T : nullptr;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r;
@@ -76,9 +84,12 @@ void mask_block(const Geometry& g, int64_t b, int64_t i0, int64_t rows, int64_t 
     int64_t visible = cols;  // columns [0, visible) pass the causal test
     if (g.causal) visible = std::clamp<int64_t>(i + g.off + 1 - j0, 0, cols);
     std::fill(sr + visible, sr + cols, -INFINITY);
+    int64_t first = 0;  // columns [0, first) are out of the window
+    if (g.window > 0) first = std::clamp<int64_t>(i + g.off - g.window + 1 - j0, 0, visible);
+    std::fill(sr, sr + first, -INFINITY);
     if (sg) {
       const int32_t si = sg[i];
-      for (int64_t c = 0; c < visible; ++c)
+      for (int64_t c = first; c < visible; ++c)
         if (sg[j0 + c] != si) sr[c] = -INFINITY;
     }
   }
@@ -140,7 +151,8 @@ std::vector<char> monotone_segments(const Geometry& g) {
 void attention_one_query(const Geometry& g, float* po, float* pl) {
   parallel_tasks(g.B * g.H, [&](int64_t task) {
     const int64_t b = task / g.H, h = task % g.H, hk = h / g.group;
-    const int64_t S = g.key_end(1);
+    // Keys [j_first, j_first + S) are visible (a sliding window starts past 0).
+    const int64_t j_first = g.key_begin(0), S = g.key_end(1) - j_first;
     float* s = scratch_floats(size_t(S + 8), 0);
     const float* q = g.qrow(b, 0, h);
     float* orow = po + (b * g.H + h) * g.Dv;
@@ -159,10 +171,10 @@ void attention_one_query(const Geometry& g, float* po, float* pl) {
     };
     int64_t j = 0;
     for (; j + 4 <= S; j += 4) {
-      const float* k0 = g.krow(b, j, hk);
-      const float* k1 = g.krow(b, j + 1, hk);
-      const float* k2 = g.krow(b, j + 2, hk);
-      const float* k3 = g.krow(b, j + 3, hk);
+      const float* k0 = g.krow(b, j_first + j, hk);
+      const float* k1 = g.krow(b, j_first + j + 1, hk);
+      const float* k2 = g.krow(b, j_first + j + 2, hk);
+      const float* k3 = g.krow(b, j_first + j + 3, hk);
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       for (int64_t d = 0; d < D8; d += 8) {
         const __m256 qv = _mm256_loadu_ps(q + d);
@@ -177,7 +189,7 @@ void attention_one_query(const Geometry& g, float* po, float* pl) {
       s[j + 3] = (hsum256(a3) + dot_tail(k3)) * g.scale;
     }
     for (; j < S; ++j) {
-      const float* kr = g.krow(b, j, hk);
+      const float* kr = g.krow(b, j_first + j, hk);
       __m256 a = _mm256_setzero_ps();
       for (int64_t d = 0; d < D8; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kr + d), a);
       s[j] = (hsum256(a) + dot_tail(kr)) * g.scale;
@@ -203,7 +215,7 @@ void attention_one_query(const Geometry& g, float* po, float* pl) {
         __m256 acc[8];
         for (auto& a : acc) a = _mm256_setzero_ps();
         for (int64_t jj = 0; jj < S; ++jj) {
-          const float* vr = g.vrow(b, jj, hk) + d0;
+          const float* vr = g.vrow(b, j_first + jj, hk) + d0;
           const __m256 p = _mm256_set1_ps(s[jj]);
           for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8 * c), acc[c]);
         }
@@ -211,7 +223,7 @@ void attention_one_query(const Geometry& g, float* po, float* pl) {
       } else {
         float acc[64] = {};
         for (int64_t jj = 0; jj < S; ++jj) {
-          const float* vr = g.vrow(b, jj, hk) + d0;
+          const float* vr = g.vrow(b, j_first + jj, hk) + d0;
           for (int64_t d = 0; d < width; ++d) acc[d] += s[jj] * vr[d];
         }
         for (int64_t d = 0; d < width; ++d) orow[d0 + d] = acc[d] * inv;
@@ -244,7 +256,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
       std::fill_n(l, kBlock, 0.0f);
       std::fill_n(acc, rows * g.Dv, 0.0f);
       const int64_t jend = g.key_end(i0 + rows);
-      for (int64_t j0 = 0; j0 < jend; j0 += kChunk) {
+      for (int64_t j0 = g.key_begin(i0); j0 < jend; j0 += kChunk) {
         const int64_t cols = std::min(kChunk, jend - j0);
         if (block_invisible(g, b, i0, j0, cols, mono[size_t(b)])) continue;
         // s = scale * Q_i K_j^T
@@ -335,6 +347,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       written = j1;
       return 1.0f;
     };
+    // A sliding window's query blocks see bands of keys, not prefixes: every row zeroed first.
+    if (g.window > 0) zero_rows(0, g.S), written = g.S;
     float* p = scratch_floats(size_t(kBlock * kChunk), 0);
     float* dp = scratch_floats(size_t(kBlock * kChunk), 1);
     float* delta = scratch_floats(size_t(g.T), 2);
@@ -356,7 +370,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
         const int64_t jend = g.key_end(i0 + rows);
         const float* dO_i = pdo + ((b * g.T + i0) * g.H + h) * g.Dv;
         int64_t first_chunk = -1;  // the first key chunk that contributes to this query block
-        for (int64_t j0 = 0; j0 < jend; j0 += kChunk) {
+        for (int64_t j0 = g.key_begin(i0); j0 < jend; j0 += kChunk) {
           const int64_t cols = std::min(kChunk, jend - j0);
           if (block_invisible(g, b, i0, j0, cols, mono[size_t(b)])) continue;
           if (first_chunk < 0) first_chunk = j0;
