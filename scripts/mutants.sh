@@ -1449,6 +1449,42 @@ toy_model_tests
 ^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/phi3
   if (!gate.defined()) return down(swiglu(up(x)));  // gate and up fused in one [2F, D] weight
   if (!gate.defined()) return down(swiglu(concat({slice(up(x), -1, up.out_features() / 2, up.out_features()), slice(up(x), -1, 0, up.out_features() / 2)}, -1)));
+moe-weights-never-renormalised
+src/toy/nn/moe.cpp
+toy_model_tests
+^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/qwen3moe
+  if (norm_weights)
+  if (false)
+moe-grouped-slot-order
+src/toy/nn/moe.cpp
+toy_model_tests
+^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/qwen3moe
+    for (int64_t i = 0; i < M * k; ++i) where[size_t(i)] = int32_t(next[size_t(ids[i])]++);
+    for (int64_t i = 0; i < M * k; ++i) where[size_t(i)] = int32_t(next[size_t(ids[i ^ 1])]++);
+moe-shared-expert-skipped
+src/toy/nn/moe.cpp
+toy_model_tests
+^Decoder\.PublishedArchitectureGradients
+  if (shared.down.defined()) out = add(out, cast(shared(x2), DType::F32));
+  (void)0;
+olmoe-qk-norm-per-head
+src/toy/nn/attention.cpp
+toy_model_tests
+^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/olmoe
+  if (norm_whole) {
+  if (false) {
+moe-aux-loss-dropped
+src/toy/models/decoder_lm.cpp
+toy_model_tests
+^Moe\.LoadBalancing
+    if (b.defined()) aux = scale(b, moe_aux_coef_);
+    (void)0;
+granite-residual-scale-once
+src/toy/models/decoder_lm.cpp
+toy_llamacpp_tests
+^LlamaCpp\.RunsToyInitModels
+  if (cfg_.residual_scale != 0.0f) m = scale(m, cfg_.residual_scale);
+  (void)0;
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

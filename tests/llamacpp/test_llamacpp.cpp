@@ -360,8 +360,9 @@ TEST(LlamaCpp, RunsToyInitModelsOfEveryArchitectureAndType) {
     for (const char* type : {"f32", "q8_0", "q4_k_m"}) cases.push_back({arch, type});
   for (const char* type : {"f16", "bf16", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k"}) cases.push_back({"llama", type});
   // Published architectures (tiny: width 64, every part present — SmolLM3's no-RoPE layer,
-  // Phi-3's fused tensors and LongRoPE, Gemma 3's sliding layers and soft cap).
-  for (const char* arch : {"smollm3", "phi3", "gemma3"})
+  // Phi-3's fused tensors and LongRoPE, Gemma 3's sliding layers and soft cap, 4 experts with
+  // 2 per token).
+  for (const char* arch : {"smollm3", "phi3", "gemma3", "qwen3moe", "olmoe", "granitemoe"})
     for (const char* type : {"f32", "f16", "q8_0", "q4_k_m"}) cases.push_back({arch, type});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.arch + " " + c.type);
@@ -405,6 +406,23 @@ TEST(LlamaCpp, Phi3LongRopeSwitchesFactorsAsLlamaCppDoes) {
   for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, double(std::fabs(a[i] - b[i])));
   EXPECT_GT(moved, 0.05) << "short and long factors give the same logits: the switch is not tested";
   std::printf("phi3 LongRoPE: short %.2e, long %.2e, factors move logits by %.3f\n", within, past, moved);
+}
+
+// A mixture of experts toy trains from scratch (`--preset moe-tiny`, with the load-balancing
+// loss) is a qwen3moe file llama.cpp runs as toy does.
+TEST(LlamaCpp, RunsAMixtureOfExpertsToyTrained) {
+  REQUIRE_LLAMACPP();
+  const std::string dir = (fs::path(::testing::TempDir()) / "toy_llamacpp_moe_trained").string();
+  const auto r = toy::test::run_toy({"train", "--data", kGpl3, "--out", dir, "--force", "--preset", "moe-tiny",
+                                     "--tokenizer", "byte", "--layers", "2", "--dim", "64", "--heads", "4",
+                                     "--kv-heads", "2", "--experts", "4", "--ctx", "64", "--batch", "8", "--steps",
+                                     "60", "--lr", "3e-3", "--moe-aux-loss", "0.01", "--eval-every", "0",
+                                     "--sample-tokens", "0", "--quiet"});
+  ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+  const std::string m = dir + "/model.gguf";
+  EXPECT_EQ(gguf::Reader(m).get_str("general.architecture"), "qwen3moe");
+  expect_same_distributions(m, encode(m, "You may convey verbatim copies of the Program's source code"));
+  expect_same_greedy_tokens(m, encode(m, "the terms and conditions "), 24, 0.0);
 }
 
 // A hybrid toy trains (3:1 Gated DeltaNet : gated attention, byte vocabulary) is a qwen35 file
@@ -459,7 +477,8 @@ TEST(LlamaCpp, AppliesOurLoraAdapterOnAHybrid) {
 }
 
 // LoRA on every projection of the published architectures — Phi-3's fused attn_qkv and
-// gate/up ffn_up, Gemma 3's and SmolLM3's separate ones: llama.cpp applies the adapter as toy
+// gate/up ffn_up, Gemma 3's and SmolLM3's separate ones, the attention of the mixtures of
+// experts (trained through their frozen Q8_0 experts): llama.cpp applies the adapter as toy
 // does (a Q8_0 base: QLoRA), and runs the merged model.
 TEST(LlamaCpp, AppliesOurLoraAdapterOnPublishedArchitectures) {
   REQUIRE_LLAMACPP();
@@ -472,11 +491,16 @@ TEST(LlamaCpp, AppliesOurLoraAdapterOnPublishedArchitectures) {
       f << nlohmann::json({{"prompt", w + " ="}, {"completion", " " + std::string(w.rbegin(), w.rend())}}).dump() << "\n";
     }
   }
-  for (const char* arch : {"smollm3", "phi3", "gemma3"}) {
+  for (const char* arch : {"smollm3", "phi3", "gemma3", "qwen3moe", "olmoe", "granitemoe"}) {
     SCOPED_TRACE(arch);
     const std::string base = (fs::path(::testing::TempDir()) / (std::string("toy_llamacpp_lora_") + arch + ".gguf")).string();
-    const auto r = toy::test::run_toy({"init", "--arch", arch, "--shape", "tiny", "--type", "q8_0", "--seed", "12",
-                                       "--out", base});
+    // (The mixtures of experts on an F32 base: a Q8_0 base's 8-bit activations put the two
+    // sides' hidden states ~1e-3 apart, enough to tip a token whose router sits near a tie to
+    // another expert — measured 4.3e-2 on olmoe's; the quantized experts' own agreement is
+    // RunsToyInitModels…'s.)
+    const bool moe = std::string(arch) == "qwen3moe" || std::string(arch) == "olmoe" || std::string(arch) == "granitemoe";
+    const auto r = toy::test::run_toy({"init", "--arch", arch, "--shape", "tiny", "--type", moe ? "f32" : "q8_0",
+                                       "--seed", "12", "--out", base});
     ASSERT_EQ(r.status, 0) << toy::test::describe(r);
     FinetuneOptions o;
     o.model = base, o.data = data, o.method = "lora", o.merge_type = "f32";
@@ -489,7 +513,7 @@ TEST(LlamaCpp, AppliesOurLoraAdapterOnPublishedArchitectures) {
     // On the Q8_0 base, the quantized files' tolerance (RunsToyInitModels…): llama.cpp rounds
     // GELU's input and output to f16 (its table), and Gemma's 8-bit activations after the GeGLU
     // can then round a step apart (measured 1.0e-2; smollm3 and phi3 1e-6). Merged F32: 1e-3.
-    expect_same_distributions(base, ids, 0.04, 0.08, adapter);
+    expect_same_distributions(base, ids, moe ? 1e-3 : 0.04, moe ? 0.0 : 0.08, adapter);
     expect_same_distributions(merged, ids, 1e-3, 0.0);
   }
 }

@@ -3,6 +3,9 @@
 // model's own full-sequence forward, which the parity test ties to the reference model.
 #include <gtest/gtest.h>
 
+#include <fmt/core.h>
+
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -206,6 +209,13 @@ DecoderLM random_published(const std::string& arch, int64_t ctx, uint64_t seed =
   ModelConfig c = ModelConfig::for_arch(arch);
   c.vocab = 11, c.dim = 32, c.layers = 4, c.heads = 4, c.kv_heads = 2, c.ctx = ctx, c.ffn = 48;
   if (arch == "gemma3") c.head_dim = 16, c.swa = SwaConfig{5, 2, 10000.0f}, c.logit_softcap = 5.0f;
+  if (arch == "qwen3moe" || arch == "olmoe" || arch == "granitemoe")
+    c.moe = MoeConfig{4, 2, 24, arch != std::string("olmoe"), 0};
+  if (arch == "granitemoe") {
+    c.moe.shared_ffn = 16;
+    c.embedding_scale = 3.0f, c.residual_scale = 0.5f, c.attn_scale = 0.3f, c.logit_scale = 2.0f;
+  }
+  if (arch == "olmoe") c.kv_heads = 4;
   if (arch == "phi3") {
     c.fused_qkv = true, c.rope.n_rot = 4, c.rope.long_short = true, c.rope.orig_ctx = 16, c.rope.attn_factor = 1.2f;
     c.tied = false;
@@ -231,7 +241,7 @@ DecoderLM random_published(const std::string& arch, int64_t ctx, uint64_t seed =
 // context.
 TEST(Decoder, PublishedArchitecturesDecodeAsTheFullForward) {
   const int64_t T = 40;
-  for (const char* arch : {"gemma3", "phi3", "smollm3"}) {
+  for (const char* arch : {"gemma3", "phi3", "smollm3", "qwen3moe", "olmoe", "granitemoe"}) {
     SCOPED_TRACE(arch);
     DecoderLM m = random_published(arch, T);
     const std::vector<int32_t> ids = token_ids(T, m.config().vocab);
@@ -272,9 +282,11 @@ TEST(Decoder, PublishedArchitecturesDecodeAsTheFullForward) {
 
 // The published architectures' parts get the right gradients (central differences of the
 // loss): the sliding-window mask, post-norms, GeGLU, the soft cap (gemma3); fused q/k/v and
-// gate/up under LongRoPE (phi3); the no-RoPE layer (smollm3).
+// gate/up under LongRoPE (phi3); the no-RoPE layer (smollm3); the router and the chosen
+// experts (qwen3moe with renormalised weights, olmoe without; every expert gets a gradient,
+// since 24 tokens choose each of the 4 at least once).
 TEST(Decoder, PublishedArchitectureGradientsMatchFiniteDifferences) {
-  for (const char* arch : {"gemma3", "phi3", "smollm3"}) {
+  for (const char* arch : {"gemma3", "phi3", "smollm3", "qwen3moe", "olmoe", "granitemoe"}) {
     SCOPED_TRACE(arch);
     DecoderLM m = random_published(arch, 12, 7);
     for (Tensor& p : m.params().values()) {
@@ -303,14 +315,23 @@ TEST(Decoder, PublishedArchitectureGradientsMatchFiniteDifferences) {
                "blk.1.attn_v.weight"};
     else if (std::string(arch) == "phi3")
       names = {"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight", "blk.1.ffn_down.weight", "output.weight"};
-    else
+    else if (std::string(arch) == "smollm3")
       names = {"blk.3.attn_q.weight", "blk.3.attn_k.weight", "blk.2.attn_q.weight"};
+    else if (std::string(arch) == "granitemoe")  // the router, the experts, the shared expert
+      names = {"blk.0.ffn_gate_inp.weight", "blk.1.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight",
+               "blk.1.ffn_gate_shexp.weight", "blk.0.ffn_down_shexp.weight", "token_embd.weight"};
+    else  // the router, the chosen experts, the whole-projection q/k norms
+      names = {"blk.0.ffn_gate_inp.weight", "blk.1.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight",
+               "blk.1.ffn_down_exps.weight", "blk.0.attn_q_norm.weight", "blk.1.attn_k_norm.weight"};
     for (const std::string& name : names) {
       Tensor& p = m.params().get(name);
       const std::vector<float> grad = p.grad().to_f32_vector();
       float* w = p.data<float>();
+      // (A small step for the experts' models: one that flips a token's choice of experts
+      // measures the jump, not the slope.)
+      const bool moe = m.config().moe.experts > 0;
       for (int64_t i : {int64_t(0), p.numel() / 2 + 1, p.numel() - 1}) {
-        const float keep = w[i], h = 1e-2f;
+        const float keep = w[i], h = moe ? 2e-3f : 1e-2f;
         w[i] = keep + h;
         const double up = m.loss(x, y).item();
         w[i] = keep - h;
@@ -395,4 +416,101 @@ TEST(Qwen35Files, NextTokenPredictionBlocksAreSkippedAndBadWidthsRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("ssm.inner_size 100"), std::string::npos) << e.what();
   }
+}
+
+namespace {
+// The MoE block of layer l as a standalone module, its experts cast to `dt` (grouped path).
+nn::Moe moe_of(DecoderLM& m, int64_t l, DType dt) {
+  nn::Moe moe;
+  auto p = [&](const char* n) { return m.params().get(fmt::format("blk.{}.{}", l, n)); };
+  moe.router = nn::Linear{p("ffn_gate_inp.weight"), Tensor()};
+  moe.gate = cast(p("ffn_gate_exps.weight").detach(), dt);
+  moe.up = cast(p("ffn_up_exps.weight").detach(), dt);
+  moe.down = cast(p("ffn_down_exps.weight").detach(), dt);
+  moe.used = m.config().moe.used;
+  moe.norm_weights = m.config().moe.norm_weights;
+  return moe;
+}
+}  // namespace
+
+// Stored experts run grouped by expert (one linear each, the results scattered back); F32 ones
+// through mul_mat_id. Both compute the same function, and the grouped one passes the gradient
+// to its input and the router (what QLoRA trains through).
+TEST(Moe, GroupedExpertsEqualMulMatIdForwardAndBackward) {
+  DecoderLM m = random_published("qwen3moe", 12, 9);
+  Tensor x = param(randn(Shape{3, 7, 32}, default_generator(), 0.0f, 1.0f));
+  const nn::Moe f32 = moe_of(m, 0, DType::F32);
+  nn::Moe grouped = moe_of(m, 0, DType::F32);
+  // F16 experts widened back: the same values, but the grouped path (stored dtype) runs.
+  {
+    NoGradGuard ng;
+    grouped.gate = cast(f32.gate, DType::F16), grouped.up = cast(f32.up, DType::F16),
+    grouped.down = cast(f32.down, DType::F16);
+  }
+  nn::Moe wide = f32;
+  {
+    NoGradGuard ng;
+    wide.gate = cast(grouped.gate, DType::F32), wide.up = cast(grouped.up, DType::F32),
+    wide.down = cast(grouped.down, DType::F32);
+  }
+  Tensor g = randn(Shape{3, 7, 32}, default_generator(), 0.0f, 1.0f);
+  auto a = grad(sum(mul(wide(x), g)), {x, wide.router.weight});
+  auto b = grad(sum(mul(grouped(x), g)), {x, grouped.router.weight});
+  // (F16 experts see F16-rounded activations, as llama.cpp's F16 products do: ~5e-4 each, and
+  // the router's gradient sums them over every token: 1e-2.)
+  EXPECT_TRUE(close(wide(x), grouped(x), 2e-3, 2e-3));
+  EXPECT_TRUE(close(a[0], b[0], 2e-3, 2e-3));
+  EXPECT_TRUE(close(a[1], b[1], 1e-2, 1e-2));
+}
+
+// The load-balancing loss: E * sum_e f_e P_e over every layer's routing at once (checked
+// against a plain loop), its gradient reaching the router, and in the model's loss with its
+// coefficient while training only.
+TEST(Moe, LoadBalancingLossIsSwitchTransformersOverAllLayers) {
+  DecoderLM m = random_published("olmoe", 12, 3);
+  const int64_t E = 4, k = 2, D = 32;
+  const nn::Moe l0 = moe_of(m, 0, DType::F32), l1 = moe_of(m, 1, DType::F32);
+  Generator gen(4, 1);
+  const Tensor x0 = randn(Shape{2, 5, D}, gen, 0.0f, 1.0f), x1 = randn(Shape{2, 5, D}, gen, 0.0f, 1.0f);
+  nn::MoeBalance bal;
+  l0(x0, &bal);
+  l1(x1, &bal);
+  std::vector<double> count(E, 0.0), psum(E, 0.0);
+  int64_t rows = 0;
+  for (const auto& [moe, x] : {std::pair{&l0, x0}, std::pair{&l1, x1}}) {
+    const std::vector<float> z = linear(reshape(x, Shape{10, D}), moe->router.weight).to_f32_vector();
+    for (int64_t r = 0; r < 10; ++r, ++rows) {
+      std::vector<double> p(E);
+      double mx = -1e30, tot = 0;
+      for (int64_t e = 0; e < E; ++e) mx = std::max(mx, double(z[size_t(r * E + e)]));
+      for (int64_t e = 0; e < E; ++e) tot += p[size_t(e)] = std::exp(double(z[size_t(r * E + e)]) - mx);
+      std::vector<int64_t> order{0, 1, 2, 3};
+      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[size_t(a)] > p[size_t(b)]; });
+      for (int64_t j = 0; j < k; ++j) count[size_t(order[size_t(j)])] += 1;
+      for (int64_t e = 0; e < E; ++e) psum[size_t(e)] += p[size_t(e)] / tot;
+    }
+  }
+  double want = 0;
+  for (int64_t e = 0; e < E; ++e) want += count[size_t(e)] / double(rows * k) * psum[size_t(e)] / double(rows);
+  want *= double(E);
+  const Tensor aux = bal.loss(k);
+  EXPECT_NEAR(aux.item(), want, 1e-5);
+  EXPECT_GE(want, 1.0 - 1e-9) << "1 for perfectly balanced routing, more otherwise";
+  auto g = grad(aux, {l0.router.weight, l1.router.weight});
+  EXPECT_TRUE(g[0].defined() && g[1].defined());
+  // In the model: training adds coef x aux; evaluation does not.
+  const std::vector<int32_t> ids = token_ids(24, m.config().vocab);
+  std::vector<int32_t> targets(ids.begin() + 1, ids.end());
+  targets.push_back(0);
+  const Tensor x = from_vector(ids, Shape{2, 12}), y = from_vector(targets, Shape{2, 12});
+  NoGradGuard ng;
+  const double plain = m.loss(x, y, true).item();
+  m.set_moe_aux_loss(0.5f);
+  const double half = m.loss(x, y, true).item();
+  m.set_moe_aux_loss(1.0f);
+  const double one = m.loss(x, y, true).item();
+  EXPECT_DOUBLE_EQ(m.loss(x, y, false).item(), plain);
+  EXPECT_NEAR(half - plain, 0.5 * (one - plain), 1e-5);
+  EXPECT_GE(one - plain, 1.0 - 1e-5);
+  EXPECT_LE(one - plain, double(E));
 }

@@ -19,6 +19,7 @@
 #include "toy/cli/bench_util.h"
 #include "toy/cli/commands.h"
 #include "toy/cli/flags.h"
+#include "toy/core/machine.h"
 #include "toy/core/rng.h"
 #include "toy/core/text.h"
 #include "toy/core/runtime.h"
@@ -30,17 +31,33 @@ namespace toy::cli {
 
 namespace {
 
+bool is_expert_tensor(const std::string& name) { return name.ends_with("_exps.weight"); }
+
 // Bytes of weights one decoded token reads: every parameter, except lookup tables that only
-// give one row per token (an untied token embedding, learned positions).
+// give one row per token (an untied token embedding, learned positions); of a layer's experts,
+// only the `used` it chooses.
 double weight_bytes_per_token(const DecoderLM& m) {
+  const MoeConfig& moe = m.config().moe;
   double bytes = 0;
   for (const Tensor& p : m.params().values()) {
     if (p.name() == "position_embd.weight") continue;
     if (p.name() == "token_embd.weight" && !m.config().tied) continue;
     const int64_t cols = p.shape()[p.ndim() - 1];
-    bytes += double(row_bytes(p.dtype(), cols)) * double(p.numel() / cols);
+    const double share = is_expert_tensor(p.name()) ? double(moe.used) / double(moe.experts) : 1.0;
+    bytes += double(row_bytes(p.dtype(), cols)) * double(p.numel() / cols) * share;
   }
   return bytes;
+}
+
+// Parameters in all, and those one token uses (a mixture of experts' chosen experts only).
+std::pair<double, double> parameter_counts(const DecoderLM& m) {
+  const MoeConfig& moe = m.config().moe;
+  double all = 0, active = 0;
+  for (const Tensor& p : m.params().values()) {
+    all += double(p.numel());
+    active += double(p.numel()) * (is_expert_tensor(p.name()) ? double(moe.used) / double(moe.experts) : 1.0);
+  }
+  return {all, active};
 }
 
 // Memory read bandwidth (GB/s): all threads summing disjoint parts of a buffer far larger than
@@ -132,6 +149,9 @@ Run add_bench_run_command(CLI::App& bench) {
     j["tg_tokens"] = f->tg;
     j["tg_tokens_per_s"] = double(f->tg) / tg_s;
     j["weight_bytes_per_token"] = wbytes;
+    const auto [all_params, active_params] = parameter_counts(m);
+    j["params"] = all_params;
+    if (m.config().moe.experts > 0) j["active_params"] = active_params;
     j["tg_weight_gbs"] = wbytes * double(f->tg) / tg_s / 1e9;
     j["bandwidth_gbs"] = bw;
     j["tg_bandwidth_fraction"] = wbytes * double(f->tg) / tg_s / 1e9 / bw;
@@ -141,15 +161,28 @@ Run add_bench_run_command(CLI::App& bench) {
     // does not grow), so compare the extra time per token with those bytes at the measured
     // bandwidth.
     const ModelConfig& c = m.config();
-    int64_t attention_layers = 0;
-    for (int64_t l = 0; l < c.layers; ++l) attention_layers += c.layer_kind(l) == LayerKind::Attention;
-    const double kv_bytes_per_position = 2.0 * double(attention_layers) * double(c.kv_heads) * double(c.head_dim) *
-                                         double(element_size(cache.dtype()));
+    const double kv_bytes_per_position = 2.0 * double(c.kv_heads) * double(c.head_dim) *
+                                         double(element_size(cache.dtype()));  // one layer's
+    // Positions of cache the attention layers read (or hold) at depth d: a sliding layer no
+    // more than its window.
+    auto kv_positions = [&](int64_t d) {
+      double n = 0;
+      for (int64_t l = 0; l < c.layers; ++l)
+        if (c.layer_kind(l) == LayerKind::Attention) n += double(c.layer_slides(l) ? std::min(d, c.swa.window) : d);
+      return n;
+    };
+    // The cache a run at the model's whole context holds, and what it would without windows.
+    j["kv_cache_bytes_at_ctx"] = kv_bytes_per_position * kv_positions(c.ctx);
+    if (c.swa.window > 0) {
+      int64_t attention_layers = 0;
+      for (int64_t l = 0; l < c.layers; ++l) attention_layers += c.layer_kind(l) == LayerKind::Attention;
+      j["kv_cache_bytes_at_ctx_without_windows"] = kv_bytes_per_position * double(attention_layers) * double(c.ctx);
+    }
     nlohmann::json by_depth = nlohmann::json::array();
     for (int64_t d : f->depths) {
       const double s = d == 0 ? tg_s : time_tg(d);
       const double extra_ms = (s - tg_s) / double(f->tg) * 1e3;
-      const double kv_ms = kv_bytes_per_position * double(d) / (bw * 1e9) * 1e3;  // the cache d adds
+      const double kv_ms = kv_bytes_per_position * kv_positions(d) / (bw * 1e9) * 1e3;  // the cache d adds
       by_depth.push_back({{"depth", d},
                           {"tg_tokens_per_s", double(f->tg) / s},
                           {"ms_per_token", s / double(f->tg) * 1e3},
@@ -163,10 +196,18 @@ Run add_bench_run_command(CLI::App& bench) {
     }
     std::printf("model %s (%s), %d threads, %s\n", printable(f->model).c_str(), lm.arch.c_str(), num_threads(),
                 j.value("cpu", std::string("?")).c_str());
+    if (j.contains("active_params"))
+      std::printf("parameters %.3g, active per token %.3g (%lld of %lld experts)\n", j["params"].get<double>(),
+                  j["active_params"].get<double>(), static_cast<long long>(m.config().moe.used),
+                  static_cast<long long>(m.config().moe.experts));
     std::printf("pp%-5lld %10.1f tok/s\n", static_cast<long long>(f->pp), j["pp_tokens_per_s"].get<double>());
     std::printf("tg%-5lld %10.1f tok/s   weights %.1f MB/token -> %.1f GB/s = %.2f of the %.1f GB/s measured\n",
                 static_cast<long long>(f->tg), j["tg_tokens_per_s"].get<double>(), wbytes / 1e6,
                 j["tg_weight_gbs"].get<double>(), j["tg_bandwidth_fraction"].get<double>(), bw);
+    if (j.contains("kv_cache_bytes_at_ctx_without_windows"))
+      std::printf("kv cache at the model's %lld positions: %s (%s if the sliding layers kept every position)\n",
+                  static_cast<long long>(c.ctx), format_bytes(j["kv_cache_bytes_at_ctx"].get<double>()).c_str(),
+                  format_bytes(j["kv_cache_bytes_at_ctx_without_windows"].get<double>()).c_str());
     for (const auto& r : by_depth)
       std::printf("tg%-5lld @ d%-6lld %6.1f tok/s   %.2f ms/token (+%.2f over d0; reading its cache at the "
                   "measured bandwidth: %.2f)\n",

@@ -68,6 +68,10 @@ const std::map<std::string, ResumeRule>& resume_rules() {
       {"--warmup", {OnResume::Fixed, "warmup"}},
       {"--wd", {OnResume::Fixed, "weight_decay"}},
       {"--clip", {OnResume::Fixed, "clip"}},
+      {"--moe-aux-loss", {OnResume::Fixed, "moe_aux_loss"}},
+      {"--experts", {OnResume::Shape}},
+      {"--experts-used", {OnResume::Shape}},
+      {"--expert-ffn", {OnResume::Shape}},
       {"--seed", {OnResume::Fixed, "seed"}},
       {"--val-fraction", {OnResume::Fixed, "val_fraction"}},
       {"--merge-type", {OnResume::Fixed, "merge_type"}},
@@ -216,6 +220,8 @@ Run add_finetune_command(CLI::App& app) {
   add_int(cmd, "--warmup", o.warmup, 0, int64_t(1) << 40, "Warmup steps")->capture_default_str();
   add_real(cmd, "--wd", o.weight_decay, Range{0, 10}, "AdamW weight decay (matrices)")->capture_default_str();
   add_real(cmd, "--clip", o.clip, Range{0, 1e6}, "Global gradient-norm clip (0 = off)")->capture_default_str();
+  add_real(cmd, "--moe-aux-loss", o.moe_aux_loss, Range{0, 100},
+           "Mixture of experts: weight of the load-balancing loss (0 = off, 0.001 typical)");
   add_u64(cmd, "--seed", o.seed, "Seed (split, order, adapters' init, dropout)")->capture_default_str();
   add_real(cmd, "--val-fraction", o.val_fraction, Range{0, 1, false, true}, "Examples held out for validation")
       ->capture_default_str();

@@ -104,6 +104,10 @@ const std::map<std::string, ResumeRule>& resume_rules() {
       {"--beta1", fixed([](const TrainOptions& o) { return o.beta1; })},
       {"--beta2", fixed([](const TrainOptions& o) { return o.beta2; })},
       {"--clip", fixed([](const TrainOptions& o) { return o.clip; })},
+      {"--moe-aux-loss", fixed([](const TrainOptions& o) { return o.moe_aux_loss; })},
+      {"--experts", fixed([](const TrainOptions& o) { return o.model.moe.experts; })},
+      {"--experts-used", fixed([](const TrainOptions& o) { return o.model.moe.used; })},
+      {"--expert-ffn", fixed([](const TrainOptions& o) { return o.model.moe.ffn; })},
       {"--seed", fixed([](const TrainOptions& o) { return o.seed; })},
       {"--data", not_saved},  // compared as paths below
       {"--out", not_saved},   // must name the --resume folder (checked below)
@@ -189,6 +193,8 @@ Run add_train_command(CLI::App& app) {
   add_real(cmd, "--beta1", o.beta1, {0, 1, false, true}, "AdamW beta1");
   add_real(cmd, "--beta2", o.beta2, {0, 1, false, true}, "AdamW beta2");
   add_real(cmd, "--clip", o.clip, {0, 1e9}, "Gradient clipping: max global norm (0 = off)");
+  add_real(cmd, "--moe-aux-loss", o.moe_aux_loss, {0, 100},
+           "Mixture of experts: weight of the load-balancing loss (Switch Transformer's; 0 = off, 0.001 typical)");
   add_u64(cmd, "--seed", o.seed, "Seed for init, data order, dropout and samples");
   add_int(cmd, "--eval-every", o.eval_every, 0, int64_t(1) << 40, "Steps between loss estimates (0 = only at the end)");
   add_int(cmd, "--eval-batches", o.eval_batches, 1, int64_t(1) << 20, "Batches per train/val loss estimate");

@@ -8,10 +8,10 @@ namespace toy::cli {
 
 void add_shape_flags(CLI::App* cmd, ShapeFlags& f, const std::string& preset) {
   f.preset = preset;
-  cmd->add_option("--preset", f.preset, "Model preset: gpt (GPT-2 shape), llama, or qwen35 (hybrid: Gated DeltaNet and "
-                  "gated attention)")
+  cmd->add_option("--preset", f.preset, "Model preset: gpt (GPT-2 shape), llama, qwen35 (hybrid: Gated DeltaNet and "
+                  "gated attention) or moe-tiny (mixture of experts, Qwen3-MoE's block)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"gpt", "llama", "qwen35"}));
+      ->check(CLI::IsMember({"gpt", "llama", "qwen35", "moe-tiny"}));
   add_int(cmd, "--layers", f.layers, 1, 10000, "Transformer layers");
   add_int(cmd, "--heads", f.heads, 1, 4096, "Attention heads");
   add_int(cmd, "--kv-heads", f.kv_heads, 1, 4096, "Key/value heads (GQA; default = heads)");
@@ -34,6 +34,10 @@ void add_shape_flags(CLI::App* cmd, ShapeFlags& f, const std::string& preset) {
   add_int(cmd, "--gdn-k-heads", f.gdn_k_heads, 1, 4096, "Gated DeltaNet K heads, dividing the V heads (default: as V)");
   add_int(cmd, "--gdn-head-dim", f.gdn_head_dim, 1, 4096, "Gated DeltaNet head width (default: the attention's)");
   add_int(cmd, "--conv-kernel", f.conv_kernel, 1, 64, "Gated DeltaNet causal conv taps (default 4)");
+  add_int(cmd, "--experts", f.experts, 1, 4096, "Mixture of experts: experts per layer (moe-tiny: 8)");
+  add_int(cmd, "--experts-used", f.experts_used, 1, 4096, "Mixture of experts: experts chosen per token (moe-tiny: 2)");
+  add_int(cmd, "--expert-ffn", f.expert_ffn, 1, int64_t(1) << 22,
+          "Mixture of experts: each expert's width (default: the MLP width / experts used)");
 }
 
 ModelConfig shape_from_flags(const ShapeFlags& f) {
@@ -59,6 +63,9 @@ ModelConfig shape_from_flags(const ShapeFlags& f) {
   if (f.gdn_k_heads) m.gdn.k_heads = *f.gdn_k_heads;
   if (f.gdn_head_dim) m.gdn.head_dim = *f.gdn_head_dim;
   if (f.conv_kernel) m.gdn.conv_kernel = *f.conv_kernel;
+  if (f.experts) m.moe.experts = *f.experts;
+  if (f.experts_used) m.moe.used = *f.experts_used;
+  if (f.expert_ffn) m.moe.ffn = *f.expert_ffn;
   if (f.preset == "qwen35" && m.heads > 0) {
     const int64_t hd = m.dim / m.heads;
     m.rope.n_rot = std::max<int64_t>(2, hd / 4 / 2 * 2);  // a quarter of the head, even

@@ -20,11 +20,14 @@ struct ShapeFlags {
   // Gated DeltaNet widths.
   std::string layer_kinds;
   std::optional<int64_t> full_attention_interval, gdn_heads, gdn_k_heads, gdn_head_dim, conv_kernel;
+  // Mixture of experts (moe-tiny's defaults: 8 experts, 2 per token, each ffn / 2 wide).
+  std::optional<int64_t> experts, experts_used, expert_ffn;
 };
 
 // --preset (default `preset`), --layers, --heads, --kv-heads, --dim, --ffn, --norm, --mlp,
 // --pos, --bias, --tied, --dropout, --init-scale, --depth-scale, --layer-kinds,
-// --full-attention-interval, --gdn-heads, --gdn-k-heads, --gdn-head-dim, --conv-kernel.
+// --full-attention-interval, --gdn-heads, --gdn-k-heads, --gdn-head-dim, --conv-kernel,
+// --experts, --experts-used, --expert-ffn.
 void add_shape_flags(CLI::App* cmd, ShapeFlags& f, const std::string& preset);
 // The preset with the overrides given (ctx as the preset has it). qwen35 rotates a quarter of
 // each head (as Qwen3.5) and, without a pattern, makes every 4th layer attention.

@@ -59,7 +59,9 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
   w.set(arch + ".context_length", Value::u32(uint32_t(c.ctx)));
   w.set(arch + ".embedding_length", Value::u32(uint32_t(c.dim)));
   w.set(arch + ".block_count", Value::u32(uint32_t(c.layers)));
-  w.set(arch + ".feed_forward_length", Value::u32(uint32_t(c.ffn)));
+  // (OLMoE's and Granite-MoE's experts are feed_forward_length wide.)
+  w.set(arch + ".feed_forward_length",
+        Value::u32(uint32_t(arch == "olmoe" || arch == "granitemoe" ? c.moe.ffn : c.ffn)));
   w.set(arch + ".attention.head_count", Value::u32(uint32_t(c.heads)));
   w.set(arch + ".attention.head_count_kv", Value::u32(uint32_t(c.kv_heads)));
   if (c.head_dim * c.heads != c.dim) {
@@ -89,6 +91,17 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
     w.set(arch + ".rope.freq_base_swa", Value::f32(c.swa.rope_base));
   }
   if (c.logit_softcap != 0.0f) w.set(arch + ".final_logit_softcapping", Value::f32(c.logit_softcap));
+  if (c.moe.experts) {
+    w.set(arch + ".expert_count", Value::u32(uint32_t(c.moe.experts)));
+    w.set(arch + ".expert_used_count", Value::u32(uint32_t(c.moe.used)));
+    if (arch == "qwen3moe") w.set(arch + ".expert_feed_forward_length", Value::u32(uint32_t(c.moe.ffn)));
+    if (c.moe.shared_ffn)
+      w.set(arch + ".expert_shared_feed_forward_length", Value::u32(uint32_t(c.moe.shared_ffn)));
+  }
+  if (c.logit_scale != 0.0f) w.set(arch + ".logit_scale", Value::f32(c.logit_scale));
+  if (c.embedding_scale != 0.0f) w.set(arch + ".embedding_scale", Value::f32(c.embedding_scale));
+  if (c.residual_scale != 0.0f) w.set(arch + ".residual_scale", Value::f32(c.residual_scale));
+  if (c.attn_scale != 0.0f && arch == "granitemoe") w.set(arch + ".attention.scale", Value::f32(c.attn_scale));
   if (arch == "qwen35") {
     const GdnConfig& g = c.gdn;
     const GdnConfig gd = c.has_gdn() ? g : GdnConfig{c.heads, c.heads, c.head_dim, 4};  // (keys llama.cpp requires)
@@ -218,6 +231,35 @@ void read_phi3_keys(const gguf::Reader& r, ModelConfig& c) {
   if (has_long) c.rope.orig_ctx = find_int(r, a + "rope.scaling.original_context_length").value_or(c.ctx);
 }
 
+// Mixture of experts: expert_count and expert_used_count; the experts' width from
+// expert_feed_forward_length (Qwen3-MoE; default feed_forward_length / used, as llama.cpp) or
+// feed_forward_length itself (OLMoE).
+void read_moe_keys(const gguf::Reader& r, ModelConfig& c, const std::string& arch) {
+  const std::string shown = printable(r.path()), a = arch + ".";
+  c.moe.experts = need_int(r, a + "expert_count");
+  c.moe.used = need_int(r, a + "expert_used_count");
+  TOY_CHECK(c.moe.experts > 0 && c.moe.used > 0 && c.moe.used <= c.moe.experts, "[model] '{}': {} experts, {} used "
+            "per token", shown, c.moe.experts, c.moe.used);
+  if (arch == "qwen3moe")
+    c.moe.ffn = find_int(r, a + "expert_feed_forward_length").value_or(c.ffn / c.moe.used);
+  else
+    c.moe.ffn = c.ffn;
+  c.moe.shared_ffn = find_int(r, a + "expert_shared_feed_forward_length").value_or(0);
+  TOY_CHECK(c.moe.shared_ffn >= 0, "[model] '{}': a negative shared expert width", shown);
+}
+
+// Granite's multipliers: logit_scale (required, as llama.cpp requires it), embedding_scale,
+// residual_scale and attention_scale (the query scale) when present.
+void read_granite_keys(const gguf::Reader& r, ModelConfig& c) {
+  const std::string shown = printable(r.path()), a = "granitemoe.";
+  const auto logit = find_float(r, a + "logit_scale");
+  TOY_CHECK(logit.has_value() && *logit > 0, "[model] '{}': granitemoe needs a positive key '{}logit_scale'", shown, a);
+  c.logit_scale = *logit;
+  c.embedding_scale = find_float(r, a + "embedding_scale").value_or(0.0f);
+  c.residual_scale = find_float(r, a + "residual_scale").value_or(0.0f);
+  c.attn_scale = find_float(r, a + "attention.scale").value_or(0.0f);
+}
+
 // Gemma 3: sliding-window layers (attention.sliding_window; a scalar sliding_window_pattern,
 // default 6, as llama.cpp reads it) with their own RoPE base, the final logit soft-cap, and the
 // 27B model's query scale (llama.cpp: 1/sqrt(dim / heads) for 62 layers).
@@ -303,6 +345,8 @@ ModelConfig config_from_standard_keys(const gguf::Reader& r, const std::string& 
   if (arch != "gpt2" && arch != "qwen35" && r.find_tensor("blk.0.attn_qkv.weight")) c.fused_qkv = true;
   if (arch == "qwen35") read_qwen35_keys(r, c);
   if (arch == "phi3") read_phi3_keys(r, c);
+  if (arch == "qwen3moe" || arch == "olmoe" || arch == "granitemoe") read_moe_keys(r, c, arch);
+  if (arch == "granitemoe") read_granite_keys(r, c);
   if (arch == "gemma3") read_gemma3_keys(r, c);
   if (auto v = find_int(r, a + "vocab_size")) {
     c.vocab = *v;

@@ -31,7 +31,8 @@ bool contains(std::string_view s, std::string_view part) { return s.find(part) !
 // llama.cpp quantizes matrices named "...weight" except norms, position tables and token types.
 bool may_quantize(const TensorPlan& t) {
   return t.shape.ndim() >= 2 && ends_with(t.name, "weight") && !contains(t.name, "_norm.weight") &&
-         t.name != "position_embd.weight" && t.name != "token_types.weight" && !contains(t.name, "ssm_conv1d");
+         t.name != "position_embd.weight" && t.name != "token_types.weight" && !contains(t.name, "ssm_conv1d") &&
+         !contains(t.name, "ffn_gate_inp.weight");  // (a router stays as it is)
 }
 
 // Layers 0..n/8, the last eighth, and every third layer between get more bits.

@@ -68,6 +68,7 @@ void ModelConfig::resolve() {
     // parameter count of a 4 * dim GELU MLP.
     ffn = mlp == MlpKind::GELU ? 4 * dim : (8 * dim / 3 + 7) / 8 * 8;
   }
+  if (moe.experts > 0 && moe.ffn == 0 && moe.used > 0) moe.ffn = std::max<int64_t>(8, ffn / moe.used / 8 * 8);
 }
 
 void ModelConfig::validate() const {
@@ -136,6 +137,19 @@ void ModelConfig::validate() const {
             "other scaling");
   TOY_CHECK(std::isfinite(rope.attn_factor) && rope.attn_factor > 0 && rope.attn_factor <= 100,
             "[model] rope attention factor must be in (0, 100], got {}", rope.attn_factor);
+  if (moe.experts > 0) {
+    TOY_CHECK(moe.experts <= 4096 && moe.used >= 1 && moe.used <= moe.experts && moe.ffn > 0 &&
+                  moe.ffn <= (int64_t(1) << 22),
+              "[model] mixture of experts: {} experts, {} used per token, expert width {} (need 1 <= used <= experts "
+              "<= 4096 and a width > 0)", moe.experts, moe.used, moe.ffn);
+    TOY_CHECK(mlp == MlpKind::SwiGLU && !bias && !fused_gate_up && !has_gdn(), "[model] expert blocks are SwiGLU "
+              "without biases, in attention layers");
+  }
+  TOY_CHECK(!qk_norm_whole || qk_norm, "[model] a whole-projection q/k norm is a q/k norm");
+  TOY_CHECK(moe.shared_ffn >= 0 && moe.shared_ffn <= (int64_t(1) << 22) && (moe.shared_ffn == 0 || moe.experts > 0),
+            "[model] a shared expert's width must be in 0..2^22 and needs experts, got {}", moe.shared_ffn);
+  for (float s : {embedding_scale, residual_scale, logit_scale})
+    TOY_CHECK(std::isfinite(s) && s >= 0 && s <= 1e6, "[model] Granite's multipliers must be in [0, 1e6], got {}", s);
   TOY_CHECK(lens_dim >= 0 && lens_dim <= (int64_t(1) << 20), "[model] lens width must be in 0..2^20, got {}",
             lens_dim);
   TOY_CHECK(lens_dim == 0 || !tied, "[model] a projection lens needs an untied output head");
@@ -148,9 +162,11 @@ std::string ModelConfig::gguf_arch(bool tokenizer_ok) const {
   const bool plain_rope = rope.scaling == RopeScaling::None && (rope.n_rot == 0 || rope.n_rot == head_dim);
   const bool llama_like = norm == NormKind::RMS && mlp == MlpKind::SwiGLU && pos == PosKind::RoPE && !bias;
   // Gemma's and Phi-3's variations belong to their architectures only.
-  const bool gemma_parts = mlp == MlpKind::GeGLU || embed_scale || post_norms || swa.window || logit_softcap ||
-                           attn_scale != 0.0f;
-  const bool others_parts = nope_interval || fused_gate_up || rope.long_short || gemma_parts;
+  const bool gemma_parts = mlp == MlpKind::GeGLU || embed_scale || post_norms || swa.window || logit_softcap;
+  const bool granite_parts = embedding_scale != 0.0f || residual_scale != 0.0f || logit_scale != 0.0f ||
+                             moe.shared_ffn != 0;
+  const bool others_parts = nope_interval || fused_gate_up || rope.long_short || gemma_parts || moe.experts ||
+                            qk_norm_whole || granite_parts || attn_scale != 0.0f;
   if (qwen35_layout()) {
     // Qwen3.5: NEOX RoPE (partial allowed, plain frequencies), q/k norms, gated attention.
     const bool qwen35 = norm == NormKind::RMS && mlp == MlpKind::SwiGLU && pos == PosKind::RoPE && !bias &&
@@ -158,7 +174,24 @@ std::string ModelConfig::gguf_arch(bool tokenizer_ok) const {
                         !rope.freq_factors && !others_parts;
     return qwen35 ? "qwen35" : "toy";
   }
-  if (gemma_parts) {
+  if (moe.experts || qk_norm_whole) {
+    // Qwen3-MoE: Qwen3's attention (per-head q/k norms, NEOX), renormalised expert weights.
+    // OLMoE: q/k norms over the whole projection, NEOX, raw expert weights, an untied head.
+    // Granite-MoE: Llama's attention (adjacent-pair RoPE, the whole head), the multipliers
+    // (logit_scale required), renormalised weights, a shared expert optional.
+    const bool common = llama_like && moe.experts > 0 && !qkv_bias && !rope.freq_factors && !nope_interval &&
+                        !fused_gate_up && !rope.long_short && !gemma_parts;
+    if (common && !rope.neox && !qk_norm && moe.norm_weights && logit_scale != 0.0f &&
+        (rope.n_rot == 0 || rope.n_rot == head_dim))
+      return "granitemoe";
+    const bool base = common && rope.neox && qk_norm && plain_rope && !granite_parts && attn_scale == 0.0f;
+    if (base && !qk_norm_whole && moe.norm_weights) return "qwen3moe";
+    if (base && qk_norm_whole && !moe.norm_weights && !tied && head_dim * heads == dim && kv_heads == heads)
+      return "olmoe";
+    return "toy";
+  }
+  if (granite_parts) return "toy";
+  if (gemma_parts || attn_scale != 0.0f) {
     // Gemma 3: every part at once; llama.cpp scales queries by 1/sqrt(key_length) (27B's 62
     // layers: 1/sqrt(dim / heads), which attn_scale then states).
     const float want_scale = layers == 62 ? 1.0f / std::sqrt(float(dim / heads)) : 0.0f;
@@ -166,7 +199,7 @@ std::string ModelConfig::gguf_arch(bool tokenizer_ok) const {
                         !qkv_bias && qk_norm && rope.neox && embed_scale && post_norms && attn_scale == want_scale &&
                         (rope.n_rot == 0 || rope.n_rot == head_dim) && rope.scaling != RopeScaling::Yarn &&
                         !rope.freq_factors && !nope_interval && !fused_gate_up && !rope.long_short;
-    return gemma3 ? "gemma3" : "toy";
+    return gemma3 && gemma_parts ? "gemma3" : "toy";
   }
   if (fused_gate_up || rope.long_short) {
     // Phi-3: fused gate/up, NEOX RoPE (partial allowed), LongRoPE factors optional; its output
@@ -207,14 +240,25 @@ ModelConfig ModelConfig::for_arch(const std::string& arch) {
     c.nope_interval = 4;  // llama.cpp's fixed step (SmolLM3's no_rope_layer_interval)
   } else if (arch == "phi3") {
     c.fused_gate_up = true;
+  } else if (arch == "qwen3moe") {
+    c.qk_norm = true;
+    c.moe.norm_weights = true;
+  } else if (arch == "granitemoe") {
+    c.rope.neox = false;
+    c.moe.norm_weights = true;
+  } else if (arch == "olmoe") {
+    c.qk_norm = true;
+    c.qk_norm_whole = true;
+    c.moe.norm_weights = false;
+    c.tied = false;
   } else if (arch == "gemma3") {
     c.mlp = MlpKind::GeGLU;
     c.qk_norm = true;
     c.embed_scale = true;
     c.post_norms = true;
   } else {
-    fail("[model] architecture '{}' is not supported (toy runs gpt2, llama, qwen2, qwen3, qwen35, smollm3, phi3 and "
-         "gemma3)", printable(arch));
+    fail("[model] architecture '{}' is not supported (toy runs gpt2, llama, qwen2, qwen3, qwen35, smollm3, phi3, "
+         "gemma3, qwen3moe, olmoe and granitemoe)", printable(arch));
   }
   return c;
 }
@@ -245,8 +289,19 @@ ModelConfig ModelConfig::from_preset(const std::string& name) {
     c.rope.neox = true;
     c.qk_norm = true;
     c.attn_gate = true;
+  } else if (name == "moe-tiny") {
+    // Qwen3-MoE's block (a qwen3moe file llama.cpp runs): Qwen3's attention, 8 experts of
+    // width ffn / 2 (resolve()), 2 chosen per token, their weights renormalised.
+    c.norm = NormKind::RMS;
+    c.mlp = MlpKind::SwiGLU;
+    c.pos = PosKind::RoPE;
+    c.bias = false;
+    c.tied = true;
+    c.rope.neox = true;
+    c.qk_norm = true;
+    c.moe = MoeConfig{8, 2, 0, true};
   } else {
-    fail("[model] unknown preset '{}' (expected gpt, llama or qwen35)", name);
+    fail("[model] unknown preset '{}' (expected gpt, llama, qwen35 or moe-tiny)", name);
   }
   return c;
 }
@@ -287,6 +342,13 @@ nlohmann::json ModelConfig::to_json() const {
   if (swa.window)
     j["swa"] = {{"window", swa.window}, {"pattern", swa.pattern}, {"rope_base", json_float(swa.rope_base)}};
   if (rope.long_short) j["rope"]["long_short"] = true;
+  if (moe.experts)
+    j["moe"] = {{"experts", moe.experts}, {"used", moe.used}, {"ffn", moe.ffn}, {"norm_weights", moe.norm_weights},
+                {"shared_ffn", moe.shared_ffn}};
+  if (embedding_scale != 0.0f) j["embedding_scale"] = json_float(embedding_scale);
+  if (residual_scale != 0.0f) j["residual_scale"] = json_float(residual_scale);
+  if (logit_scale != 0.0f) j["logit_scale"] = json_float(logit_scale);
+  if (qk_norm_whole) j["qk_norm_whole"] = true;
   if (has_gdn())
     j["gdn"] = {{"k_heads", gdn.k_heads}, {"v_heads", gdn.v_heads}, {"head_dim", gdn.head_dim},
                 {"conv_kernel", gdn.conv_kernel}};
@@ -359,6 +421,19 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
   if (j.contains("post_norms")) c.post_norms = get_bool(j, "post_norms", where);
   if (j.contains("attn_scale")) c.attn_scale = get_float(j, "attn_scale", where);
   if (j.contains("logit_softcap")) c.logit_softcap = get_float(j, "logit_softcap", where);
+  if (j.contains("moe")) {
+    const nlohmann::json& m = get_object(j, "moe", where);
+    const std::string mw = where + " moe";
+    c.moe.experts = get_int(m, "experts", mw);
+    c.moe.used = get_int(m, "used", mw);
+    c.moe.ffn = get_int(m, "ffn", mw);
+    c.moe.norm_weights = get_bool(m, "norm_weights", mw);
+    if (m.contains("shared_ffn")) c.moe.shared_ffn = get_int(m, "shared_ffn", mw);
+  }
+  if (j.contains("embedding_scale")) c.embedding_scale = get_float(j, "embedding_scale", where);
+  if (j.contains("residual_scale")) c.residual_scale = get_float(j, "residual_scale", where);
+  if (j.contains("logit_scale")) c.logit_scale = get_float(j, "logit_scale", where);
+  if (j.contains("qk_norm_whole")) c.qk_norm_whole = get_bool(j, "qk_norm_whole", where);
   if (j.contains("swa")) {
     const nlohmann::json& w = get_object(j, "swa", where);
     const std::string ww = where + " swa";

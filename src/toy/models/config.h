@@ -11,9 +11,12 @@
 // YaRN), Gated DeltaNet layers (qwen35).
 // Published architectures loaded from GGUF (and written by toy init) add: no-RoPE layers
 // (smollm3), fused q/k/v and gate/up tensors with LongRoPE factors (phi3), Gemma 3's scaled
-// embeddings, post-norms, GeGLU, q/k norms, sliding-window layers and logit soft-capping (gemma3).
+// embeddings, post-norms, GeGLU, q/k norms, sliding-window layers and logit soft-capping (gemma3),
+// mixture-of-experts blocks (qwen3moe: Qwen3's attention; olmoe: q/k norms over the whole
+// projection, unnormalised expert weights; granitemoe: Llama's attention, Granite's multipliers
+// and an optional shared expert).
 // The GGUF architecture name follows from the fields: "gpt2", "llama", "qwen2", "qwen3", "qwen35",
-// "smollm3", "phi3", "gemma3" when llama.cpp runs the model as it is, otherwise "toy" (our own name, so llama.cpp refuses
+// "smollm3", "phi3", "gemma3", "qwen3moe", "olmoe", "granitemoe" when llama.cpp runs the model as it is, otherwise "toy" (our own name, so llama.cpp refuses
 // the file rather than running it wrong).
 #pragma once
 #include <cstdint>
@@ -57,6 +60,15 @@ struct RopeConfig {
   // frequencies, the long ones when the run's context (a cache's capacity, else the sequence)
   // exceeds orig_ctx; cos and sin are multiplied by attn_factor either way.
   bool long_short = false;
+};
+
+// Mixture-of-experts feed-forward blocks (every layer's, when experts > 0; nn/moe.h): E experts
+// of width ffn, `used` chosen per token by a softmax router, their probabilities renormalised
+// to sum 1 when norm_weights (Qwen3-MoE) or used as they are (OLMoE).
+struct MoeConfig {
+  int64_t experts = 0, used = 0, ffn = 0;
+  bool norm_weights = true;
+  int64_t shared_ffn = 0;  // a shared expert (a SwiGLU MLP every token runs, *_shexp) this wide; 0: none
 };
 
 // Sliding-window attention (Gemma 3): with pattern n, layer l attends only to the `window`
@@ -103,7 +115,12 @@ struct ModelConfig {
                               // blk.N.post_attention_norm / blk.N.post_ffw_norm
   float attn_scale = 0.0f;    // the query scale; 0: 1 / sqrt(head_dim)
   float logit_softcap = 0.0f; // logits = c tanh(logits / c); 0: none (Gemma's final_logit_softcapping)
+  // Granite's multipliers (0: none): embeddings times embedding_scale, each residual branch's
+  // output (attention, MLP) times residual_scale before it is added, logits divided by logit_scale.
+  float embedding_scale = 0.0f, residual_scale = 0.0f, logit_scale = 0.0f;
   SwaConfig swa;
+  MoeConfig moe;
+  bool qk_norm_whole = false;  // q/k RMSNorm over the whole projection (weights [H d], [Hkv d]; OLMoE), not per head
   // Projection lens (`toy finetune --donor-embeddings`): the token table is lens_dim wide (a
   // donor model's, frozen) and token_embd_proj.weight [dim, lens_dim] projects each row to
   // dim. 0: no lens. Needs an untied head; a file for llama.cpp folds it (fold_lens).

@@ -116,10 +116,12 @@ void DecoderLM::declare(Add add) {
         a.v = make_linear(blk(l, "attn_v"), Hkv * d, D, qkv_bias);
       }
       if (cfg_.qk_norm) {
-        a.q_norm = nn::Norm{nn::Norm::Kind::RMS, add(blk(l, "attn_q_norm.weight"), Shape{d}, true), Tensor(),
+        const int64_t qw = cfg_.qk_norm_whole ? H * d : d, kw = cfg_.qk_norm_whole ? Hkv * d : d;
+        a.q_norm = nn::Norm{nn::Norm::Kind::RMS, add(blk(l, "attn_q_norm.weight"), Shape{qw}, true), Tensor(),
                             cfg_.norm_eps};
-        a.k_norm = nn::Norm{nn::Norm::Kind::RMS, add(blk(l, "attn_k_norm.weight"), Shape{d}, true), Tensor(),
+        a.k_norm = nn::Norm{nn::Norm::Kind::RMS, add(blk(l, "attn_k_norm.weight"), Shape{kw}, true), Tensor(),
                             cfg_.norm_eps};
+        a.norm_whole = cfg_.qk_norm_whole;
       }
       a.out = make_linear(blk(l, "attn_output"), D, H * d, cfg_.bias);
       a.scale = cfg_.attn_scale;
@@ -138,9 +140,27 @@ void DecoderLM::declare(Add add) {
                  : cfg_.mlp == MlpKind::GeGLU ? nn::Mlp::Kind::GeGLU
                                               : nn::Mlp::Kind::GELU;
     const bool gated = cfg_.mlp != MlpKind::GELU;
-    if (gated && !cfg_.fused_gate_up) b.mlp.gate = make_linear(blk(l, "ffn_gate"), F, D, cfg_.bias);
-    b.mlp.up = make_linear(blk(l, "ffn_up"), cfg_.fused_gate_up ? 2 * F : F, D, cfg_.bias);
-    b.mlp.down = make_linear(blk(l, "ffn_down"), D, F, cfg_.bias);
+    if (cfg_.moe.experts > 0) {
+      const int64_t E = cfg_.moe.experts, Fe = cfg_.moe.ffn;
+      nn::Moe& moe = b.moe;
+      moe.router = make_linear(blk(l, "ffn_gate_inp"), E, D, false);
+      moe.gate = add(blk(l, "ffn_gate_exps.weight"), Shape{E, Fe, D}, true);
+      moe.up = add(blk(l, "ffn_up_exps.weight"), Shape{E, Fe, D}, true);
+      moe.down = add(blk(l, "ffn_down_exps.weight"), Shape{E, D, Fe}, true);
+      moe.used = cfg_.moe.used;
+      moe.norm_weights = cfg_.moe.norm_weights;
+      if (cfg_.moe.shared_ffn > 0) {
+        const int64_t Fs = cfg_.moe.shared_ffn;
+        moe.shared.kind = nn::Mlp::Kind::SwiGLU;
+        moe.shared.gate = make_linear(blk(l, "ffn_gate_shexp"), Fs, D, false);
+        moe.shared.up = make_linear(blk(l, "ffn_up_shexp"), Fs, D, false);
+        moe.shared.down = make_linear(blk(l, "ffn_down_shexp"), D, Fs, false);
+      }
+    } else {
+      if (gated && !cfg_.fused_gate_up) b.mlp.gate = make_linear(blk(l, "ffn_gate"), F, D, cfg_.bias);
+      b.mlp.up = make_linear(blk(l, "ffn_up"), cfg_.fused_gate_up ? 2 * F : F, D, cfg_.bias);
+      b.mlp.down = make_linear(blk(l, "ffn_down"), D, F, cfg_.bias);
+    }
     if (cfg_.post_norms) b.ffn_post_norm = make_norm(blk(l, "post_ffw_norm"), D, false);
     blocks_.push_back(std::move(b));
   }
@@ -183,7 +203,8 @@ std::vector<std::pair<std::string, nn::Linear*>> DecoderLM::projections() {
   for (size_t l = 0; l < blocks_.size(); ++l) {
     Block& b = blocks_[l];
     for (nn::Linear* lin : {&b.attn.qkv, &b.attn.q, &b.attn.k, &b.attn.v, &b.attn.out, &b.gdn.qkv, &b.gdn.gate,
-                            &b.gdn.alpha, &b.gdn.beta, &b.gdn.out, &b.mlp.gate, &b.mlp.up, &b.mlp.down})
+                            &b.gdn.alpha, &b.gdn.beta, &b.gdn.out, &b.mlp.gate, &b.mlp.up, &b.mlp.down,
+                            &b.moe.router, &b.moe.shared.gate, &b.moe.shared.up, &b.moe.shared.down})
       if (lin->defined()) out.emplace_back(lin->weight.name(), lin);
   }
   return out;
@@ -228,7 +249,7 @@ void DecoderLM::init_parameter(Tensor& p, uint64_t seed, uint64_t stream, float 
     fill_(p, 0.0);
   } else {
     // Matrices [out, in]: N(0, s / sqrt(fan_in)).
-    fill_normal_(p, g, 0.0f, init_scale / std::sqrt(float(p.size(1))));
+    fill_normal_(p, g, 0.0f, init_scale / std::sqrt(float(p.size(-1))));  // (experts [E, out, in] too)
   }
 }
 
@@ -255,6 +276,7 @@ Tensor DecoderLM::embed(const Tensor& ids, int64_t start, const Tensor& position
   Tensor x = tok_emb_(ids);  // [B, T, D] ([B, T, E] through the lens)
   if (lens_.defined()) x = lens_(x);
   if (cfg_.embed_scale) x = scale(x, std::sqrt(float(cfg_.dim)));
+  if (cfg_.embedding_scale != 0.0f) x = scale(x, cfg_.embedding_scale);  // (Granite)
   if (cfg_.pos == PosKind::Learned) {
     const int64_t T = ids.size(-1);
     TOY_CHECK(start + T <= cfg_.ctx, "[model] position {} is past the {} learned positions", start + T - 1, cfg_.ctx);
@@ -279,12 +301,14 @@ Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, con
              : b.kind == LayerKind::GatedDeltaNet ? b.gdn(h, cache, l)
                                                   : b.attn(h, positions, cache, l, segments);
   if (b.attn_post_norm.defined()) a = b.attn_post_norm(a);
+  if (cfg_.residual_scale != 0.0f) a = scale(a, cfg_.residual_scale);
   if (training && cfg_.dropout > 0) a = dropout(a, cfg_.dropout, true, g);
   Tensor xa = add(x, a);
   Tensor h2 = b.ffn_norm(xa);
   if (depth != 1.0f) h2 = scale(h2, depth);
-  Tensor m = b.mlp(h2);
+  Tensor m = b.moe.gate.defined() ? b.moe(h2, balance_ ? &*balance_ : nullptr) : b.mlp(h2);
   if (b.ffn_post_norm.defined()) m = b.ffn_post_norm(m);
+  if (cfg_.residual_scale != 0.0f) m = scale(m, cfg_.residual_scale);
   if (training && cfg_.dropout > 0) m = dropout(m, cfg_.dropout, true, g);
   return add(xa, m);
 }
@@ -355,6 +379,7 @@ Tensor DecoderLM::hidden(const Tensor& ids_in, bool training, Generator* gen, nn
 
 Tensor DecoderLM::head_logits(const Tensor& h) const {
   Tensor z = head_(h);
+  if (cfg_.logit_scale != 0.0f) z = scale(z, 1.0f / cfg_.logit_scale);  // (Granite)
   if (cfg_.logit_softcap == 0.0f) return z;
   const float c = cfg_.logit_softcap;  // Gemma's soft cap: c tanh(z / c)
   return scale(tanh(scale(z, 1.0f / c)), c);
@@ -366,7 +391,16 @@ Tensor DecoderLM::logits(const Tensor& ids, bool training, Generator* gen, nn::K
 
 Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, Generator* gen,
                        const Packing* packing) {
+  // Mixture of experts: the forward's routing statistics, for the load-balancing loss.
+  if (training && moe_aux_coef_ > 0 && cfg_.moe.experts > 0) balance_.emplace();
   Tensor h = hidden(ids, training, gen, nullptr, packing);
+  Tensor aux;
+  if (balance_) {
+    const Tensor b = balance_->loss(cfg_.moe.used);
+    if (b.defined()) aux = scale(b, moe_aux_coef_);
+    balance_.reset();
+  }
+  auto with_aux = [&](const Tensor& l) { return aux.defined() ? add(l, aux) : l; };
   const int32_t ignore = CrossEntropyOptions{}.ignore_index;
   const Tensor targets_d = !is_host(device()) && is_host(targets.device())
                                ? upload_checked_ids(targets, device(), cfg_.vocab, "model", "targets", &ignore)
@@ -375,7 +409,7 @@ Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, 
   // Past ~4M logits, compute the loss in chunks of rows (each a recomputation region) so
   // that no logits-sized buffer exists; below that one pass is faster.
   constexpr int64_t kChunkElements = int64_t(1) << 22;
-  if (rows * cfg_.vocab > kChunkElements && cfg_.logit_softcap == 0.0f) {
+  if (rows * cfg_.vocab > kChunkElements && cfg_.logit_softcap == 0.0f && cfg_.logit_scale == 0.0f) {
     // The batch's count of counted targets, from the host copy when there is one (a device
     // run then reads nothing back for it).
     CrossEntropyOptions o;
@@ -386,9 +420,10 @@ Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, 
       for (int64_t i = 0; i < t.numel(); ++i) counted += p[i] != o.ignore_index;
       o.normalizer = counted > 0 ? float(counted) : 1.0f;
     }
-    return linear_cross_entropy(h, head_.weight, targets_d, std::max<int64_t>(1, kChunkElements / cfg_.vocab), o);
+    return with_aux(
+        linear_cross_entropy(h, head_.weight, targets_d, std::max<int64_t>(1, kChunkElements / cfg_.vocab), o));
   }
-  return cross_entropy(head_logits(h), targets_d);
+  return with_aux(cross_entropy(head_logits(h), targets_d));
 }
 
 nn::KVCache DecoderLM::new_cache(int64_t batch, int64_t capacity, DType dtype) const {

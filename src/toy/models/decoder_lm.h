@@ -38,6 +38,7 @@
 #include "toy/nn/kv_cache.h"
 #include "toy/nn/linear.h"
 #include "toy/nn/mlp.h"
+#include "toy/nn/moe.h"
 #include "toy/nn/norm.h"
 #include "toy/nn/params.h"
 
@@ -96,6 +97,9 @@ class DecoderLM {
   // and recomputes the block during backward (the same dropout masks), trading ~1/3 more
   // compute for the activations' memory.
   void set_recompute(bool on) { recompute_ = on; }
+  // Mixture of experts: loss() adds coef x the load-balancing loss of its forward's routing
+  // (nn/moe.h) while training. 0: off.
+  void set_moe_aux_loss(float coef) { moe_aux_coef_ = coef; }
   // The blocks' projections, each with the GGUF name of its weight ("blk.3.attn_q.weight"),
   // in parameter order: where LoRA adapters attach.
   std::vector<std::pair<std::string, nn::Linear*>> projections();
@@ -126,6 +130,7 @@ class DecoderLM {
     nn::Attention attn;     // attention layers
     nn::GatedDeltaNet gdn;  // Gated DeltaNet layers
     nn::Mlp mlp;
+    nn::Moe moe;            // instead of mlp when the model has experts
   };
   struct ShapesOnly {};
   DecoderLM(ModelConfig cfg, ShapesOnly);
@@ -146,6 +151,9 @@ class DecoderLM {
   nn::Norm out_norm_;
   nn::Linear head_;
   bool recompute_ = false;
+  float moe_aux_coef_ = 0;  // the load-balancing loss's weight in loss() (training)
+  // Routing statistics of the current training forward (when moe_aux_coef_ > 0).
+  std::optional<nn::MoeBalance> balance_;
 };
 
 }  // namespace toy

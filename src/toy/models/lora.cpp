@@ -19,8 +19,9 @@ namespace {
 
 // The projections adapters can attach to: attention's, the MLP's, GPT-2's fused attn_qkv, and a
 // Gated DeltaNet layer's (its attn_qkv, attn_gate, ssm_alpha, ssm_beta, ssm_out).
-const char* const kKinds[] = {"attn_q",   "attn_k",    "attn_v",   "attn_output", "ffn_gate", "ffn_up",
-                              "ffn_down", "attn_qkv",  "attn_gate", "ssm_alpha",  "ssm_beta", "ssm_out"};
+const char* const kKinds[] = {"attn_q",   "attn_k",    "attn_v",    "attn_output", "ffn_gate", "ffn_up",
+                              "ffn_down", "attn_qkv",  "attn_gate", "ssm_alpha",   "ssm_beta", "ssm_out",
+                              "ffn_gate_inp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"};
 
 // "blk.3.attn_q.weight" -> "attn_q"
 std::string kind_of(const std::string& weight_name) {
@@ -54,7 +55,7 @@ std::vector<std::string> parse_lora_targets(const std::string& list) {
     TOY_CHECK(known,
               "[lora] --lora-targets: unknown projection '{}' (use q, k, v, o, gate, up, down, qkv or attn_q, "
               "attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down, attn_qkv, attn_gate, ssm_alpha, ssm_beta, "
-              "ssm_out)",
+              "ssm_out, ffn_gate_inp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp)",
               printable(item));
     if (!targeted(out, item)) out.push_back(item);
     start = end + 1;
@@ -70,11 +71,11 @@ std::vector<std::string> lora_target_kinds(DecoderLM& m) {
 }
 
 std::vector<std::string> default_lora_targets(DecoderLM& m) {
-  // A Gated DeltaNet layer's ssm_alpha/ssm_beta give one value per head (a few outputs): an
-  // adapter there is about as wide as the weight, and the default rank does not fit one.
+  // A Gated DeltaNet layer's ssm_alpha/ssm_beta give one value per head (a few outputs), a
+  // router one per expert: an adapter there is about as wide as the weight (named, they adapt).
   std::vector<std::string> out;
   for (const std::string& kind : lora_target_kinds(m))
-    if (kind != "ssm_alpha" && kind != "ssm_beta") out.push_back(kind);
+    if (kind != "ssm_alpha" && kind != "ssm_beta" && kind != "ffn_gate_inp") out.push_back(kind);
   return out;
 }
 

@@ -45,8 +45,13 @@ Attention::Heads Attention::heads_of(const Tensor& x, const Tensor& positions, i
     h.k = reshape(k(x), Shape{B, T, Hkv, d});
     h.v = reshape(v(x), Shape{B, T, Hkv, d});
   }
-  if (q_norm.defined()) h.q = q_norm(h.q);
-  if (k_norm.defined()) h.k = k_norm(h.k);
+  if (norm_whole) {
+    h.q = reshape(q_norm(reshape(h.q, Shape{B, T, H * d})), Shape{B, T, H, d});
+    h.k = reshape(k_norm(reshape(h.k, Shape{B, T, Hkv * d})), Shape{B, T, Hkv, d});
+  } else {
+    if (q_norm.defined()) h.q = q_norm(h.q);
+    if (k_norm.defined()) h.k = k_norm(h.k);
+  }
   if (const auto& r = rope_for(context)) {
     h.q = rotate(h.q, positions, *r, 0, H);
     h.k = rotate(h.k, positions, *r, 0, Hkv);

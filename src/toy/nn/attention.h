@@ -22,6 +22,7 @@ struct Attention {
   Linear q, k, v;  // [H d, D] ([2 H d, D] when gated), [Hkv d, D], [Hkv d, D]
   Linear out;      // [D, H d]
   Norm q_norm, k_norm;  // over each head's d values (weights [d]), or undefined
+  bool norm_whole = false;  // q_norm / k_norm over the whole projection (weights [H d], [Hkv d]; OLMoE)
   int64_t heads = 1, kv_heads = 1, head_dim = 1;
   std::optional<RopeOptions> rope;  // none: positions come from elsewhere (learned, or none)
   // LongRoPE (Phi-3): these options replace `rope` when the run's context (a cache's capacity,

@@ -37,6 +37,8 @@ void LoopOptions::validate_loop(const char* who) const {
   TOY_CHECK(log_every > 0, "{} --log-every must be >= 1, got {}", who, log_every);
   TOY_CHECK(stop_after >= 0, "{} --stop-after must be >= 0, got {}", who, stop_after);
   TOY_CHECK(save_every >= 0, "{} --save-every must be >= 0 (0 = off), got {}", who, save_every);
+  TOY_CHECK(std::isfinite(moe_aux_loss) && moe_aux_loss >= 0 && moe_aux_loss <= 100,
+            "{} --moe-aux-loss must be in [0, 100], got {}", who, moe_aux_loss);
   TOY_CHECK(std::isfinite(save_minutes) && save_minutes >= 0 && save_minutes <= 1e6,
             "{} --save-minutes must be in [0, 1e6] (0 = off), got {}", who, save_minutes);
 }
@@ -56,6 +58,7 @@ void LoopOptions::loop_to_json(nlohmann::json& j) const {
   j["stop_after"] = stop_after;
   j["save_every"] = save_every;
   j["save_minutes"] = save_minutes;
+  j["moe_aux_loss"] = json_float(moe_aux_loss);  // (runs saved before it load without: 0)
 }
 
 void LoopOptions::loop_from_json(const nlohmann::json& j, const std::string& where) {
@@ -74,6 +77,7 @@ void LoopOptions::loop_from_json(const nlohmann::json& j, const std::string& whe
   stop_after = get_int(j, "stop_after", where);
   save_every = get_int(j, "save_every", where);
   save_minutes = get_double(j, "save_minutes", where);
+  moe_aux_loss = j.contains("moe_aux_loss") ? get_float(j, "moe_aux_loss", where) : 0.0f;
 }
 
 // ---- the best weights ---------------------------------------------------------------------------

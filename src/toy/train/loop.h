@@ -51,6 +51,7 @@ struct LoopOptions {
   int64_t stop_after = 0;    // stop (with a checkpoint) after this step; 0 = run to the end
   int64_t save_every = 0;    // a checkpoint every N steps (0 = off)
   double save_minutes = 10;  // and at least every M minutes of training (0 = off)
+  float moe_aux_loss = 0;    // mixture of experts: the load-balancing loss's weight (0 = off)
   // Not saved with the run: they apply to one invocation.
   bool quiet = false;
   bool force = false;  // a new run may replace a run already in `out`

@@ -348,6 +348,7 @@ class ScratchTask : public WindowTask {
 
 TrainResult run_loop(Run& r, bool resumed) {
   const TrainOptions& o = r.o;
+  r.model->set_moe_aux_loss(o.moe_aux_loss);
   BatchSampler train_s(&r.split.train, o.model.ctx, o.batch, "training");
   ScratchTask task(r, train_s);
   LoopSetup setup;

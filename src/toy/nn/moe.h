@@ -1,0 +1,52 @@
+// nn::Moe — a mixture-of-experts feed-forward block as llama.cpp's build_moe_ffn computes it
+// (Qwen3-MoE, OLMoE, Granite-MoE): a router (ffn_gate_inp) scores the E experts, softmax, the
+// `used` most probable are chosen per token, their probabilities (optionally renormalised to
+// sum 1, optionally scaled) weight the chosen experts' SwiGLU outputs, which are summed.
+//
+// Experts are 3-D tensors, one matrix per expert: gate and up [E, F, D], down [E, D, F], in
+// any dtype the file stores. F32 experts (a model toy trains or fine-tunes in full) run as
+// mul_mat_id, whose backward reaches every chosen expert's weights; stored experts (F16, BF16,
+// GGUF blocks) run grouped by expert — each expert's tokens gathered, one linear on that
+// expert's matrix (the block kernels: a decoding token reads only its chosen experts' rows, a
+// prompt makes one GEMM per expert), the results scattered back — differentiable to x and the
+// router (QLoRA trains through them), never to the frozen experts.
+//
+// The auxiliary load-balancing loss (Switch Transformer's, as Hugging Face's Qwen3-MoE and
+// OLMoE compute it over all layers at once): aux = E * sum_e f_e P_e, f_e the share of
+// (token, slot) choices that went to expert e, P_e the mean router probability of e.
+// A shared expert (a plain SwiGLU MLP every token runs) adds its output to the experts' sum.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "toy/core/tensor.h"
+#include "toy/nn/linear.h"
+#include "toy/nn/mlp.h"
+
+namespace toy::nn {
+
+// What every MoE layer of one forward adds to the load-balancing loss: per expert, the count
+// of choices (a constant) and the summed router probabilities (differentiable), and the
+// number of token rows routed.
+struct MoeBalance {
+  std::vector<double> counts;  // [E]
+  Tensor prob_sums;            // F32 [E]
+  int64_t rows = 0;
+  // E * sum_e (counts_e / (rows * used)) (prob_sums_e / rows) — a 0-d tensor; undefined if empty.
+  Tensor loss(int64_t used) const;
+};
+
+struct Moe {
+  Linear router;             // [E, D] (ffn_gate_inp; never quantized, as llama-quantize keeps it)
+  Tensor gate, up, down;     // [E, F, D], [E, F, D], [E, D, F]
+  int64_t used = 2;          // experts per token
+  bool norm_weights = true;  // renormalise the chosen probabilities to sum 1
+  float weights_scale = 0;   // 0 or 1: none
+  Mlp shared;                // a shared expert every token runs (Granite-MoE's *_shexp), or undefined
+
+  int64_t experts() const { return gate.size(0); }
+  // x [B, T, D] -> [B, T, D]. With `balance`, this layer's routing statistics are added to it.
+  Tensor operator()(const Tensor& x, MoeBalance* balance = nullptr) const;
+};
+
+}  // namespace toy::nn
