@@ -1485,6 +1485,18 @@ toy_llamacpp_tests
 ^LlamaCpp\.RunsToyInitModels
   if (cfg_.residual_scale != 0.0f) m = scale(m, cfg_.residual_scale);
   (void)0;
+quantize-moe-8-experts-rule
+src/toy/io/quantize.cpp
+toy_llamacpp_tests
+^LlamaCpp\.QuantizesMixturesOfExperts
+        if (n_experts == 8) type = DType::Q8_0;
+        if (n_experts == 9) type = DType::Q8_0;
+ring-chunk-unrounded-keys
+src/toy/nn/attention.cpp
+toy_model_tests
+^Decoder\.PublishedArchitecturesDecode
+  Tensor kh = kc.dtype() == k.dtype() ? k : as(cast(k, kc.dtype()));
+  Tensor kh = k;
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

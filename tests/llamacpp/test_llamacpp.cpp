@@ -602,6 +602,46 @@ TEST(LlamaCpp, QuantizesTensorForTensorLikeLlamaQuantize) {
   }
 }
 
+// A mixture of experts quantizes as llama-quantize does too: 8 experts (its attn_k and attn_v
+// Q8_0, attn_output Q5_K under the K mixes), 3-D expert tensors, a router that stays F32, and
+// a shared expert whose ffn_down_shexp shares its layer with ffn_down_exps (the Q6_K layers of
+// the _M mixes come from the name).
+TEST(LlamaCpp, QuantizesMixturesOfExpertsLikeLlamaQuantize) {
+  REQUIRE_LLAMACPP();
+  TOY_REQUIRE(std::system("python3 --version >/dev/null 2>&1") == 0, "python3");
+  ModelConfig c = ModelConfig::for_arch("granitemoe");
+  c.vocab = 257, c.dim = 256, c.layers = 8, c.heads = 4, c.kv_heads = 2, c.ctx = 64, c.ffn = 256;
+  c.moe = MoeConfig{8, 2, 256, true, 256};
+  c.logit_scale = 4.0f;
+  DecoderLM m(c);
+  m.init(9);
+  const fs::path dir = fs::path(::testing::TempDir()) / "toy_quantize_moe_vs_llama";
+  fs::create_directories(dir);
+  const std::string f32 = (dir / "f32.gguf").string();
+  save_model(f32, m, *Tokenizer::train("byte", ""), "quantize-moe-test");
+  ASSERT_EQ(gguf::Reader(f32).get_str("general.architecture"), "granitemoe");
+  for (const auto& [kind, ftype] : std::vector<std::pair<std::string, int>>{
+           {"q4_k_m", 15}, {"q4_k_s", 14}, {"q5_k_m", 17}, {"q8_0", 7}, {"q4_0", 2}}) {
+    SCOPED_TRACE(kind);
+    const std::string ours = (dir / (kind + ".toy.gguf")).string(), theirs = (dir / (kind + ".llama.gguf")).string();
+    const auto r = toy::test::run_toy({"quantize", f32, ours, kind});
+    ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+    const std::string cmd = "python3 " + shell_quote(kTools + "/quantize.py") + " " + shell_quote(f32) + " " +
+                            shell_quote(theirs) + " " + std::to_string(ftype) + " >/dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    const auto a = tensor_listing(ours), b = tensor_listing(theirs);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      const auto& [name_a, type_a, bytes_a] = a[i];
+      const auto& [name_b, type_b, bytes_b] = b[i];
+      ASSERT_EQ(name_a, name_b);
+      EXPECT_EQ(type_a, type_b) << name_a;
+      if (type_a == type_b) EXPECT_TRUE(bytes_a == bytes_b) << name_a << " (" << type_a << ") bytes differ";
+      if (name_a.find("ffn_gate_inp") != std::string::npos) EXPECT_EQ(type_a, "f32") << name_a;
+    }
+  }
+}
+
 // `toy perplexity` follows llama-perplexity's method; here the method is applied to llama.cpp's
 // own next-token distributions (chunks of N tokens, BOS first when the vocabulary adds one,
 // the second half of each chunk scored) and the two perplexities must agree.

@@ -128,7 +128,7 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
   }
   std::vector<TensorPlan> plan;
   for (const Tensor& p : m.params().values()) plan.push_back({p.name(), p.shape(), p.dtype(), p.dtype(), false});
-  plan = plan_quantization(*options.quant, std::move(plan), c.layers);
+  plan = plan_quantization(*options.quant, std::move(plan), c.layers, c.moe.experts);
   for (const TensorPlan& t : plan) {
     const Tensor p = stored(t.name);
     w.add_tensor(t.name, t.to == p.dtype() ? p : cast(p, t.to));
@@ -244,6 +244,8 @@ void read_moe_keys(const gguf::Reader& r, ModelConfig& c, const std::string& arc
     c.moe.ffn = find_int(r, a + "expert_feed_forward_length").value_or(c.ffn / c.moe.used);
   else
     c.moe.ffn = c.ffn;
+  TOY_CHECK(c.moe.ffn > 0, "[model] '{}': the experts' width is 0 ({}expert_feed_forward_length, else "
+            "feed_forward_length / expert_used_count)", shown, a);
   c.moe.shared_ffn = find_int(r, a + "expert_shared_feed_forward_length").value_or(0);
   TOY_CHECK(c.moe.shared_ffn >= 0, "[model] '{}': a negative shared expert width", shown);
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <cstdio>
 #include <set>
 
 #include "toy/autograd/grad_mode.h"
@@ -69,7 +70,8 @@ std::string quant_kind_names() {
   return s;
 }
 
-std::vector<TensorPlan> plan_quantization(const QuantKind& kind, std::vector<TensorPlan> tensors, int64_t n_layers) {
+std::vector<TensorPlan> plan_quantization(const QuantKind& kind, std::vector<TensorPlan> tensors, int64_t n_layers,
+                                          int64_t n_experts) {
   bool tied = true;
   int64_t n_attn_v = 0;
   for (const TensorPlan& t : tensors) {
@@ -94,10 +96,20 @@ std::vector<TensorPlan> plan_quantization(const QuantKind& kind, std::vector<Ten
       } else if (is_attn_v) {
         if (kind.mix == 'M' && use_more_bits(i_attn_v, n_attn_v)) type = DType::Q6_K;
         if (kind.mix == 'S' && kind.base == DType::Q4_K && i_attn_v < 4) type = DType::Q5_K;
+        if (n_experts == 8) type = DType::Q8_0;
         ++i_attn_v;
+      } else if (contains(t.name, "attn_k.weight")) {
+        if (n_experts == 8) type = DType::Q8_0;
+      } else if (contains(t.name, "attn_output.weight")) {
+        if (n_experts == 8 && kind.base == DType::Q4_K) type = DType::Q5_K;
       } else if (contains(t.name, "ffn_down")) {
-        if (kind.mix == 'M' && use_more_bits(i_ffn_down, n_layers)) type = DType::Q6_K;
-        if (kind.mix == 'S' && kind.base == DType::Q4_K && i_ffn_down < n_layers / 8) type = DType::Q5_K;
+        // A mixture's layer comes from the name (its ffn_down_exps and ffn_down_shexp share one).
+        int64_t layer = i_ffn_down;
+        if (n_experts > 1) TOY_CHECK(std::sscanf(t.name.c_str(), "blk.%ld.", &layer) == 1 && layer >= 0 &&
+                                         layer < n_layers,
+                                     "[quantize] no layer in tensor name '{}'", printable(t.name));
+        if (kind.mix == 'M' && use_more_bits(layer, n_layers)) type = DType::Q6_K;
+        if (kind.mix == 'S' && kind.base == DType::Q4_K && layer < n_layers / 8) type = DType::Q5_K;
         ++i_ffn_down;
       }
       type = fallback_type(type, cols, &t.fallback);
@@ -121,7 +133,11 @@ QuantizeReport quantize_model_file(const gguf::Reader& in, const std::string& ou
     const std::string key = in.get_str("general.architecture") + ".block_count";
     if (auto v = in.find_u32(key)) n_layers = *v;
   }
-  plan = plan_quantization(kind, std::move(plan), n_layers);
+  int64_t n_experts = 0;
+  if (in.has("general.architecture")) {
+    if (auto v = in.find_u32(in.get_str("general.architecture") + ".expert_count")) n_experts = *v;
+  }
+  plan = plan_quantization(kind, std::move(plan), n_layers, n_experts);
 
   gguf::Writer w;
   for (const auto& [key, value] : in.metadata()) w.set(key, value);

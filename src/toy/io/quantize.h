@@ -41,7 +41,11 @@ struct TensorPlan {
 };
 
 // Every tensor's target type for `kind`, in file order; n_layers is the model's block count.
-std::vector<TensorPlan> plan_quantization(const QuantKind& kind, std::vector<TensorPlan> tensors, int64_t n_layers);
+// n_experts: a mixture of experts' expert_count (llama-quantize gives 8-expert models' attn_k
+// and attn_v Q8_0, their attn_output Q5_K under the K mixes, and reads a MoE file's ffn_down
+// layer from the tensor's name); 0 for a dense model.
+std::vector<TensorPlan> plan_quantization(const QuantKind& kind, std::vector<TensorPlan> tensors, int64_t n_layers,
+                                          int64_t n_experts = 0);
 
 struct QuantizeReport {
   uint64_t bytes_in = 0, bytes_out = 0;

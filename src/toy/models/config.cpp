@@ -27,7 +27,9 @@ bool ModelConfig::layer_has_rope(int64_t l) const {
   return pos == PosKind::RoPE && (nope_interval == 0 || (l + 1) % nope_interval != 0);
 }
 
-bool ModelConfig::layer_slides(int64_t l) const { return swa.window > 0 && l % swa.pattern < swa.pattern - 1; }
+bool ModelConfig::layer_slides(int64_t l) const {
+  return swa.window > 0 && (swa.pattern == 0 || l % swa.pattern < swa.pattern - 1);  // (0: every layer, as llama.cpp)
+}
 
 bool ModelConfig::has_gdn() const {
   for (LayerKind k : layer_kinds)
@@ -128,8 +130,8 @@ void ModelConfig::validate() const {
             "[0, 100], got {}", attn_scale);
   TOY_CHECK(std::isfinite(logit_softcap) && logit_softcap >= 0 && logit_softcap <= 1e6, "[model] logit soft-cap must "
             "be in [0, 1e6], got {}", logit_softcap);
-  TOY_CHECK(swa.window >= 0 && swa.window <= (int64_t(1) << 24) && swa.pattern >= 1 && swa.pattern <= 10000,
-            "[model] sliding window {} must be in 0..2^24 and its pattern {} in 1..10000", swa.window, swa.pattern);
+  TOY_CHECK(swa.window >= 0 && swa.window <= (int64_t(1) << 24) && swa.pattern >= 0 && swa.pattern <= 10000,
+            "[model] sliding window {} must be in 0..2^24 and its pattern {} in 0..10000", swa.window, swa.pattern);
   TOY_CHECK(std::isfinite(swa.rope_base) && swa.rope_base > 1, "[model] sliding layers' rope base must be a finite "
             "number > 1, got {}", swa.rope_base);
   TOY_CHECK(!rope.long_short || (rope.orig_ctx > 0 && !rope.freq_factors && rope.scaling == RopeScaling::None),
@@ -211,7 +213,7 @@ std::string ModelConfig::gguf_arch(bool tokenizer_ok) const {
   if (nope_interval) {
     // SmolLM3: llama with no RoPE on every 4th layer (llama.cpp's fixed step), the whole head rotated.
     const bool smollm3 = llama_like && nope_interval == 4 && !rope.neox && !qkv_bias && !qk_norm &&
-                         (rope.n_rot == 0 || rope.n_rot == head_dim);
+                         !rope.freq_factors && (rope.n_rot == 0 || rope.n_rot == head_dim);
     return smollm3 ? "smollm3" : "toy";
   }
   const bool gpt2 = norm == NormKind::Layer && mlp == MlpKind::GELU && pos == PosKind::Learned && bias &&

@@ -73,7 +73,7 @@ struct MoeConfig {
 
 // Sliding-window attention (Gemma 3): with pattern n, layer l attends only to the `window`
 // latest positions (a query at p sees keys at p - window < k <= p) when l % n < n - 1; every
-// n-th layer is global. Sliding layers rotate with their own RoPE base and no scaling.
+// n-th layer is global (pattern 0: every layer slides, as llama.cpp reads it). Sliding layers rotate with their own RoPE base and no scaling.
 struct SwaConfig {
   int64_t window = 0;  // 0: no sliding layers
   int64_t pattern = 6;

@@ -392,11 +392,17 @@ Tensor DecoderLM::logits(const Tensor& ids, bool training, Generator* gen, nn::K
 Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, Generator* gen,
                        const Packing* packing) {
   // Mixture of experts: the forward's routing statistics, for the load-balancing loss.
-  if (training && moe_aux_coef_ > 0 && cfg_.moe.experts > 0) balance_.emplace();
+  if (training && moe_aux_coef_ > 0 && cfg_.moe.experts > 0) {
+    // A recomputed block runs its first forward without a graph: the routing statistics
+    // would reach the loss as constants, never the routers.
+    TOY_CHECK(!(recompute_ && grad_enabled()), "[model] --moe-aux-loss cannot be combined with --recompute (the "
+              "load-balancing loss needs each layer's routing graph, which recomputation drops): leave one out");
+    balance_.emplace();
+  }
   Tensor h = hidden(ids, training, gen, nullptr, packing);
   Tensor aux;
   if (balance_) {
-    const Tensor b = balance_->loss(cfg_.moe.used);
+    const Tensor b = balance_->loss();
     if (b.defined()) aux = scale(b, moe_aux_coef_);
     balance_.reset();
   }

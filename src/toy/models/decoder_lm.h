@@ -99,7 +99,11 @@ class DecoderLM {
   void set_recompute(bool on) { recompute_ = on; }
   // Mixture of experts: loss() adds coef x the load-balancing loss of its forward's routing
   // (nn/moe.h) while training. 0: off.
-  void set_moe_aux_loss(float coef) { moe_aux_coef_ = coef; }
+  void set_moe_aux_loss(float coef) {
+    TOY_CHECK(coef == 0 || cfg_.moe.experts > 0, "[model] --moe-aux-loss applies to a mixture of experts; this "
+              "model has none");
+    moe_aux_coef_ = coef;
+  }
   // The blocks' projections, each with the GGUF name of its weight ("blk.3.attn_q.weight"),
   // in parameter order: where LoRA adapters attach.
   std::vector<std::pair<std::string, nn::Linear*>> projections();

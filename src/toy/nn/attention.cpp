@@ -116,10 +116,13 @@ std::pair<Tensor, Tensor> append_to_ring(KVCache& cache, int64_t layer, const Te
     return {as(slice(kc, 1, 0, n)), as(slice(vc, 1, 0, n))};
   }
   const int64_t m = std::min(start, R - 1);  // cached positions the first new query sees
-  Tensor kh = k, vh = v;
+  // The new keys and values as the cache holds them (an F16 cache rounds them), as every
+  // other path reads them back from the cache.
+  Tensor kh = kc.dtype() == k.dtype() ? k : as(cast(k, kc.dtype()));
+  Tensor vh = vc.dtype() == v.dtype() ? v : as(cast(v, vc.dtype()));
   if (m > 0) {
-    kh = concat({as(read_ring(kc, start - m, m)), k}, 1);
-    vh = concat({as(read_ring(vc, start - m, m)), v}, 1);
+    kh = concat({as(read_ring(kc, start - m, m)), kh}, 1);
+    vh = concat({as(read_ring(vc, start - m, m)), vh}, 1);
   }
   const int64_t keep = std::min(T, R);  // (the new positions the ring keeps)
   write_ring(kc, slice(k, 1, T - keep, T), start + T - keep);

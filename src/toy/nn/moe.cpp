@@ -18,11 +18,11 @@ Tensor i32_tensor(const std::vector<int32_t>& v, Device d) {
 
 }  // namespace
 
-Tensor MoeBalance::loss(int64_t used) const {
+Tensor MoeBalance::loss() const {
   if (rows == 0 || !prob_sums.defined()) return Tensor();
   const int64_t E = int64_t(counts.size());
   std::vector<float> share(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) share[size_t(e)] = float(counts[size_t(e)] / (double(rows) * double(used)));
+  for (int64_t e = 0; e < E; ++e) share[size_t(e)] = float(counts[size_t(e)] / double(rows));
   const Tensor f = to(from_vector(share, Shape{E}), prob_sums.device());
   return scale(sum(mul(f, prob_sums)), float(E) / float(rows));
 }

@@ -12,8 +12,9 @@
 // router (QLoRA trains through them), never to the frozen experts.
 //
 // The auxiliary load-balancing loss (Switch Transformer's, as Hugging Face's Qwen3-MoE and
-// OLMoE compute it over all layers at once): aux = E * sum_e f_e P_e, f_e the share of
-// (token, slot) choices that went to expert e, P_e the mean router probability of e.
+// OLMoE compute it over all layers at once): aux = E * sum_e f_e P_e, f_e the number of times
+// expert e was chosen per token row (summed over the k slots, so perfectly balanced routing
+// gives k), P_e the mean router probability of e.
 // A shared expert (a plain SwiGLU MLP every token runs) adds its output to the experts' sum.
 #pragma once
 #include <cstdint>
@@ -32,8 +33,8 @@ struct MoeBalance {
   std::vector<double> counts;  // [E]
   Tensor prob_sums;            // F32 [E]
   int64_t rows = 0;
-  // E * sum_e (counts_e / (rows * used)) (prob_sums_e / rows) — a 0-d tensor; undefined if empty.
-  Tensor loss(int64_t used) const;
+  // E * sum_e (counts_e / rows) (prob_sums_e / rows) — a 0-d tensor; undefined if empty.
+  Tensor loss() const;
 };
 
 struct Moe {
