@@ -552,6 +552,31 @@ std::vector<std::tuple<std::string, std::string, std::string>> tensor_listing(co
   std::sort(out.begin(), out.end());
   return out;
 }
+
+// `toy quantize` and llama.cpp's llama_model_quantize (tools/llamacpp/quantize.py) on the same
+// F32 file: the same type for every tensor and, where the types agree, the same bytes. Returns
+// toy's tensor listing for further checks.
+std::vector<std::tuple<std::string, std::string, std::string>> expect_quantized_as_llama(
+    const std::string& f32, const fs::path& dir, const std::string& kind, int ftype) {
+  const std::string ours = (dir / (kind + ".toy.gguf")).string(), theirs = (dir / (kind + ".llama.gguf")).string();
+  const auto r = toy::test::run_toy({"quantize", f32, ours, kind});
+  EXPECT_EQ(r.status, 0) << toy::test::describe(r);
+  const std::string cmd = "python3 " + shell_quote(kTools + "/quantize.py") + " " + shell_quote(f32) + " " +
+                          shell_quote(theirs) + " " + std::to_string(ftype) + " >/dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto a = tensor_listing(ours), b = tensor_listing(theirs);
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const auto& [name_a, type_a, bytes_a] = a[i];
+    const auto& [name_b, type_b, bytes_b] = b[i];
+    EXPECT_EQ(name_a, name_b);
+    EXPECT_EQ(type_a, type_b) << name_a;
+    // Q5_K and Q5_1 are written by toy's own encoders as well; all of them match ggml's.
+    if (type_a == type_b) EXPECT_TRUE(bytes_a == bytes_b) << name_a << " (" << type_a << ") bytes differ";
+  }
+  EXPECT_EQ(gguf::Reader(ours).get_u32("general.file_type"), uint32_t(ftype));
+  return a;
+}
 }  // namespace
 
 // `toy quantize` writes what llama.cpp's own quantizer (llama_model_quantize, called through
@@ -573,32 +598,15 @@ TEST(LlamaCpp, QuantizesTensorForTensorLikeLlamaQuantize) {
                                                           {"q8_0", 7},    {"q4_0", 2},    {"q5_0", 8},  {"f16", 1}};
   for (const auto& [kind, ftype] : kinds) {
     SCOPED_TRACE(kind);
-    const std::string ours = (dir / (kind + ".toy.gguf")).string(), theirs = (dir / (kind + ".llama.gguf")).string();
-    const auto r = toy::test::run_toy({"quantize", f32, ours, kind});
-    ASSERT_EQ(r.status, 0) << toy::test::describe(r);
-    const std::string cmd = "python3 " + shell_quote(kTools + "/quantize.py") + " " + shell_quote(f32) + " " +
-                            shell_quote(theirs) + " " + std::to_string(ftype) + " >/dev/null 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    const auto a = tensor_listing(ours), b = tensor_listing(theirs);
-    ASSERT_EQ(a.size(), b.size());
     int q6 = 0, fallback = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      const auto& [name_a, type_a, bytes_a] = a[i];
-      const auto& [name_b, type_b, bytes_b] = b[i];
-      ASSERT_EQ(name_a, name_b);
-      EXPECT_EQ(type_a, type_b) << name_a;
-      // Q5_K and Q5_1 are written by toy's own encoders as well; all of them match ggml's.
-      if (type_a == type_b) {
-        EXPECT_TRUE(bytes_a == bytes_b) << name_a << " (" << type_a << ") bytes differ";
-      }
-      q6 += type_a == "q6_k";
-      fallback += type_a == "q5_0" || type_a == "q5_1" || type_a == "q8_0";
+    for (const auto& [name, type, bytes] : expect_quantized_as_llama(f32, dir, kind, ftype)) {
+      q6 += type == "q6_k";
+      fallback += type == "q5_0" || type == "q5_1" || type == "q8_0";
     }
     if (kind == "q4_k_m") {
       EXPECT_GT(q6, 0) << "the mix gave no tensor more bits";
       EXPECT_GT(fallback, 0) << "no 288-wide row fell back";
     }
-    EXPECT_EQ(gguf::Reader(ours).get_u32("general.file_type"), uint32_t(ftype));
   }
 }
 
@@ -623,22 +631,8 @@ TEST(LlamaCpp, QuantizesMixturesOfExpertsLikeLlamaQuantize) {
   for (const auto& [kind, ftype] : std::vector<std::pair<std::string, int>>{
            {"q4_k_m", 15}, {"q4_k_s", 14}, {"q5_k_m", 17}, {"q8_0", 7}, {"q4_0", 2}}) {
     SCOPED_TRACE(kind);
-    const std::string ours = (dir / (kind + ".toy.gguf")).string(), theirs = (dir / (kind + ".llama.gguf")).string();
-    const auto r = toy::test::run_toy({"quantize", f32, ours, kind});
-    ASSERT_EQ(r.status, 0) << toy::test::describe(r);
-    const std::string cmd = "python3 " + shell_quote(kTools + "/quantize.py") + " " + shell_quote(f32) + " " +
-                            shell_quote(theirs) + " " + std::to_string(ftype) + " >/dev/null 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    const auto a = tensor_listing(ours), b = tensor_listing(theirs);
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      const auto& [name_a, type_a, bytes_a] = a[i];
-      const auto& [name_b, type_b, bytes_b] = b[i];
-      ASSERT_EQ(name_a, name_b);
-      EXPECT_EQ(type_a, type_b) << name_a;
-      if (type_a == type_b) EXPECT_TRUE(bytes_a == bytes_b) << name_a << " (" << type_a << ") bytes differ";
-      if (name_a.find("ffn_gate_inp") != std::string::npos) EXPECT_EQ(type_a, "f32") << name_a;
-    }
+    for (const auto& [name, type, bytes] : expect_quantized_as_llama(f32, dir, kind, ftype))
+      if (name.find("ffn_gate_inp") != std::string::npos) EXPECT_EQ(type, "f32") << name;
   }
 }
 

@@ -112,6 +112,19 @@ TEST(Decoder, EveryParameterReceivesAGradient) {
 
 namespace {
 
+// Every parameter of m random after its init: vectors (norms, biases) perturbed, matrices
+// N(0, 0.3) — but those `keep` names (constants, decay rates) as the init made them.
+void randomize(DecoderLM& m, uint64_t seed, const std::function<bool(const std::string&)>& keep) {
+  NoGradGuard ng;
+  uint64_t stream = 0;
+  for (Tensor& p : m.params().values()) {
+    Generator g(seed, 1000 + ++stream);
+    if (keep(p.name())) continue;
+    Tensor noise = randn(p.shape(), g, 0.0f, 0.3f);
+    copy_(p, p.ndim() == 1 ? add(p, noise) : noise);
+  }
+}
+
 // A small Qwen3.5-style hybrid: Gated DeltaNet layers (fewer K heads than V heads) and gated
 // attention with a quarter of each head rotated; every parameter random, the GDN decay rates
 // negative as the model keeps them.
@@ -123,14 +136,7 @@ DecoderLM random_hybrid(const std::string& kinds, int64_t ctx, uint64_t seed = 5
   c.gdn = GdnConfig{1, 2, 8, 4};
   DecoderLM m(c);
   m.init(seed);
-  NoGradGuard ng;
-  uint64_t stream = 0;
-  for (Tensor& p : m.params().values()) {
-    Generator g(seed, 1000 + ++stream);
-    if (p.name().ends_with(".ssm_a") || p.name().ends_with(".ssm_dt.bias")) continue;  // keep the init's
-    Tensor noise = randn(p.shape(), g, 0.0f, 0.3f);
-    copy_(p, p.ndim() == 1 ? add(p, noise) : noise);
-  }
+  randomize(m, seed, [](const std::string& n) { return n.ends_with(".ssm_a") || n.ends_with(".ssm_dt.bias"); });
   return m;
 }
 
@@ -222,14 +228,7 @@ DecoderLM random_published(const std::string& arch, int64_t ctx, uint64_t seed =
   }
   DecoderLM m(c);
   m.init(seed);
-  NoGradGuard ng;
-  uint64_t stream = 0;
-  for (Tensor& p : m.params().values()) {
-    Generator g(seed, 1000 + ++stream);
-    if (p.name().starts_with("rope_")) continue;
-    Tensor noise = randn(p.shape(), g, 0.0f, 0.3f);
-    copy_(p, p.ndim() == 1 ? add(p, noise) : noise);
-  }
+  randomize(m, seed, [](const std::string& n) { return n.starts_with("rope_"); });
   return m;
 }
 

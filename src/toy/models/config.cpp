@@ -280,28 +280,17 @@ ModelConfig ModelConfig::from_preset(const std::string& name) {
     c.pos = PosKind::RoPE;
     c.bias = false;
     c.tied = true;
-  } else if (name == "qwen35") {
-    // Qwen3.5's block: NEOX RoPE, q/k RMSNorm, gated attention (the layer kinds and the
-    // rotated part of each head depend on the depth and head dim: the caller sets them).
-    c.norm = NormKind::RMS;
-    c.mlp = MlpKind::SwiGLU;
-    c.pos = PosKind::RoPE;
-    c.bias = false;
-    c.tied = true;
+  } else if (name == "qwen35" || name == "moe-tiny") {
+    // Llama's block with NEOX RoPE and q/k RMSNorm, then Qwen3.5's gated attention (the layer
+    // kinds and the rotated part of each head depend on the depth and head dim: the caller
+    // sets them), or Qwen3-MoE's experts (a qwen3moe file llama.cpp runs): 8 of width
+    // ffn / 2 (resolve()), 2 chosen per token, their weights renormalised.
+    c = from_preset("llama");
+    c.preset = name;
     c.rope.neox = true;
     c.qk_norm = true;
-    c.attn_gate = true;
-  } else if (name == "moe-tiny") {
-    // Qwen3-MoE's block (a qwen3moe file llama.cpp runs): Qwen3's attention, 8 experts of
-    // width ffn / 2 (resolve()), 2 chosen per token, their weights renormalised.
-    c.norm = NormKind::RMS;
-    c.mlp = MlpKind::SwiGLU;
-    c.pos = PosKind::RoPE;
-    c.bias = false;
-    c.tied = true;
-    c.rope.neox = true;
-    c.qk_norm = true;
-    c.moe = MoeConfig{8, 2, 0, true};
+    if (name == "qwen35") c.attn_gate = true;
+    else c.moe = MoeConfig{8, 2, 0, true};
   } else {
     fail("[model] unknown preset '{}' (expected gpt, llama, qwen35 or moe-tiny)", name);
   }
