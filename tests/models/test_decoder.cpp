@@ -125,6 +125,26 @@ void randomize(DecoderLM& m, uint64_t seed, const std::function<bool(const std::
   }
 }
 
+// The backward's gradient of parameter `name` (already computed for the loss of x, y) against
+// central differences of that loss with step h, at three elements (first, `middle`, last).
+void expect_central_differences(DecoderLM& m, const Tensor& x, const Tensor& y, const std::string& name, float h,
+                                int64_t middle) {
+  NoGradGuard ng;
+  Tensor& p = m.params().get(name);
+  const std::vector<float> grad = p.grad().to_f32_vector();
+  float* w = p.data<float>();
+  for (int64_t i : {int64_t(0), middle, p.numel() - 1}) {
+    const float keep = w[i];
+    w[i] = keep + h;
+    const double up = m.loss(x, y).item();
+    w[i] = keep - h;
+    const double down = m.loss(x, y).item();
+    w[i] = keep;
+    const double numeric = (up - down) / (2 * h);
+    EXPECT_NEAR(grad[size_t(i)], numeric, 2e-3 + 3e-2 * std::fabs(numeric)) << name << " element " << i;
+  }
+}
+
 // A small Qwen3.5-style hybrid: Gated DeltaNet layers (fewer K heads than V heads) and gated
 // attention with a quarter of each head rotated; every parameter random, the GDN decay rates
 // negative as the model keeps them.
@@ -185,24 +205,10 @@ TEST(Decoder, HybridGradientsMatchFiniteDifferences) {
     for (float v : p.grad().to_f32_vector()) norm += double(v) * v;
     EXPECT_GT(norm, 0.0) << p.name() << " gets no gradient";
   }
-  NoGradGuard ng;
   for (const char* name : {"blk.0.attn_qkv.weight", "blk.0.attn_gate.weight", "blk.0.ssm_conv1d.weight",
                            "blk.0.ssm_dt.bias", "blk.0.ssm_a", "blk.0.ssm_beta.weight", "blk.0.ssm_alpha.weight",
-                           "blk.0.ssm_norm.weight", "blk.0.ssm_out.weight", "blk.1.attn_q.weight"}) {
-    Tensor& p = m.params().get(name);
-    const std::vector<float> grad = p.grad().to_f32_vector();
-    float* w = p.data<float>();
-    for (int64_t i : {int64_t(0), p.numel() / 2, p.numel() - 1}) {
-      const float keep = w[i], h = 1e-2f;
-      w[i] = keep + h;
-      const double up = m.loss(x, y).item();
-      w[i] = keep - h;
-      const double down = m.loss(x, y).item();
-      w[i] = keep;
-      const double numeric = (up - down) / (2 * h);
-      EXPECT_NEAR(grad[size_t(i)], numeric, 2e-3 + 3e-2 * std::fabs(numeric)) << name << " element " << i;
-    }
-  }
+                           "blk.0.ssm_norm.weight", "blk.0.ssm_out.weight", "blk.1.attn_q.weight"})
+    expect_central_differences(m, x, y, name, 1e-2f, m.params().get(name).numel() / 2);
 }
 
 namespace {
@@ -329,24 +335,11 @@ TEST(Decoder, PublishedArchitectureGradientsMatchFiniteDifferences) {
     else  // the router, the chosen experts, the whole-projection q/k norms
       names = {"blk.0.ffn_gate_inp.weight", "blk.1.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight",
                "blk.1.ffn_down_exps.weight", "blk.0.attn_q_norm.weight", "blk.1.attn_k_norm.weight"};
-    for (const std::string& name : names) {
-      Tensor& p = m.params().get(name);
-      const std::vector<float> grad = p.grad().to_f32_vector();
-      float* w = p.data<float>();
-      // (A small step for the experts' models: one that flips a token's choice of experts
-      // measures the jump, not the slope.)
-      const bool moe = m.config().moe.experts > 0;
-      for (int64_t i : {int64_t(0), p.numel() / 2 + 1, p.numel() - 1}) {
-        const float keep = w[i], h = moe ? 2e-3f : 1e-2f;
-        w[i] = keep + h;
-        const double up = m.loss(x, y).item();
-        w[i] = keep - h;
-        const double down = m.loss(x, y).item();
-        w[i] = keep;
-        const double numeric = (up - down) / (2 * h);
-        EXPECT_NEAR(grad[size_t(i)], numeric, 2e-3 + 3e-2 * std::fabs(numeric)) << name << " element " << i;
-      }
-    }
+    // (A small step for the experts' models: one that flips a token's choice of experts
+    // measures the jump, not the slope.)
+    const float h = m.config().moe.experts > 0 ? 2e-3f : 1e-2f;
+    for (const std::string& name : names)
+      expect_central_differences(m, x, y, name, h, m.params().get(name).numel() / 2 + 1);
   }
 }
 
