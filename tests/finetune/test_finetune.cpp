@@ -374,3 +374,52 @@ TEST(FinetuneMerge, LoraOnAnUntiedBaseToyDidNotWriteIsBasePlusTheAdapter) {
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::fabs(a[i] - m[i]))), scale = std::max(scale, double(std::fabs(a[i])));
   EXPECT_LE(worst, 1e-5 * scale) << "model.gguf computes what the base with adapter.gguf computes";
 }
+
+// Fine-tuning a mixture of experts: QLoRA on a Q8_0 qwen3moe base trains the attention's
+// adapters through the frozen quantized experts (their grouped products pass the gradient to
+// the layers below), with the load-balancing loss on; full fine-tuning of an F32 base moves
+// the chosen experts' weights and the routers. Both lower the loss on what they learned.
+TEST(FinetuneMoe, QloraOnAQuantizedMixtureAndFullFineTuningLearn) {
+  const std::string data = temp("moe_same.jsonl");
+  {
+    std::ofstream f(data);
+    for (int i = 0; i < 32; ++i) f << R"({"prompt": "the terms and", "completion": " conditions apply"})" << "\n";
+  }
+  for (const char* type : {"q8_0", "f32"}) {
+    SCOPED_TRACE(type);
+    const std::string base = temp(std::string("moe_base_") + type + ".gguf");
+    const auto r = toy::test::run_toy({"init", "--arch", "qwen3moe", "--shape", "tiny", "--type", type, "--seed", "4",
+                                       "--out", base});
+    ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+    const bool full = std::string(type) == "f32";
+    FinetuneOptions o;
+    o.model = base, o.data = data, o.method = full ? "full" : "lora", o.merge_type = "f32";
+    o.out = temp(std::string("moe_run_") + type), o.force = true, o.quiet = true;
+    o.steps = 30, o.batch = 4, o.lr = full ? 3e-3f : 1e-2f, o.val_fraction = 0, o.moe_aux_loss = 0.01f;
+    const FinetuneResult res = finetune(o);
+    EXPECT_EQ(res.steps, 30);
+    auto loss_of = [&](const std::string& path) {
+      LoadedModel lm = load_model(path);
+      SftExample e = parse_sft_record(R"({"prompt": "the terms and", "completion": " conditions apply"})",
+                                      *lm.tokenizer, nullptr, "x");
+      Tensor ids, targets;
+      make_sft_batch({&e}, lm.model->config().vocab, ids, targets);
+      NoGradGuard ng;
+      return lm.model->loss(ids, targets).item();
+    };
+    const double before = loss_of(base), after = loss_of(o.out + "/model.gguf");
+    EXPECT_LT(after, before - 0.8) << "before " << before << ", after " << after;  // (measured: -1.2, -1.35)
+    EXPECT_EQ(gguf::Reader(o.out + "/model.gguf").get_str("general.architecture"), "qwen3moe");
+    if (full) {
+      // The experts and the routers moved.
+      const gguf::Reader a(base), b(o.out + "/model.gguf");
+      for (const char* name : {"blk.0.ffn_up_exps.weight", "blk.1.ffn_gate_inp.weight"}) {
+        const std::vector<float> wa = a.tensor(name).to_f32_vector(), wb = b.tensor(name).to_f32_vector();
+        double moved = 0;
+        for (size_t i = 0; i < wa.size(); ++i) moved = std::max(moved, double(std::fabs(wa[i] - wb[i])));
+        EXPECT_GT(moved, 1e-4) << name;
+      }
+    }
+    std::printf("qwen3moe %s %s: loss %.3f -> %.3f\n", type, full ? "full" : "QLoRA", before, after);
+  }
+}
