@@ -49,6 +49,14 @@ std::vector<int32_t> token_ids(int64_t n, int64_t vocab) {
   return ids;
 }
 
+// Two rows of 12 token ids and their next-token targets (the last one 0).
+std::pair<Tensor, Tensor> next_token_batch(int64_t vocab) {
+  const std::vector<int32_t> ids = token_ids(24, vocab);
+  std::vector<int32_t> targets(ids.begin() + 1, ids.end());
+  targets.push_back(0);
+  return {from_vector(ids, Shape{2, 12}), from_vector(targets, Shape{2, 12})};
+}
+
 }  // namespace
 
 TEST(Decoder, IncrementalDecodingMatchesTheFullForward) {
@@ -194,10 +202,7 @@ TEST(Decoder, HybridPrefillThenDecodeEqualsTheFullForward) {
 // right one (central differences of the loss, a few elements each).
 TEST(Decoder, HybridGradientsMatchFiniteDifferences) {
   DecoderLM m = random_hybrid("da", 12, 7);
-  const std::vector<int32_t> ids = token_ids(24, m.config().vocab);
-  std::vector<int32_t> targets(ids.begin() + 1, ids.end());
-  targets.push_back(0);
-  const Tensor x = from_vector(ids, Shape{2, 12}), y = from_vector(targets, Shape{2, 12});
+  const auto [x, y] = next_token_batch(m.config().vocab);
   backward(m.loss(x, y));
   for (const Tensor& p : m.params().values()) {
     ASSERT_TRUE(p.grad().defined()) << p.name();
@@ -307,10 +312,7 @@ TEST(Decoder, PublishedArchitectureGradientsMatchFiniteDifferences) {
       Tensor& w = p;
       copy_(w, scale(w, 0.5f));  // gentler weights: the loss stays smooth at the step below
     }
-    const std::vector<int32_t> ids = token_ids(24, m.config().vocab);
-    std::vector<int32_t> targets(ids.begin() + 1, ids.end());
-    targets.push_back(0);
-    const Tensor x = from_vector(ids, Shape{2, 12}), y = from_vector(targets, Shape{2, 12});
+    const auto [x, y] = next_token_batch(m.config().vocab);
     backward(m.loss(x, y));
     for (const Tensor& p : m.params().values()) {
       if (p.name().starts_with("rope_")) continue;
@@ -500,10 +502,7 @@ TEST(Moe, LoadBalancingLossIsSwitchTransformersOverAllLayers) {
   auto g = grad(aux, {l0.router.weight, l1.router.weight});
   EXPECT_TRUE(g[0].defined() && g[1].defined());
   // In the model: training adds coef x aux; evaluation does not.
-  const std::vector<int32_t> ids = token_ids(24, m.config().vocab);
-  std::vector<int32_t> targets(ids.begin() + 1, ids.end());
-  targets.push_back(0);
-  const Tensor x = from_vector(ids, Shape{2, 12}), y = from_vector(targets, Shape{2, 12});
+  const auto [x, y] = next_token_batch(m.config().vocab);
   NoGradGuard ng;
   const double plain = m.loss(x, y, true).item();
   m.set_moe_aux_loss(0.5f);
