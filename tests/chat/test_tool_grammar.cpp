@@ -330,3 +330,26 @@ TEST(ToolGrammar, RefusalsNameTheReason) {
     EXPECT_NE(std::string(e.what()).find("'f'"), std::string::npos) << e.what();
   }
 }
+
+// A tool whose name spells like the grammar's own primitives ("g-…", "js-…": the fuzzer's
+// "g=t_weather") gets rules of its own; the rule namer once looked for a free name forever.
+TEST(ToolGrammar, ToolsNamedLikeThePrimitivesCompile) {
+  const auto tok = vocab({"<tool_call>", "</tool_call>"}, 3, "hermes");
+  ChatSyntax hermes;
+  hermes.tools = ToolCallFormat::Hermes;
+  for (const std::string name : {"g=t_weather", "g-x", "js-text", "G_value"}) {
+    const Json tools = Json::parse(R"([{"type": "function", "function": {"name": ")" + name +
+                                   R"(", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                   "required": ["city"]}}}])");
+    const auto g = Grammar::parse(tool_call_gbnf(hermes, tools, "", false, *tok), grammar_vocab(*tok));
+    const int32_t open = special_id(*tok, "<tool_call>"), close = special_id(*tok, "</tool_call>");
+    GrammarMatcher m(g);
+    EXPECT_TRUE(m.accept_token(open, tok->token_bytes(open), true) &&
+                m.accept("\n{\"name\": \"" + name + "\", \"arguments\": {\"city\": \"Paris\"}}\n") &&
+                m.accept_token(close, tok->token_bytes(close), true) && m.complete())
+        << name;
+    GrammarMatcher without_city(g);
+    EXPECT_TRUE(without_city.accept_token(open, tok->token_bytes(open), true));
+    EXPECT_FALSE(without_city.accept("\n{\"name\": \"" + name + "\", \"arguments\": {}}")) << "city is required";
+  }
+}

@@ -185,7 +185,11 @@ g-array ::= "[" space ( g-value ("," space g-value)* )? "]" space
   std::string rule(const std::string& hint, const std::string& body) {
     std::string name;
     for (char c : hint) name += std::isalnum(static_cast<unsigned char>(c)) ? char(std::tolower(c)) : '-';
-    if (name.empty() || !std::isalpha(static_cast<unsigned char>(name[0]))) name = "r-" + name;
+    // (the prefixes "g-" and "js-" belong to the primitives: a hint spelled so, like a tool
+    // named "g=t", gets "r-" in front, or no numbered suffix could ever make it unique)
+    if (name.empty() || !std::isalpha(static_cast<unsigned char>(name[0])) || name.starts_with("g-") ||
+        name.starts_with("js-"))
+      name = "r-" + name;
     std::string unique = name;
     for (int i = 2; names_.count(unique) || unique == "root" || is_primitive(unique); ++i) unique = name + std::to_string(i);
     names_.insert(unique);
