@@ -672,11 +672,11 @@ TEST(Hostile, AJsonNumberTooLargeForADoubleIsAnError) {
 
 namespace {
 // A valid random-weight qwen2 file (toy init), copied to `name` for editing.
-std::string init_model(const std::string& name) {
+std::string init_model(const std::string& name, const std::string& arch = "qwen2") {
   const std::string dir = fresh_dir("model_" + name);
   fs::create_directories(dir);
   const std::string path = dir + "/m.gguf";
-  const ProcResult r = run_toy({"init", "--arch", "qwen2", "--shape", "tiny", "--type", "q8_0", "--out", path});
+  const ProcResult r = run_toy({"init", "--arch", arch, "--shape", "tiny", "--type", "q8_0", "--out", path});
   EXPECT_EQ(r.status, 0) << describe(r);
   return path;
 }
@@ -794,6 +794,46 @@ TEST(HostileModel, KeysOfTheWrongTypeShapesThatDisagreeAndUnknownArchitectures) 
       EXPECT_NE(r.err.find("tokenizer.chat_template has type"), std::string::npos) << r.err;
       continue;
     }
+    expect_clean_refusal(path, k.expect);
+  }
+}
+
+// LFM2's per-layer kv head counts (0: a short-conv layer) and its conv taps, damaged: each a
+// clean error naming the key, never a model of the wrong shape.
+TEST(HostileModel, Lfm2LayerKeysThatMakeNoSenseAreRefused) {
+  struct Case {
+    std::string what, expect;
+    std::function<void(GgufContents&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"a count per layer too few", "has 3 entries for 4 layers",
+       [](GgufContents& c) { *c.find("lfm2.attention.head_count_kv") = gguf::Value::i32_array({0, 2, 0}); }},
+      {"attention layers with different counts", "different kv head counts",
+       [](GgufContents& c) { *c.find("lfm2.attention.head_count_kv") = gguf::Value::i32_array({0, 2, 0, 1}); }},
+      {"a negative count", "-2 kv heads for layer 1",
+       [](GgufContents& c) { *c.find("lfm2.attention.head_count_kv") = gguf::Value::i32_array({0, -2, 0, 2}); }},
+      {"one number instead of a list", "one count per layer",
+       [](GgufContents& c) { *c.find("lfm2.attention.head_count_kv") = gguf::Value::u32(2); }},
+      {"no attention layer at all", "gives no layer any kv heads",
+       [](GgufContents& c) { *c.find("lfm2.attention.head_count_kv") = gguf::Value::i32_array({0, 0, 0, 0}); }},
+      {"no short-conv layer", "no short-conv layer",
+       [](GgufContents& c) { *c.find("lfm2.attention.head_count_kv") = gguf::Value::i32_array({2, 2, 2, 2}); }},
+      {"counts as strings", "must be an integer or an array of integers",
+       [](GgufContents& c) { *c.find("lfm2.attention.head_count_kv") = gguf::Value::str_array({"0", "2", "0", "2"}); }},
+      {"no conv taps", "missing key 'lfm2.shortconv.l_cache'",
+       [](GgufContents& c) {
+         c.kv.erase(std::remove_if(c.kv.begin(), c.kv.end(), [](auto& kv) { return kv.first == "lfm2.shortconv.l_cache"; }),
+                    c.kv.end());
+       }},
+      {"taps that disagree with the tensors", "shortconv.conv.weight' has shape",
+       [](GgufContents& c) { *c.find("lfm2.shortconv.l_cache") = gguf::Value::u32(4); }},
+      {"a single tap", "shortconv.l_cache 1 must be in 2..64",
+       [](GgufContents& c) { *c.find("lfm2.shortconv.l_cache") = gguf::Value::u32(1); }},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    const std::string path = init_model("lfm2_keys", "lfm2");
+    edit_gguf(path, k.edit);
     expect_clean_refusal(path, k.expect);
   }
 }

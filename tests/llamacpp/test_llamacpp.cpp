@@ -361,8 +361,8 @@ TEST(LlamaCpp, RunsToyInitModelsOfEveryArchitectureAndType) {
   for (const char* type : {"f16", "bf16", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k"}) cases.push_back({"llama", type});
   // Published architectures (tiny: width 64, every part present — SmolLM3's no-RoPE layer,
   // Phi-3's fused tensors and LongRoPE, Gemma 3's sliding layers and soft cap, 4 experts with
-  // 2 per token).
-  for (const char* arch : {"smollm3", "phi3", "gemma3", "qwen3moe", "olmoe", "granitemoe"})
+  // 2 per token, LFM2's short-conv layers between attention ones).
+  for (const char* arch : {"smollm3", "phi3", "gemma3", "qwen3moe", "olmoe", "granitemoe", "lfm2"})
     for (const char* type : {"f32", "f16", "q8_0", "q4_k_m"}) cases.push_back({arch, type});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.arch + " " + c.type);
@@ -478,8 +478,9 @@ TEST(LlamaCpp, AppliesOurLoraAdapterOnAHybrid) {
 
 // LoRA on every projection of the published architectures — Phi-3's fused attn_qkv and
 // gate/up ffn_up, Gemma 3's and SmolLM3's separate ones, the attention of the mixtures of
-// experts (trained through their frozen Q8_0 experts): llama.cpp applies the adapter as toy
-// does (a Q8_0 base: QLoRA), and runs the merged model.
+// experts (trained through their frozen Q8_0 experts), LFM2's short convs' in and out
+// projections: llama.cpp applies the adapter as toy does (a Q8_0 base: QLoRA), and runs the
+// merged model.
 TEST(LlamaCpp, AppliesOurLoraAdapterOnPublishedArchitectures) {
   REQUIRE_LLAMACPP();
   const std::string data = (fs::path(::testing::TempDir()) / "toy_llamacpp_arch_lora.jsonl").string();
@@ -491,7 +492,7 @@ TEST(LlamaCpp, AppliesOurLoraAdapterOnPublishedArchitectures) {
       f << nlohmann::json({{"prompt", w + " ="}, {"completion", " " + std::string(w.rbegin(), w.rend())}}).dump() << "\n";
     }
   }
-  for (const char* arch : {"smollm3", "phi3", "gemma3", "qwen3moe", "olmoe", "granitemoe"}) {
+  for (const char* arch : {"smollm3", "phi3", "gemma3", "qwen3moe", "olmoe", "granitemoe", "lfm2"}) {
     SCOPED_TRACE(arch);
     const std::string base = (fs::path(::testing::TempDir()) / (std::string("toy_llamacpp_lora_") + arch + ".gguf")).string();
     // (The mixtures of experts on an F32 base: a Q8_0 base's 8-bit activations put the two
@@ -633,6 +634,33 @@ TEST(LlamaCpp, QuantizesMixturesOfExpertsLikeLlamaQuantize) {
     SCOPED_TRACE(kind);
     for (const auto& [name, type, bytes] : expect_quantized_as_llama(f32, dir, kind, ftype))
       if (name.find("ffn_gate_inp") != std::string::npos) EXPECT_EQ(type, "f32") << name;
+  }
+}
+
+// LFM2 quantizes as llama-quantize does: its short convs' taps stay F32, the in and out
+// projections quantize, and the Q6_K attn_v layers of the _M mixes count attention layers only.
+TEST(LlamaCpp, QuantizesLfm2LikeLlamaQuantize) {
+  REQUIRE_LLAMACPP();
+  TOY_REQUIRE(std::system("python3 --version >/dev/null 2>&1") == 0, "python3");
+  ModelConfig c = ModelConfig::for_arch("lfm2");
+  c.vocab = 257, c.dim = 256, c.layers = 12, c.heads = 4, c.kv_heads = 2, c.ctx = 64, c.ffn = 512;
+  c.layer_kinds = ModelConfig::parse_layer_kinds("cca", c.layers);
+  DecoderLM m(c);
+  m.init(9);
+  const fs::path dir = fs::path(::testing::TempDir()) / "toy_quantize_lfm2_vs_llama";
+  fs::create_directories(dir);
+  const std::string f32 = (dir / "f32.gguf").string();
+  save_model(f32, m, *Tokenizer::train("byte", ""), "quantize-lfm2-test");
+  ASSERT_EQ(gguf::Reader(f32).get_str("general.architecture"), "lfm2");
+  for (const auto& [kind, ftype] : std::vector<std::pair<std::string, int>>{
+           {"q4_k_m", 15}, {"q4_k_s", 14}, {"q8_0", 7}, {"q4_0", 2}}) {
+    SCOPED_TRACE(kind);
+    int in_proj = 0;
+    for (const auto& [name, type, bytes] : expect_quantized_as_llama(f32, dir, kind, ftype)) {
+      if (name.find("shortconv.conv") != std::string::npos) EXPECT_EQ(type, "f32") << name;
+      if (name.find("shortconv.in_proj") != std::string::npos) in_proj += type != "f32";
+    }
+    EXPECT_EQ(in_proj, 8);
   }
 }
 

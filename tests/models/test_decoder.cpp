@@ -20,6 +20,7 @@
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
 #include "toy/models/decoder_lm.h"
+#include "toy/models/shapes.h"
 #include "toy/tokenizer/tokenizer.h"
 
 using namespace toy;
@@ -233,6 +234,7 @@ DecoderLM random_published(const std::string& arch, int64_t ctx, uint64_t seed =
     c.embedding_scale = 3.0f, c.residual_scale = 0.5f, c.attn_scale = 0.3f, c.logit_scale = 2.0f;
   }
   if (arch == "olmoe") c.kv_heads = 4;
+  if (arch == "lfm2") c.layer_kinds = ModelConfig::parse_layer_kinds("ca", 4);
   if (arch == "phi3") {
     c.fused_qkv = true, c.rope.n_rot = 4, c.rope.long_short = true, c.rope.orig_ctx = 16, c.rope.attn_factor = 1.2f;
     c.tied = false;
@@ -251,7 +253,7 @@ DecoderLM random_published(const std::string& arch, int64_t ctx, uint64_t seed =
 // context.
 TEST(Decoder, PublishedArchitecturesDecodeAsTheFullForward) {
   const int64_t T = 40;
-  for (const char* arch : {"gemma3", "phi3", "smollm3", "qwen3moe", "olmoe", "granitemoe"}) {
+  for (const char* arch : {"gemma3", "phi3", "smollm3", "qwen3moe", "olmoe", "granitemoe", "lfm2"}) {
     SCOPED_TRACE(arch);
     DecoderLM m = random_published(arch, T);
     const std::vector<int32_t> ids = token_ids(T, m.config().vocab);
@@ -303,7 +305,7 @@ TEST(Decoder, PublishedArchitecturesDecodeAsTheFullForward) {
 // experts (qwen3moe with renormalised weights, olmoe without; every expert gets a gradient,
 // since 24 tokens choose each of the 4 at least once).
 TEST(Decoder, PublishedArchitectureGradientsMatchFiniteDifferences) {
-  for (const char* arch : {"gemma3", "phi3", "smollm3", "qwen3moe", "olmoe", "granitemoe"}) {
+  for (const char* arch : {"gemma3", "phi3", "smollm3", "qwen3moe", "olmoe", "granitemoe", "lfm2"}) {
     SCOPED_TRACE(arch);
     DecoderLM m = random_published(arch, 12, 7);
     for (Tensor& p : m.params().values()) {
@@ -331,6 +333,10 @@ TEST(Decoder, PublishedArchitectureGradientsMatchFiniteDifferences) {
       names = {"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight", "blk.1.ffn_down.weight", "output.weight"};
     else if (std::string(arch) == "smollm3")
       names = {"blk.3.attn_q.weight", "blk.3.attn_k.weight", "blk.2.attn_q.weight"};
+    else if (std::string(arch) == "lfm2")  // the short conv's three parts, the q/k norms, the final norm
+      names = {"blk.0.shortconv.in_proj.weight", "blk.0.shortconv.conv.weight", "blk.2.shortconv.out_proj.weight",
+               "blk.2.shortconv.conv.weight", "blk.1.attn_q_norm.weight", "blk.3.attn_k_norm.weight",
+               "token_embd_norm.weight"};
     else if (std::string(arch) == "granitemoe")  // the router, the experts, the shared expert
       names = {"blk.0.ffn_gate_inp.weight", "blk.1.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight",
                "blk.1.ffn_gate_shexp.weight", "blk.0.ffn_down_shexp.weight", "token_embd.weight"};
@@ -522,4 +528,27 @@ TEST(Moe, LoadBalancingLossIsSwitchTransformersOverAllLayers) {
   m.set_recompute(false);
   // A dense model has no routing to balance.
   EXPECT_THROW(random_published("smollm3", 12).set_moe_aux_loss(0.1f), Error);
+}
+
+// The real shapes `toy init` writes are the published models': their parameter counts (from
+// each model's card / config: tied embeddings counted once) within 1%, counted from the
+// declared shapes without allocating anything.
+TEST(Decoder, InitShapesHaveThePublishedParameterCounts) {
+  const struct {
+    const char *arch, *shape;
+    double params;
+  } published[] = {{"llama", "smollm2-135m", 134.5e6},   {"qwen2", "qwen2.5-0.5b", 494.0e6},
+                   {"qwen3", "qwen3-0.6b", 596.0e6},     {"gpt2", "gpt2-124m", 124.4e6},
+                   {"smollm3", "smollm3-3b", 3.075e9},   {"phi3", "phi-3.5-mini", 3.821e9},
+                   {"gemma3", "gemma3-270m", 268.1e6},   {"gemma3", "gemma3-1b", 999.9e6},
+                   {"qwen3moe", "qwen3-30b-a3b", 30.53e9}, {"olmoe", "olmoe-1b-7b", 6.919e9},
+                   {"granitemoe", "granite-3.1-1b-a400m", 1.335e9}, {"lfm2", "lfm2-350m", 354.5e6}};
+  for (const auto& p : published) {
+    SCOPED_TRACE(p.shape);
+    double n = 0;
+    for (const auto& [name, shape] : DecoderLM::parameter_shapes(shape_config(p.arch, p.shape)))
+      n += double(shape.numel());
+    std::printf("%-22s %.4g parameters (published %.4g)\n", p.shape, n, p.params);
+    EXPECT_NEAR(n / p.params, 1.0, 0.01);
+  }
 }

@@ -139,7 +139,7 @@ TEST_P(HfFixture, ToyMatchesTheReferenceForEveryWeightType) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Arch, HfFixture, ::testing::Values("llama", "qwen2", "qwen3", "gpt2", "qwen35", "smollm3", "phi3", "gemma3",
-                                                           "qwen3moe", "olmoe"),
+                                                           "qwen3moe", "olmoe", "lfm2"),
                          [](const auto& i) { return i.param; });
 
 // The same through the command a user runs: toy eval --tokens ... --dump-logits.

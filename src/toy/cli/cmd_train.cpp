@@ -47,10 +47,11 @@ ModelConfig build_model(const TrainFlags& f) {
   return m;
 }
 
-// The layer kinds as letters (d: Gated DeltaNet, a: attention), one per layer.
+// The layer kinds as letters (d: Gated DeltaNet, c: short conv, a: attention), one per layer.
 std::string layer_pattern(const ModelConfig& m) {
   std::string s;
-  for (int64_t l = 0; l < m.layers; ++l) s += m.layer_kind(l) == LayerKind::GatedDeltaNet ? 'd' : 'a';
+  for (int64_t l = 0; l < m.layers; ++l)
+    s += m.layer_kind(l) == LayerKind::GatedDeltaNet ? 'd' : m.layer_kind(l) == LayerKind::ShortConv ? 'c' : 'a';
   return s;
 }
 

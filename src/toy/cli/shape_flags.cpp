@@ -26,14 +26,15 @@ void add_shape_flags(CLI::App* cmd, ShapeFlags& f, const std::string& preset) {
   add_real(cmd, "--init-scale", f.init_scale, {0, 100, true}, "Matrices are N(0, s/sqrt(fan_in))");
   cmd->add_flag("--depth-scale", f.depth_scale, "Scale the pre-norm outputs of layer l by 1/sqrt(l) (Curse of Depth)");
   auto* kinds = cmd->add_option("--layer-kinds", f.layer_kinds,
-                                "Layer kinds, repeated to --layers: d (Gated DeltaNet) and a (attention), e.g. ddda");
+                                "Layer kinds, repeated to --layers: d (Gated DeltaNet), c (LFM2's short conv) and a "
+                                "(attention), e.g. ddda");
   add_int(cmd, "--full-attention-interval", f.full_attention_interval, 1, 10000,
           "Every N-th layer attention, the others Gated DeltaNet (qwen35's default: 4)")
       ->excludes(kinds);
   add_int(cmd, "--gdn-heads", f.gdn_heads, 1, 4096, "Gated DeltaNet V heads (default: --heads)");
   add_int(cmd, "--gdn-k-heads", f.gdn_k_heads, 1, 4096, "Gated DeltaNet K heads, dividing the V heads (default: as V)");
   add_int(cmd, "--gdn-head-dim", f.gdn_head_dim, 1, 4096, "Gated DeltaNet head width (default: the attention's)");
-  add_int(cmd, "--conv-kernel", f.conv_kernel, 1, 64, "Gated DeltaNet causal conv taps (default 4)");
+  add_int(cmd, "--conv-kernel", f.conv_kernel, 1, 64, "Causal conv taps: Gated DeltaNet's (default 4), the short conv's (default 3)");
   add_int(cmd, "--experts", f.experts, 1, 4096, "Mixture of experts: experts per layer (moe-tiny: 8)");
   add_int(cmd, "--experts-used", f.experts_used, 1, 4096, "Mixture of experts: experts chosen per token (moe-tiny: 2)");
   add_int(cmd, "--expert-ffn", f.expert_ffn, 1, int64_t(1) << 22,
@@ -62,7 +63,7 @@ ModelConfig shape_from_flags(const ShapeFlags& f) {
   if (f.gdn_heads) m.gdn.v_heads = *f.gdn_heads;
   if (f.gdn_k_heads) m.gdn.k_heads = *f.gdn_k_heads;
   if (f.gdn_head_dim) m.gdn.head_dim = *f.gdn_head_dim;
-  if (f.conv_kernel) m.gdn.conv_kernel = *f.conv_kernel;
+  if (f.conv_kernel) m.gdn.conv_kernel = m.shortconv_kernel = *f.conv_kernel;
   if (f.experts) m.moe.experts = *f.experts;
   if (f.experts_used) m.moe.used = *f.experts_used;
   if (f.expert_ffn) m.moe.ffn = *f.expert_ffn;

@@ -63,7 +63,16 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
   w.set(arch + ".feed_forward_length",
         Value::u32(uint32_t(arch == "olmoe" || arch == "granitemoe" ? c.moe.ffn : c.ffn)));
   w.set(arch + ".attention.head_count", Value::u32(uint32_t(c.heads)));
-  w.set(arch + ".attention.head_count_kv", Value::u32(uint32_t(c.kv_heads)));
+  if (arch == "lfm2") {
+    // LFM2's layer kinds: a short-conv layer is one with no kv heads.
+    std::vector<int32_t> kv;
+    for (int64_t l = 0; l < c.layers; ++l)
+      kv.push_back(c.layer_kind(l) == LayerKind::ShortConv ? 0 : int32_t(c.kv_heads));
+    w.set(arch + ".attention.head_count_kv", Value::i32_array(kv));
+    w.set(arch + ".shortconv.l_cache", Value::u32(uint32_t(c.shortconv_kernel)));
+  } else {
+    w.set(arch + ".attention.head_count_kv", Value::u32(uint32_t(c.kv_heads)));
+  }
   if (c.head_dim * c.heads != c.dim) {
     w.set(arch + ".attention.key_length", Value::u32(uint32_t(c.head_dim)));
     w.set(arch + ".attention.value_length", Value::u32(uint32_t(c.head_dim)));
@@ -217,6 +226,52 @@ void read_qwen35_keys(const gguf::Reader& r, ModelConfig& c) {
   // position, which is NEOX RoPE over the rotated dims.
 }
 
+// attention.head_count_kv as llama.cpp reads it: a number, or one per layer (LFM2 writes 0 for
+// its short-conv layers, which then become ShortConv layers). toy's attention layers share one
+// kv head count.
+int64_t read_kv_heads(const gguf::Reader& r, ModelConfig& c, const std::string& arch) {
+  const std::string shown = printable(r.path()), key = arch + ".attention.head_count_kv";
+  const gguf::Value* v = r.find(key);
+  if (!v || v->type != gguf::Type::ARRAY) {
+    TOY_CHECK(arch != "lfm2", "[model] '{}': lfm2 needs '{}' as one count per layer (0 for its short-conv layers)",
+              shown, key);
+    return find_int(r, key).value_or(c.heads);
+  }
+  const bool ints = v->elem == gguf::Type::I32 || v->elem == gguf::Type::U32 || v->elem == gguf::Type::I16 ||
+                    v->elem == gguf::Type::U16 || v->elem == gguf::Type::I8 || v->elem == gguf::Type::U8;
+  TOY_CHECK(ints, "[model] '{}': key '{}' must be an integer or an array of integers", shown, key);
+  const size_t n = std::max(v->au.size(), v->ai.size());
+  TOY_CHECK(int64_t(n) == c.layers, "[model] '{}': key '{}' has {} entries for {} layers", shown, key, n, c.layers);
+  int64_t kv = 0;
+  c.layer_kinds.clear();
+  for (size_t l = 0; l < n; ++l) {
+    const int64_t h = v->au.empty() ? v->ai[l] : int64_t(std::min<uint64_t>(v->au[l], uint64_t(1) << 20));
+    TOY_CHECK(h >= 0 && (h > 0 || arch == "lfm2"), "[model] '{}': key '{}' has {} kv heads for layer {}", shown, key,
+              h, l);
+    TOY_CHECK(h == 0 || kv == 0 || h == kv, "[model] '{}': key '{}' gives layers different kv head counts ({} and {}); "
+              "toy's attention layers share one", shown, key, kv, h);
+    if (h > 0) kv = h;
+    c.layer_kinds.push_back(h == 0 ? LayerKind::ShortConv : LayerKind::Attention);
+  }
+  TOY_CHECK(kv > 0, "[model] '{}': key '{}' gives no layer any kv heads", shown, key);
+  if (arch != "lfm2") c.layer_kinds.clear();
+  TOY_CHECK(arch != "lfm2" || c.has_shortconv(), "[model] '{}': an lfm2 file with no short-conv layer (every entry of "
+            "'{}' nonzero) is not supported", shown, key);
+  return kv;
+}
+
+// LFM2: the short conv's taps (shortconv.l_cache) and, when set, sliding-window attention on
+// every attention layer (with the model's RoPE base, as llama.cpp's lfm2 graph rotates).
+void read_lfm2_keys(const gguf::Reader& r, ModelConfig& c) {
+  const std::string shown = printable(r.path()), a = "lfm2.";
+  c.shortconv_kernel = need_int(r, a + "shortconv.l_cache");
+  TOY_CHECK(c.shortconv_kernel >= 2 && c.shortconv_kernel <= 64, "[model] '{}': shortconv.l_cache {} must be in 2..64",
+            shown, c.shortconv_kernel);
+  const int64_t window = find_int(r, a + "attention.sliding_window").value_or(0);
+  TOY_CHECK(window >= 0, "[model] '{}': attention.sliding_window {} is negative", shown, window);
+  if (window > 0) c.swa = SwaConfig{window, 0, c.rope.base};
+}
+
 // Phi-3's LongRoPE: the long and short factor tensors (both or neither), the context they
 // switch at (llama.cpp's default: the trained context) and the cos/sin scale. Its
 // attention.sliding_window is ignored, as llama.cpp ignores it.
@@ -289,9 +344,10 @@ ModelConfig config_from_standard_keys(const gguf::Reader& r, const std::string& 
   c.dim = need_int(r, a + "embedding_length");
   c.ffn = need_int(r, a + "feed_forward_length");
   c.heads = need_int(r, a + "attention.head_count");
-  c.kv_heads = find_int(r, a + "attention.head_count_kv").value_or(c.heads);
   c.ctx = need_int(r, a + "context_length");
   TOY_CHECK(c.heads > 0, "[model] '{}': attention.head_count is 0", shown);
+  TOY_CHECK(c.layers > 0 && c.layers <= 10000, "[model] '{}': block_count {} must be in 1..10000", shown, c.layers);
+  c.kv_heads = read_kv_heads(r, c, arch);
   c.head_dim = find_int(r, a + "attention.key_length").value_or(c.dim / c.heads);
   const int64_t value_length = find_int(r, a + "attention.value_length").value_or(c.head_dim);
   TOY_CHECK(value_length == c.head_dim, "[model] '{}': key length {} and value length {} differ (not supported)",
@@ -350,6 +406,7 @@ ModelConfig config_from_standard_keys(const gguf::Reader& r, const std::string& 
   if (arch == "qwen3moe" || arch == "olmoe" || arch == "granitemoe") read_moe_keys(r, c, arch);
   if (arch == "granitemoe") read_granite_keys(r, c);
   if (arch == "gemma3") read_gemma3_keys(r, c);
+  if (arch == "lfm2") read_lfm2_keys(r, c);
   if (auto v = find_int(r, a + "vocab_size")) {
     c.vocab = *v;
   } else if (const gguf::TensorInfo* emb = r.find_tensor("token_embd.weight"); emb && emb->shape.ndim() == 2) {

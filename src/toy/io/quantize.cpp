@@ -33,6 +33,7 @@ bool contains(std::string_view s, std::string_view part) { return s.find(part) !
 bool may_quantize(const TensorPlan& t) {
   return t.shape.ndim() >= 2 && ends_with(t.name, "weight") && !contains(t.name, "_norm.weight") &&
          t.name != "position_embd.weight" && t.name != "token_types.weight" && !contains(t.name, "ssm_conv1d") &&
+         !contains(t.name, "shortconv.conv.weight") &&
          !contains(t.name, "ffn_gate_inp.weight");  // (a router stays as it is)
 }
 

@@ -37,14 +37,22 @@ bool ModelConfig::has_gdn() const {
   return false;
 }
 
+bool ModelConfig::has_shortconv() const {
+  for (LayerKind k : layer_kinds)
+    if (k == LayerKind::ShortConv) return true;
+  return false;
+}
+
 std::vector<LayerKind> ModelConfig::parse_layer_kinds(const std::string& pattern, int64_t layers) {
-  TOY_CHECK(!pattern.empty(), "[model] the layer-kind pattern is empty (letters d and a)");
+  TOY_CHECK(!pattern.empty(), "[model] the layer-kind pattern is empty (letters d, c and a)");
   for (char c : pattern)
-    TOY_CHECK(c == 'd' || c == 'a', "[model] layer-kind pattern '{}': '{}' is not d (Gated DeltaNet) or a (attention)",
-              printable(pattern), printable(std::string(1, c)));
+    TOY_CHECK(c == 'd' || c == 'c' || c == 'a', "[model] layer-kind pattern '{}': '{}' is not d (Gated DeltaNet), c "
+              "(short conv) or a (attention)", printable(pattern), printable(std::string(1, c)));
   std::vector<LayerKind> kinds;
-  for (int64_t l = 0; l < layers; ++l)
-    kinds.push_back(pattern[size_t(l) % pattern.size()] == 'd' ? LayerKind::GatedDeltaNet : LayerKind::Attention);
+  for (int64_t l = 0; l < layers; ++l) {
+    const char c = pattern[size_t(l) % pattern.size()];
+    kinds.push_back(c == 'd' ? LayerKind::GatedDeltaNet : c == 'c' ? LayerKind::ShortConv : LayerKind::Attention);
+  }
   return kinds;
 }
 
@@ -120,6 +128,13 @@ void ModelConfig::validate() const {
     TOY_CHECK(norm == NormKind::RMS && mlp == MlpKind::SwiGLU, "[model] Gated DeltaNet layers come in Qwen3.5's "
               "block: RMSNorm and a SwiGLU MLP");
   }
+  if (has_shortconv()) {
+    TOY_CHECK(shortconv_kernel >= 2 && shortconv_kernel <= 64, "[model] the short conv's kernel must be in 2..64, got "
+              "{}", shortconv_kernel);
+    TOY_CHECK(norm == NormKind::RMS && mlp == MlpKind::SwiGLU && !has_gdn() && moe.experts == 0 && !bias,
+              "[model] short-convolution layers come in LFM2's block: RMSNorm, a SwiGLU MLP, no biases, no experts "
+              "or Gated DeltaNet layers");
+  }
   TOY_CHECK(!attn_gate || (norm == NormKind::RMS && !bias && !qkv_bias),
             "[model] gated attention comes in Qwen3.5's block: RMSNorm, no biases");
   TOY_CHECK(nope_interval >= 0 && nope_interval <= 10000, "[model] no-RoPE layer interval must be in 0..10000, got {}",
@@ -169,6 +184,16 @@ std::string ModelConfig::gguf_arch(bool tokenizer_ok) const {
                              moe.shared_ffn != 0;
   const bool others_parts = nope_interval || fused_gate_up || rope.long_short || gemma_parts || moe.experts ||
                             qk_norm_whole || granite_parts || attn_scale != 0.0f;
+  if (has_shortconv()) {
+    // LFM2: short-conv and attention layers, per-head q/k norms, NEOX RoPE over the whole head;
+    // sliding attention (every attention layer, the model's RoPE base) when a file sets it.
+    const bool swa_ok = swa.window == 0 || (swa.pattern == 0 && swa.rope_base == rope.base);
+    const bool lfm2 = llama_like && rope.neox && qk_norm && !qk_norm_whole && !qkv_bias && !attn_gate &&
+                      plain_rope && !rope.freq_factors && !fused_qkv && head_dim * heads == dim && swa_ok &&
+                      !nope_interval && !fused_gate_up && !rope.long_short && mlp == MlpKind::SwiGLU &&
+                      !embed_scale && !post_norms && logit_softcap == 0.0f && !granite_parts && attn_scale == 0.0f;
+    return lfm2 ? "lfm2" : "toy";
+  }
   if (qwen35_layout()) {
     // Qwen3.5: NEOX RoPE (partial allowed, plain frequencies), q/k norms, gated attention.
     const bool qwen35 = norm == NormKind::RMS && mlp == MlpKind::SwiGLU && pos == PosKind::RoPE && !bias &&
@@ -253,6 +278,8 @@ ModelConfig ModelConfig::for_arch(const std::string& arch) {
     c.qk_norm_whole = true;
     c.moe.norm_weights = false;
     c.tied = false;
+  } else if (arch == "lfm2") {
+    c.qk_norm = true;  // (its layer kinds come from the file's per-layer kv head counts)
   } else if (arch == "gemma3") {
     c.mlp = MlpKind::GeGLU;
     c.qk_norm = true;
@@ -260,7 +287,7 @@ ModelConfig ModelConfig::for_arch(const std::string& arch) {
     c.post_norms = true;
   } else {
     fail("[model] architecture '{}' is not supported (toy runs gpt2, llama, qwen2, qwen3, qwen35, smollm3, phi3, "
-         "gemma3, qwen3moe, olmoe and granitemoe)", printable(arch));
+         "gemma3, qwen3moe, olmoe, granitemoe and lfm2)", printable(arch));
   }
   return c;
 }
@@ -299,7 +326,8 @@ ModelConfig ModelConfig::from_preset(const std::string& name) {
 
 nlohmann::json ModelConfig::to_json() const {
   nlohmann::json kinds = nlohmann::json::array();
-  for (LayerKind k : layer_kinds) kinds.push_back(k == LayerKind::Attention ? "attention" : "gdn");
+  for (LayerKind k : layer_kinds)
+    kinds.push_back(k == LayerKind::Attention ? "attention" : k == LayerKind::GatedDeltaNet ? "gdn" : "shortconv");
   const nlohmann::json r = {{"neox", rope.neox},
                             {"base", json_float(rope.base)},
                             {"n_rot", rope.n_rot},
@@ -340,6 +368,7 @@ nlohmann::json ModelConfig::to_json() const {
   if (residual_scale != 0.0f) j["residual_scale"] = json_float(residual_scale);
   if (logit_scale != 0.0f) j["logit_scale"] = json_float(logit_scale);
   if (qk_norm_whole) j["qk_norm_whole"] = true;
+  if (has_shortconv()) j["shortconv_kernel"] = shortconv_kernel;
   if (has_gdn())
     j["gdn"] = {{"k_heads", gdn.k_heads}, {"v_heads", gdn.v_heads}, {"head_dim", gdn.head_dim},
                 {"conv_kernel", gdn.conv_kernel}};
@@ -424,6 +453,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
   if (j.contains("embedding_scale")) c.embedding_scale = get_float(j, "embedding_scale", where);
   if (j.contains("residual_scale")) c.residual_scale = get_float(j, "residual_scale", where);
   if (j.contains("logit_scale")) c.logit_scale = get_float(j, "logit_scale", where);
+  if (j.contains("shortconv_kernel")) c.shortconv_kernel = get_int(j, "shortconv_kernel", where);
   if (j.contains("qk_norm_whole")) c.qk_norm_whole = get_bool(j, "qk_norm_whole", where);
   if (j.contains("swa")) {
     const nlohmann::json& w = get_object(j, "swa", where);
@@ -441,8 +471,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
     c.gdn.conv_kernel = get_int(g, "conv_kernel", gw);
   }
   for (const auto& k : get_array(j, "layer_kinds", where)) {
-    if (k == "gdn") {
-      c.layer_kinds.push_back(LayerKind::GatedDeltaNet);
+    if (k == "gdn" || k == "shortconv") {
+      c.layer_kinds.push_back(k == "gdn" ? LayerKind::GatedDeltaNet : LayerKind::ShortConv);
       continue;
     }
     TOY_CHECK(k == "attention", "{}: unknown layer kind {}", where,

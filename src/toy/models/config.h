@@ -14,9 +14,10 @@
 // embeddings, post-norms, GeGLU, q/k norms, sliding-window layers and logit soft-capping (gemma3),
 // mixture-of-experts blocks (qwen3moe: Qwen3's attention; olmoe: q/k norms over the whole
 // projection, unnormalised expert weights; granitemoe: Llama's attention, Granite's multipliers
-// and an optional shared expert).
+// and an optional shared expert), LFM2's short-convolution layers among GQA attention ones with
+// per-head q/k norms (lfm2).
 // The GGUF architecture name follows from the fields: "gpt2", "llama", "qwen2", "qwen3", "qwen35",
-// "smollm3", "phi3", "gemma3", "qwen3moe", "olmoe", "granitemoe" when llama.cpp runs the model as it is, otherwise "toy" (our own name, so llama.cpp refuses
+// "smollm3", "phi3", "gemma3", "qwen3moe", "olmoe", "granitemoe", "lfm2" when llama.cpp runs the model as it is, otherwise "toy" (our own name, so llama.cpp refuses
 // the file rather than running it wrong).
 #pragma once
 #include <cstdint>
@@ -30,9 +31,9 @@ namespace toy {
 enum class NormKind { RMS, Layer };
 enum class MlpKind { SwiGLU, GELU, GeGLU };  // GeGLU: down(gelu_tanh(gate x) * up x) (Gemma)
 enum class PosKind { RoPE, Learned };
-// The per-layer mixer: attention, or a Gated DeltaNet (linear attention with a recurrent
-// state, as Qwen3.5 defines it).
-enum class LayerKind { Attention, GatedDeltaNet };
+// The per-layer mixer: attention, a Gated DeltaNet (linear attention with a recurrent state, as
+// Qwen3.5 defines it), or LFM2's gated short convolution (nn/short_conv.h).
+enum class LayerKind { Attention, GatedDeltaNet, ShortConv };
 
 // A Gated DeltaNet layer's widths (llama.cpp's ssm.* keys): K heads (ssm.group_count) and V
 // heads (ssm.time_step_rank), both head_dim wide (ssm.state_size); the causal conv over the
@@ -121,6 +122,7 @@ struct ModelConfig {
   SwaConfig swa;
   MoeConfig moe;
   bool qk_norm_whole = false;  // q/k RMSNorm over the whole projection (weights [H d], [Hkv d]; OLMoE), not per head
+  int64_t shortconv_kernel = 3;  // LFM2's short conv taps (lfm2.shortconv.l_cache), for ShortConv layers
   // Projection lens (`toy finetune --donor-embeddings`): the token table is lens_dim wide (a
   // donor model's, frozen) and token_embd_proj.weight [dim, lens_dim] projects each row to
   // dim. 0: no lens. Needs an untied head; a file for llama.cpp folds it (fold_lens).
@@ -133,9 +135,12 @@ struct ModelConfig {
   bool layer_has_rope(int64_t l) const;
   bool layer_slides(int64_t l) const;
   bool has_gdn() const;
+  bool has_shortconv() const;  // LFM2: its final norm is token_embd_norm
+  // Whether some layer keeps a recurrent state (a sequence cannot be cut back or packed).
+  bool has_recurrent() const { return has_gdn() || has_shortconv(); }
   // Qwen3.5's tensor names and block layout (the FFN norm is post_attention_norm).
   bool qwen35_layout() const { return attn_gate || has_gdn(); }
-  // "ddda" (d: Gated DeltaNet, a: attention) repeated to `layers`; throws on other letters.
+  // "ddda" (d: Gated DeltaNet, c: short conv, a: attention) repeated to `layers`; throws on other letters.
   static std::vector<LayerKind> parse_layer_kinds(const std::string& pattern, int64_t layers);
   // Every interval-th layer attention, the others Gated DeltaNet (llama.cpp's rule when a file
   // has no per-layer list).

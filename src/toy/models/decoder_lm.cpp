@@ -88,7 +88,12 @@ void DecoderLM::declare(Add add) {
     Block b;
     b.kind = cfg_.layer_kind(l);
     b.attn_norm = make_norm(blk(l, "attn_norm"), D, norm_bias);
-    if (b.kind == LayerKind::GatedDeltaNet) {
+    if (b.kind == LayerKind::ShortConv) {
+      nn::ShortConv& s = b.conv;
+      s.in_proj = make_linear(blk(l, "shortconv.in_proj"), 3 * D, D, false);
+      s.conv = add(blk(l, "shortconv.conv.weight"), Shape{D, cfg_.shortconv_kernel}, true);
+      s.out_proj = make_linear(blk(l, "shortconv.out_proj"), D, D, false);
+    } else if (b.kind == LayerKind::GatedDeltaNet) {
       const GdnConfig& gc = cfg_.gdn;
       nn::GatedDeltaNet& n = b.gdn;
       n.k_heads = gc.k_heads, n.v_heads = gc.v_heads, n.head_dim = gc.head_dim, n.eps = cfg_.norm_eps;
@@ -164,7 +169,7 @@ void DecoderLM::declare(Add add) {
     if (cfg_.post_norms) b.ffn_post_norm = make_norm(blk(l, "post_ffw_norm"), D, false);
     blocks_.push_back(std::move(b));
   }
-  out_norm_ = make_norm("output_norm", D, norm_bias);
+  out_norm_ = make_norm(cfg_.has_shortconv() ? "token_embd_norm" : "output_norm", D, norm_bias);  // (LFM2's name)
   head_.weight = cfg_.tied ? tok_emb_.weight : add("output.weight", Shape{V, D}, true);
 }
 
@@ -203,7 +208,7 @@ std::vector<std::pair<std::string, nn::Linear*>> DecoderLM::projections() {
   for (size_t l = 0; l < blocks_.size(); ++l) {
     Block& b = blocks_[l];
     for (nn::Linear* lin : {&b.attn.qkv, &b.attn.q, &b.attn.k, &b.attn.v, &b.attn.out, &b.gdn.qkv, &b.gdn.gate,
-                            &b.gdn.alpha, &b.gdn.beta, &b.gdn.out, &b.mlp.gate, &b.mlp.up, &b.mlp.down,
+                            &b.gdn.alpha, &b.gdn.beta, &b.gdn.out, &b.conv.in_proj, &b.conv.out_proj, &b.mlp.gate, &b.mlp.up, &b.mlp.down,
                             &b.moe.router, &b.moe.shared.gate, &b.moe.shared.up, &b.moe.shared.down})
       if (lin->defined()) out.emplace_back(lin->weight.name(), lin);
   }
@@ -296,10 +301,15 @@ Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, con
   Generator& g = gen ? *gen : default_generator();
   Tensor h = b.attn_norm(x);
   if (depth != 1.0f) h = scale(h, depth);
-  Tensor a = !step_caches.empty()                ? (b.kind == LayerKind::GatedDeltaNet ? b.gdn.step(h, step_caches, l)
-                                                                                     : b.attn.step(h, positions, step_caches, l))
-             : b.kind == LayerKind::GatedDeltaNet ? b.gdn(h, cache, l)
-                                                  : b.attn(h, positions, cache, l, segments);
+  Tensor a;
+  if (!step_caches.empty())
+    a = b.kind == LayerKind::GatedDeltaNet ? b.gdn.step(h, step_caches, l)
+        : b.kind == LayerKind::ShortConv   ? b.conv.step(h, step_caches, l)
+                                           : b.attn.step(h, positions, step_caches, l);
+  else
+    a = b.kind == LayerKind::GatedDeltaNet ? b.gdn(h, cache, l)
+        : b.kind == LayerKind::ShortConv   ? b.conv(h, cache, l)
+                                           : b.attn(h, positions, cache, l, segments);
   if (b.attn_post_norm.defined()) a = b.attn_post_norm(a);
   if (cfg_.residual_scale != 0.0f) a = scale(a, cfg_.residual_scale);
   if (training && cfg_.dropout > 0) a = dropout(a, cfg_.dropout, true, g);
@@ -338,8 +348,9 @@ Tensor DecoderLM::hidden(const Tensor& ids_in, bool training, Generator* gen, nn
   Tensor positions = to(position_ids(start, T), dev), segments;
   if (packing) {
     TOY_CHECK(!cache, "[model] packed rows are for training, not for a cache");
-    TOY_CHECK(!cfg_.has_gdn(), "[model] packed rows need attention's block-causal mask; a Gated DeltaNet layer's "
-              "state would carry one example into the next: train this model without --pack");
+    TOY_CHECK(!cfg_.has_recurrent(), "[model] packed rows need attention's block-causal mask; a {} layer's state "
+              "would carry one example into the next: train this model without --pack",
+              cfg_.has_gdn() ? "Gated DeltaNet" : "short-convolution");
     TOY_CHECK(packing->positions.dtype() == DType::I32 && packing->positions.shape() == ids.shape() &&
                   packing->segments.dtype() == DType::I32 && packing->segments.shape() == ids.shape(),
               "[model] packed rows need i32 positions and segments shaped as the ids {}, got {} and {}",
@@ -437,9 +448,11 @@ nn::KVCache DecoderLM::new_cache(int64_t batch, int64_t capacity, DType dtype) c
   TOY_CHECK(cfg_.pos != PosKind::Learned || capacity <= cfg_.ctx,
             "[model] a cache of {} tokens is longer than the model's {} learned positions", capacity, cfg_.ctx);
   std::vector<nn::RecurrentShape> recurrent;
-  if (cfg_.has_gdn())
+  if (cfg_.has_recurrent())
     for (const Block& b : blocks_)
-      recurrent.push_back(b.kind == LayerKind::GatedDeltaNet ? b.gdn.state_shape() : nn::RecurrentShape{});
+      recurrent.push_back(b.kind == LayerKind::GatedDeltaNet ? b.gdn.state_shape()
+                          : b.kind == LayerKind::ShortConv   ? b.conv.state_shape()
+                                                             : nn::RecurrentShape{});
   // Sliding layers keep only their window (a ring).
   std::vector<int64_t> windows;
   for (int64_t l = 0; l < cfg_.layers && cfg_.swa.window > 0; ++l)

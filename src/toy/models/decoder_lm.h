@@ -13,6 +13,9 @@
 //           attention has attn_qkv [2 Hk dk + Hv dv, D], attn_gate [Hv dv, D], ssm_conv1d.weight
 //           [2 Hk dk + Hv dv, K], ssm_dt.bias [Hv], ssm_a [Hv], ssm_beta.weight / ssm_alpha.weight
 //           [Hv, D], ssm_norm.weight [dv], ssm_out.weight [D, Hv dv] (nn/gated_delta_net.h)
+//   lfm2: a short-conv layer instead of attention has shortconv.in_proj.weight [3D, D],
+//         shortconv.conv.weight [D, L], shortconv.out_proj.weight [D, D] (nn/short_conv.h); the
+//         final norm is token_embd_norm.weight
 //   blk.N.attn_output.weight [D, H*d]
 //   GELU: blk.N.ffn_up.weight [F, D], ffn_down [D, F]; SwiGLU adds ffn_gate [F, D]
 //   output_norm.weight/.bias [D]        output.weight [V, D] (untied only)
@@ -41,6 +44,7 @@
 #include "toy/nn/moe.h"
 #include "toy/nn/norm.h"
 #include "toy/nn/params.h"
+#include "toy/nn/short_conv.h"
 
 namespace toy {
 
@@ -133,6 +137,7 @@ class DecoderLM {
     nn::Norm attn_post_norm, ffn_post_norm;  // Gemma 3's norms of the attention and MLP outputs
     nn::Attention attn;     // attention layers
     nn::GatedDeltaNet gdn;  // Gated DeltaNet layers
+    nn::ShortConv conv;     // short-convolution layers (LFM2)
     nn::Mlp mlp;
     nn::Moe moe;            // instead of mlp when the model has experts
   };

@@ -18,10 +18,12 @@ namespace toy {
 namespace {
 
 // The projections adapters can attach to: attention's, the MLP's, GPT-2's fused attn_qkv, and a
-// Gated DeltaNet layer's (its attn_qkv, attn_gate, ssm_alpha, ssm_beta, ssm_out).
+// Gated DeltaNet layer's (its attn_qkv, attn_gate, ssm_alpha, ssm_beta, ssm_out), an expert
+// block's router and shared expert, LFM2's short conv's in and out projections.
 const char* const kKinds[] = {"attn_q",   "attn_k",    "attn_v",    "attn_output", "ffn_gate", "ffn_up",
                               "ffn_down", "attn_qkv",  "attn_gate", "ssm_alpha",   "ssm_beta", "ssm_out",
-                              "ffn_gate_inp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"};
+                              "ffn_gate_inp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
+                              "shortconv.in_proj", "shortconv.out_proj"};
 
 // "blk.3.attn_q.weight" -> "attn_q"
 std::string kind_of(const std::string& weight_name) {
@@ -55,7 +57,8 @@ std::vector<std::string> parse_lora_targets(const std::string& list) {
     TOY_CHECK(known,
               "[lora] --lora-targets: unknown projection '{}' (use q, k, v, o, gate, up, down, qkv or attn_q, "
               "attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down, attn_qkv, attn_gate, ssm_alpha, ssm_beta, "
-              "ssm_out, ffn_gate_inp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp)",
+              "ssm_out, ffn_gate_inp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp, shortconv.in_proj, "
+              "shortconv.out_proj)",
               printable(item));
     if (!targeted(out, item)) out.push_back(item);
     start = end + 1;

@@ -24,8 +24,9 @@ struct LoraOptions {
 };
 
 // "q,k,v,o,gate,up,down" or GGUF weight kinds (attn_q, attn_k, attn_v, attn_output,
-// ffn_gate, ffn_up, ffn_down, attn_qkv, and a Gated DeltaNet layer's attn_gate, ssm_alpha,
-// ssm_beta, ssm_out), comma-separated, in any mix; duplicates collapse.
+// ffn_gate, ffn_up, ffn_down, attn_qkv, a Gated DeltaNet layer's attn_gate, ssm_alpha,
+// ssm_beta, ssm_out, an expert block's ffn_gate_inp and *_shexp, LFM2's shortconv.in_proj and
+// shortconv.out_proj), comma-separated, in any mix; duplicates collapse.
 // An unknown name is an error listing the valid ones.
 std::vector<std::string> parse_lora_targets(const std::string& list);
 // Every kind of projection the model's blocks have (what --lora-targets may name).
@@ -33,7 +34,7 @@ std::vector<std::string> lora_target_kinds(DecoderLM& m);
 // The default targets for a model: every projection of its blocks (the seven usual ones, or
 // attn_qkv, attn_output, ffn_up, ffn_down for GPT-2's layout; a hybrid adds its Gated DeltaNet
 // layers' attn_qkv, attn_gate, ssm_out — not ssm_alpha/ssm_beta, one output per head, which
-// a user may still name).
+// a user may still name; LFM2 adds its short convs' shortconv.in_proj, shortconv.out_proj).
 std::vector<std::string> default_lora_targets(DecoderLM& m);
 
 // Adds trainable F32 adapters to every block's targeted projections: A ~ N(0, 1/sqrt(in)),

@@ -29,6 +29,8 @@ const std::vector<ModelShape>& model_shapes() {
       {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 151936, 40960, 1000000.0f, 1e-6f},
       {"olmoe-1b-7b", "olmoe", 2048, 16, 16, 16, 0, 1024, 50304, 4096, 10000.0f, 1e-5f},
       {"granite-3.1-1b-a400m", "granitemoe", 1024, 24, 16, 8, 0, 512, 49155, 131072, 10000.0f, 1e-6f},
+      // LFM2-350M: short-conv layers with attention at 2, 5, 8, 10, 12 and 14 (shape_config).
+      {"lfm2-350m", "lfm2", 1024, 16, 16, 8, 0, 4608, 65536, 128000, 1000000.0f, 1e-5f},
   };
   return shapes;
 }
@@ -37,7 +39,7 @@ std::string model_shape_pairs() {
   std::string s;
   for (const ModelShape& m : model_shapes())
     for (const char* arch : {"llama", "qwen2", "qwen3", "qwen35", "gpt2", "smollm3", "phi3", "gemma3", "qwen3moe",
-                             "olmoe", "granitemoe"})
+                             "olmoe", "granitemoe", "lfm2"})
       if (m.arch.empty() || m.arch == arch) s += fmt::format("  --arch {:<7} --shape {}\n", arch, m.name);
   return s;
 }
@@ -47,14 +49,15 @@ namespace {
 // Architectures toy runs only as published (no preset trains them from scratch).
 bool published_only(const std::string& arch) {
   return arch == "smollm3" || arch == "phi3" || arch == "gemma3" || arch == "qwen3moe" || arch == "olmoe" ||
-         arch == "granitemoe";
+         arch == "granitemoe" || arch == "lfm2";
 }
 
 // Their `tiny`: width 64, a 288-token vocabulary, and every part of the architecture present —
 // SmolLM3's no-RoPE 4th layer; Phi-3's GQA and partial rotation; Gemma 3's sliding and global
 // layers (pattern 2, an 8-token window), its head dim other than dim / heads, and a soft cap;
 // 4 experts of width 64, 2 per token (Qwen3-MoE: head dim 32 as Qwen3's; OLMoE: no GQA;
-// Granite-MoE: its multipliers and a shared expert).
+// Granite-MoE: its multipliers and a shared expert); LFM2's short-conv and attention layers
+// alternating.
 void tiny_of(const std::string& arch, ModelConfig& c) {
   c.dim = 64, c.layers = 4, c.heads = 4, c.kv_heads = 2, c.head_dim = 0, c.ffn = 96, c.vocab = 288, c.ctx = 256;
   if (arch == "phi3") c.layers = 2, c.rope.n_rot = 8, c.ctx = 1024;
@@ -68,6 +71,8 @@ void tiny_of(const std::string& arch, ModelConfig& c) {
   }
   if (arch == "qwen3moe") c.head_dim = 32;
   if (arch == "olmoe") c.kv_heads = c.heads;  // (llama.cpp's OLMoE has no GQA: its k norm is dim wide)
+  if (arch == "lfm2") c.layer_kinds = {LayerKind::ShortConv, LayerKind::Attention, LayerKind::ShortConv,
+                                        LayerKind::Attention};
   if (arch == "gemma3") {
     c.head_dim = 32;
     c.swa = SwaConfig{8, 2, 10000.0f};
@@ -128,7 +133,7 @@ ModelConfig shape_config(const std::string& arch, const std::string& shape) {
     // prompt there runs with the short factors, one past 256 tokens with the long ones.)
     if (arch == "phi3") long_rope(c, shape == "tiny" ? 256 : 4096);
     if (arch == "gemma3" && shape != "tiny") c.swa = SwaConfig{512, 6, 10000.0f};
-    if (arch == "phi3" || arch == "olmoe") c.tied = false;
+    if (arch == "phi3" || arch == "olmoe" || (arch == "qwen3moe" && shape != "tiny")) c.tied = false;
     if (arch == "qwen3moe" && shape != "tiny") c.moe = MoeConfig{128, 8, 768, true};
     if (arch == "olmoe" && shape != "tiny") c.moe = MoeConfig{64, 8, 1024, false};
     if (arch == "granitemoe" && shape != "tiny") {
@@ -136,6 +141,10 @@ ModelConfig shape_config(const std::string& arch, const std::string& shape) {
       c.embedding_scale = 12.0f, c.residual_scale = 0.22f, c.attn_scale = 0.015625f, c.logit_scale = 6.0f;
     }
     if (arch == "olmoe" || arch == "granitemoe") c.ffn = c.moe.ffn;
+    if (arch == "lfm2" && shape != "tiny") {
+      c.layer_kinds.assign(size_t(c.layers), LayerKind::ShortConv);
+      for (int64_t l : {2, 5, 8, 10, 12, 14}) c.layer_kinds[size_t(l)] = LayerKind::Attention;
+    }
     c.resolve();
     c.validate();
     return c;
@@ -147,6 +156,7 @@ std::string shape_pretokenizer(const std::string& arch, const std::string& shape
   if (shape == "smollm2-135m") return "smollm";
   if (arch == "phi3" || arch == "gemma3") return "default";
   if (arch == "qwen3moe") return "qwen2";
+  if (arch == "lfm2") return "lfm2";
   if (arch == "olmoe") return "gpt-2";
   if (arch == "granitemoe") return "starcoder";  // (SentencePiece vocabularies: no pre-tokenizer)
   if (arch == "qwen2" || arch == "qwen3") return "qwen2";

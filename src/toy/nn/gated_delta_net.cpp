@@ -5,6 +5,7 @@
 
 #include "toy/autograd/grad_mode.h"
 #include "toy/core/error.h"
+#include "toy/nn/short_conv.h"
 #include "toy/ops/ops.h"
 
 namespace toy::nn {
@@ -38,25 +39,11 @@ Tensor GatedDeltaNet::step(const Tensor& x, std::span<KVCache* const> caches, in
 Tensor GatedDeltaNet::forward(const Tensor& x, Tensor* tail_in, Tensor* state_in) const {
   const bool cache = tail_in != nullptr;
   const int64_t B = x.size(0), T = x.size(1), Hk = k_heads, Hv = v_heads, d = head_dim;
-  const int64_t K = kernel();
   Tensor mixed = qkv(x);                                                   // [B, T, C]
   Tensor z = reshape(gate(x), Shape{B, T, Hv, d});
   Tensor b = sigmoid(beta(x));                                             // [B, T, Hv]
   Tensor g = mul(softplus(add(alpha(x), dt_bias)), a);                     // [B, T, Hv], <= 0
-  Tensor conv_out;
-  if (cache) {
-    // The conv reads the layer's last K - 1 inputs first; they become the last K - 1 of these.
-    Tensor& tail = *tail_in;
-    Tensor in = K > 1 ? concat({tail, mixed}, 1) : mixed;                   // [B, K - 1 + T, C]
-    conv_out = ssm_conv(in, conv);
-    if (K > 1) {
-      NoGradGuard ng;
-      Tensor last = contiguous(slice(in, 1, T, T + K - 1));
-      copy_(tail, last);
-    }
-  } else {
-    conv_out = conv1d(mixed, conv);
-  }
+  Tensor conv_out = causal_conv(mixed, conv, tail_in);  // (continuing the cache's tail)
   Tensor c = silu(conv_out);
   // q, k, v split from c, q and k L2-normalised (q / sqrt(d)), then the rule: one fused op.
   auto [o, s] = gated_delta_rule_qkv(c, g, b, Hk, Hv, d, eps, cache ? *state_in : Tensor());

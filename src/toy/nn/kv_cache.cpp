@@ -36,7 +36,8 @@ KVCache::KVCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_hea
       need += bytes(1, batch, slots_of(l), kv_heads, head_dim, dtype);
       continue;
     }
-    need += double(batch) * double(r.conv_tail * r.conv_channels + r.state.numel()) * sizeof(float);
+    need += double(batch) * double(r.conv_tail * r.conv_channels + (r.state.ndim() > 0 ? r.state.numel() : 0)) *
+            sizeof(float);
   }
   const uint64_t avail = available_memory_bytes();
   TOY_CHECK(need <= double(avail), "[kv cache] {} tokens x {} sequences need {}, more than the {} available: use a "
@@ -48,7 +49,7 @@ KVCache::KVCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_hea
       conv_.push_back(zeros(Shape{batch, r.conv_tail, r.conv_channels}, DType::F32, device));
       std::vector<int64_t> dims{batch};
       for (int d = 0; d < r.state.ndim(); ++d) dims.push_back(r.state[d]);
-      state_.push_back(zeros(Shape(dims), DType::F32, device));
+      state_.push_back(r.state.ndim() > 0 ? zeros(Shape(dims), DType::F32, device) : Tensor());
       continue;
     }
     keys_.push_back(zeros(Shape{batch, slots_of(l), kv_heads, head_dim}, dtype, device));

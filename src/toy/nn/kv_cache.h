@@ -1,7 +1,8 @@
 // Generation state owned by the caller: for every attention layer, the keys and values of
 // the tokens seen so far, [batch, capacity, kv_heads, head_dim] in F32 or F16; for every
-// recurrent (Gated DeltaNet) layer, the last inputs of its causal conv [batch, conv_tail,
-// channels] and its state [batch, ...], both F32 and fixed in size whatever the position.
+// recurrent layer, the last inputs of its causal conv [batch, conv_tail, channels] and (Gated
+// DeltaNet; LFM2's short conv has none) its state [batch, ...], both F32 and fixed in size
+// whatever the position.
 // One model can serve several sequences, each with its own cache; the sequences of one cache
 // advance together. Writing past the capacity is a toy::Error that says how to size the
 // cache, never an overrun. A recurrent state cannot be cut back to a shorter prefix: clear()
@@ -18,8 +19,8 @@ namespace toy::nn {
 // What a recurrent layer keeps (all zero at the start).
 struct RecurrentShape {
   int64_t conv_tail = 0, conv_channels = 0;  // the last conv_tail inputs of conv_channels
-  Shape state;                               // per sequence (e.g. [V heads, Dk, Dv])
-  bool defined() const { return state.ndim() > 0; }
+  Shape state;                               // per sequence (e.g. [V heads, Dk, Dv]); none: a conv tail only
+  bool defined() const { return conv_channels > 0 || state.ndim() > 0; }
 };
 
 class KVCache {

@@ -36,7 +36,7 @@ struct Spec {
 const std::vector<Spec>& specs() {
   static const std::vector<Spec> s = {
       {"gpt-2", {"phi-2", "mpt", "olmo", "jais"}, {kGpt2}, false, false},
-      {"llama-bpe", {"llama3", "llama-v3", "falcon3", "dbrx", "smaug-bpe"}, {kLlama3}, true, true},
+      {"llama-bpe", {"llama3", "llama-v3", "falcon3", "dbrx", "smaug-bpe", "lfm2"}, {kLlama3}, true, true},
       {"qwen2", {"deepseek-r1-qwen", "stablelm2"}, {kQwen2}, false, false},
       {"qwen35", {}, {kQwen35}, false, false},
       {"smollm", {"starcoder", "refact", "command-r", "codeshell", "exaone"}, {R"(\p{N})", kGpt2NoTrail}, false, false},

@@ -28,7 +28,7 @@ namespace {
 
 bool is_embedding_like(const std::string& name) {
   return name == "token_embd.weight" || name == "position_embd.weight" || name == "output.weight" ||
-         name.rfind("output_norm.", 0) == 0;
+         name.rfind("output_norm.", 0) == 0 || name.rfind("token_embd_norm.", 0) == 0;  // (LFM2's final norm)
 }
 
 // The tensor `name` of a file, checked against the shape the model declares.
