@@ -1459,8 +1459,8 @@ moe-grouped-slot-order
 src/toy/nn/moe.cpp
 toy_model_tests
 ^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/qwen3moe
-    for (int64_t i = 0; i < M * k; ++i) where[size_t(i)] = int32_t(next[size_t(ids[i])]++);
-    for (int64_t i = 0; i < M * k; ++i) where[size_t(i)] = int32_t(next[size_t(ids[i ^ 1])]++);
+      for (int32_t i : pairs[size_t(e)]) where[size_t(i)] = next++;
+      for (int32_t i : pairs[size_t(e)]) where[size_t(i ^ 1)] = next++;
 moe-shared-expert-skipped
 src/toy/nn/moe.cpp
 toy_model_tests
@@ -1497,6 +1497,42 @@ toy_model_tests
 ^Decoder\.PublishedArchitecturesDecode
   Tensor kh = kc.dtype() == k.dtype() ? k : as(cast(k, kc.dtype()));
   Tensor kh = k;
+shortconv-b-and-c-swapped
+src/toy/nn/short_conv.cpp
+toy_model_tests
+^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/lfm2
+  Tensor bx = mul(slice(bcx, 2, 0, D), slice(bcx, 2, 2 * D, 3 * D));
+  Tensor bx = mul(slice(bcx, 2, D, 2 * D), slice(bcx, 2, 2 * D, 3 * D));
+shortconv-tail-kept-stale
+src/toy/nn/short_conv.cpp
+toy_model_tests
+^Decoder\.PublishedArchitecturesDecode
+  copy_(*tail, contiguous(slice(in, 1, T, T + K - 1)));
+  (void)0;
+lfm2-no-kv-heads-read-as-attention
+src/toy/io/model_file.cpp
+toy_model_tests
+^Arch/HfFixture\.ToyMatchesTheReferenceForEveryWeightType/lfm2
+    c.layer_kinds.push_back(h == 0 ? LayerKind::ShortConv : LayerKind::Attention);
+    c.layer_kinds.push_back(LayerKind::Attention);
+quantize-shortconv-taps
+src/toy/io/quantize.cpp
+toy toy_llamacpp_tests
+^LlamaCpp\.QuantizesLfm2
+         !contains(t.name, "shortconv.conv.weight") &&
+         true &&
+expert-lora-skipped-on-grouped-experts
+src/toy/nn/moe.cpp
+toy_model_tests
+^Moe\.ExpertLora
+    y = with_lora(d, down_lora, h, sel);
+    y = d;
+expert-lora-unscaled
+src/toy/nn/moe.cpp
+toy_model_tests
+^Moe\.ExpertLora
+  return add(y, l.scale == 1.0f ? low : scale(low, l.scale));
+  return add(y, low);
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -385,16 +385,19 @@ TEST(FinetuneMoe, QloraOnAQuantizedMixtureAndFullFineTuningLearn) {
     std::ofstream f(data);
     for (int i = 0; i < 32; ++i) f << R"({"prompt": "the terms and", "completion": " conditions apply"})" << "\n";
   }
-  for (const char* type : {"q8_0", "f32"}) {
-    SCOPED_TRACE(type);
-    const std::string base = temp(std::string("moe_base_") + type + ".gguf");
+  // (QLoRA twice: on the default targets, and on the quantized experts alone, one adapter per expert.)
+  for (const char* run : {"q8_0", "q8_0_experts", "f32"}) {
+    SCOPED_TRACE(run);
+    const std::string type = std::string(run).substr(0, 4) == "q8_0" ? "q8_0" : "f32";
+    const std::string base = temp("moe_base_" + type + ".gguf");
     const auto r = toy::test::run_toy({"init", "--arch", "qwen3moe", "--shape", "tiny", "--type", type, "--seed", "4",
                                        "--out", base});
     ASSERT_EQ(r.status, 0) << toy::test::describe(r);
-    const bool full = std::string(type) == "f32";
+    const bool full = type == "f32";
     FinetuneOptions o;
     o.model = base, o.data = data, o.method = full ? "full" : "lora", o.merge_type = "f32";
-    o.out = temp(std::string("moe_run_") + type), o.force = true, o.quiet = true;
+    o.out = temp(std::string("moe_run_") + run), o.force = true, o.quiet = true;
+    if (std::string(run) == "q8_0_experts") o.lora_targets = "ffn_gate_exps,ffn_up_exps,ffn_down_exps";
     o.steps = 30, o.batch = 4, o.lr = full ? 3e-3f : 1e-2f, o.val_fraction = 0, o.moe_aux_loss = 0.01f;
     const FinetuneResult res = finetune(o);
     EXPECT_EQ(res.steps, 30);
@@ -420,6 +423,6 @@ TEST(FinetuneMoe, QloraOnAQuantizedMixtureAndFullFineTuningLearn) {
         EXPECT_GT(moved, 1e-4) << name;
       }
     }
-    std::printf("qwen3moe %s %s: loss %.3f -> %.3f\n", type, full ? "full" : "QLoRA", before, after);
+    std::printf("qwen3moe %s %s: loss %.3f -> %.3f\n", run, full ? "full" : "QLoRA", before, after);
   }
 }

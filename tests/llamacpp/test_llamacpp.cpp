@@ -478,9 +478,8 @@ TEST(LlamaCpp, AppliesOurLoraAdapterOnAHybrid) {
 
 // LoRA on every projection of the published architectures — Phi-3's fused attn_qkv and
 // gate/up ffn_up, Gemma 3's and SmolLM3's separate ones, the attention of the mixtures of
-// experts (trained through their frozen Q8_0 experts), LFM2's short convs' in and out
-// projections: llama.cpp applies the adapter as toy does (a Q8_0 base: QLoRA), and runs the
-// merged model.
+// experts and the experts themselves, LFM2's short convs' in and out projections: llama.cpp
+// applies the adapter as toy does (a Q8_0 base: QLoRA), and runs the merged model.
 TEST(LlamaCpp, AppliesOurLoraAdapterOnPublishedArchitectures) {
   REQUIRE_LLAMACPP();
   const std::string data = (fs::path(::testing::TempDir()) / "toy_llamacpp_arch_lora.jsonl").string();
@@ -507,8 +506,14 @@ TEST(LlamaCpp, AppliesOurLoraAdapterOnPublishedArchitectures) {
     o.model = base, o.data = data, o.method = "lora", o.merge_type = "f32";
     o.out = (fs::path(::testing::TempDir()) / (std::string("toy_llamacpp_lora_") + arch)).string();
     o.lora_rank = 4, o.lora_alpha = 8, o.steps = 30, o.batch = 8, o.lr = 1e-2f, o.quiet = true, o.force = true;
+    // The mixtures adapt their experts too (one adapter per expert: llama.cpp's
+    // build_lora_mm_id), and Granite's shared expert.
+    if (moe)
+      o.lora_targets = std::string("q,k,v,o,ffn_gate_exps,ffn_up_exps,ffn_down_exps") +
+                       (std::string(arch) == "granitemoe" ? ",ffn_gate_shexp,ffn_up_shexp,ffn_down_shexp" : "");
     finetune(o);
     const std::string adapter = o.out + "/adapter.gguf", merged = o.out + "/model.gguf";
+    if (moe) EXPECT_NE(gguf::Reader(adapter).find_tensor("blk.1.ffn_down_exps.weight.lora_b"), nullptr);
     const std::vector<int32_t> ids = encode(base, "source notice = ecruos eciton and the terms of this License");
     EXPECT_GT(adapter_moves_logits(base, adapter, ids), 0.1);
     // On the Q8_0 base, the quantized files' tolerance (RunsToyInitModels…): llama.cpp rounds
@@ -516,6 +521,15 @@ TEST(LlamaCpp, AppliesOurLoraAdapterOnPublishedArchitectures) {
     // can then round a step apart (measured 1.0e-2; smollm3 and phi3 1e-6). Merged F32: 1e-3.
     expect_same_distributions(base, ids, moe ? 1e-3 : 0.04, moe ? 0.0 : 0.08, adapter);
     expect_same_distributions(merged, ids, 1e-3, 0.0);
+    if (moe) {
+      // The experts' adapters alone: they move the logits, and llama.cpp applies them as toy does.
+      const std::string experts_only = o.out + "_experts_only.gguf";  // (beside the run: --force keeps only its own files)
+      toy::test::GgufContents c = toy::test::read_gguf(adapter);
+      std::erase_if(c.tensors, [](const auto& t) { return t.first.find("_exps.") == std::string::npos; });
+      toy::test::write_gguf(experts_only, c);
+      EXPECT_GT(adapter_moves_logits(base, experts_only, ids), 0.05);
+      expect_same_distributions(base, ids, 1e-3, 0.0, experts_only);
+    }
   }
 }
 

@@ -20,6 +20,7 @@
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
 #include "toy/models/decoder_lm.h"
+#include "toy/models/lora.h"
 #include "toy/models/shapes.h"
 #include "toy/tokenizer/tokenizer.h"
 
@@ -550,5 +551,51 @@ TEST(Decoder, InitShapesHaveThePublishedParameterCounts) {
       n += double(shape.numel());
     std::printf("%-22s %.4g parameters (published %.4g)\n", p.shape, n, p.params);
     EXPECT_NEAR(n / p.params, 1.0, 0.01);
+  }
+}
+
+// LoRA on the experts themselves (one adapter per expert, llama.cpp's build_lora_mm_id): the
+// adapted model computes what the merged one does (W_e + scale B_e A_e per expert), on F32
+// experts (mul_mat_id) and stored ones (grouped), and the adapters' gradients match central
+// differences.
+TEST(Moe, ExpertLoraIsTheMergedModelAndTrains) {
+  for (const char* arch : {"qwen3moe", "olmoe"}) {
+    SCOPED_TRACE(arch);
+    DecoderLM m = random_published(arch, 12, 4);
+    LoraOptions o;
+    o.rank = 2, o.alpha = 3, o.seed = 6, o.targets = parse_lora_targets("ffn_gate_exps,ffn_up_exps,ffn_down_exps");
+    add_lora(m, o);
+    EXPECT_EQ(m.params().get("blk.1.ffn_down_exps.weight.lora_a").shape(), (Shape{4, 2, 24}));
+    EXPECT_EQ(m.params().get("blk.1.ffn_down_exps.weight.lora_b").shape(), (Shape{4, 32, 2}));
+    EXPECT_FALSE(m.params().has("blk.0.attn_q.weight.lora_a")) << "only the named kinds";
+    {
+      NoGradGuard ng;
+      for (Tensor& p : m.params().values())  // B starts at zero: give it values to carry
+        if (p.name().ends_with(".lora_b")) copy_(p, randn(p.shape(), default_generator(), 0.0f, 0.3f));
+    }
+    const auto [x, y] = next_token_batch(m.config().vocab);
+    backward(m.loss(x, y));
+    for (const char* name : {"blk.0.ffn_gate_exps.weight.lora_a", "blk.1.ffn_up_exps.weight.lora_b",
+                             "blk.0.ffn_down_exps.weight.lora_a", "blk.1.ffn_down_exps.weight.lora_b"})
+      expect_central_differences(m, x, y, name, 2e-3f, m.params().get(name).numel() / 2 + 1);
+    NoGradGuard ng;
+    const Tensor ids = from_vector(token_ids(12, m.config().vocab), Shape{1, 12});
+    const Tensor adapted = m.logits(ids);
+    // Stored (F16) experts take the grouped path: the adapter is applied there too.
+    DecoderLM stored(m.config(), [&](const std::string& n, const Shape&) {
+      const Tensor& p = m.params().get(n);
+      return n.ends_with("_exps.weight") ? cast(p, DType::F16) : p.detach();
+    });
+    o.targets = parse_lora_targets("ffn_gate_exps,ffn_up_exps,ffn_down_exps");
+    add_lora(stored, o);
+    for (const auto& [name, lora] : lora_adapters(m)) {
+      copy_(stored.params().get(name + ".lora_a"), lora->a);
+      copy_(stored.params().get(name + ".lora_b"), lora->b);
+    }
+    EXPECT_TRUE(close(stored.logits(ids), adapted, 2e-2, 2e-2)) << "grouped (F16 experts) vs mul_mat_id";
+    merge_lora(m);
+    EXPECT_TRUE(lora_adapters(m).empty());
+    EXPECT_FALSE(m.params().has("blk.0.ffn_up_exps.weight.lora_a"));
+    EXPECT_TRUE(close(m.logits(ids), adapted, 1e-4, 1e-4)) << "merged vs adapted";
   }
 }

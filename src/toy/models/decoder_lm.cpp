@@ -215,6 +215,18 @@ std::vector<std::pair<std::string, nn::Linear*>> DecoderLM::projections() {
   return out;
 }
 
+std::vector<std::pair<std::string, DecoderLM::ExpertWeight>> DecoderLM::expert_weights() {
+  std::vector<std::pair<std::string, ExpertWeight>> out;
+  for (Block& b : blocks_) {
+    nn::Moe& m = b.moe;
+    if (!m.gate.defined()) continue;
+    out.emplace_back(m.gate.name(), ExpertWeight{&m.gate, &m.gate_lora});
+    out.emplace_back(m.up.name(), ExpertWeight{&m.up, &m.up_lora});
+    out.emplace_back(m.down.name(), ExpertWeight{&m.down, &m.down_lora});
+  }
+  return out;
+}
+
 void DecoderLM::init(uint64_t seed) {
   uint64_t stream = 0;
   for (Tensor& p : params_.values()) init_parameter(p, seed, ++stream, cfg_.init_scale);

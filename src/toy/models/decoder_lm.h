@@ -111,6 +111,13 @@ class DecoderLM {
   // The blocks' projections, each with the GGUF name of its weight ("blk.3.attn_q.weight"),
   // in parameter order: where LoRA adapters attach.
   std::vector<std::pair<std::string, nn::Linear*>> projections();
+  // A mixture's expert tensors (ffn_gate_exps, ffn_up_exps, ffn_down_exps: [E, N, K]) with
+  // their adapters, by GGUF name in parameter order: where expert LoRA attaches.
+  struct ExpertWeight {
+    Tensor* weight;
+    nn::Lora* lora;
+  };
+  std::vector<std::pair<std::string, ExpertWeight>> expert_weights();
   // Projection lens: token_embd.weight <- F32 [V, D] rows of E P^T (the projected table),
   // token_embd_proj.weight removed, lens_dim 0 — the same function, as llama.cpp's layout.
   void fold_lens();

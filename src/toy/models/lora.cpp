@@ -23,7 +23,8 @@ namespace {
 const char* const kKinds[] = {"attn_q",   "attn_k",    "attn_v",    "attn_output", "ffn_gate", "ffn_up",
                               "ffn_down", "attn_qkv",  "attn_gate", "ssm_alpha",   "ssm_beta", "ssm_out",
                               "ffn_gate_inp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
-                              "shortconv.in_proj", "shortconv.out_proj"};
+                              "shortconv.in_proj", "shortconv.out_proj", "ffn_gate_exps", "ffn_up_exps",
+                              "ffn_down_exps"};
 
 // "blk.3.attn_q.weight" -> "attn_q"
 std::string kind_of(const std::string& weight_name) {
@@ -35,6 +36,25 @@ std::string kind_of(const std::string& weight_name) {
 
 bool targeted(const std::vector<std::string>& targets, const std::string& kind) {
   return std::find(targets.begin(), targets.end(), kind) != targets.end();
+}
+
+// A weight an adapter can attach to: a block's projection [out, in], or a mixture's expert
+// tensor [E, out, in] (its adapter then [E, rank, in] and [E, out, rank]).
+struct Adaptable {
+  std::string name;
+  Tensor* weight;
+  nn::Lora* lora;
+  bool experts;
+  int64_t in() const { return weight->size(-1); }
+  int64_t out() const { return weight->size(-2); }
+};
+
+// The projections, then the expert tensors, in parameter order.
+std::vector<Adaptable> adaptable(DecoderLM& m) {
+  std::vector<Adaptable> out;
+  for (const auto& [name, lin] : m.projections()) out.push_back({name, &lin->weight, &lin->lora, false});
+  for (const auto& [name, e] : m.expert_weights()) out.push_back({name, e.weight, e.lora, true});
+  return out;
 }
 
 }  // namespace
@@ -58,7 +78,7 @@ std::vector<std::string> parse_lora_targets(const std::string& list) {
               "[lora] --lora-targets: unknown projection '{}' (use q, k, v, o, gate, up, down, qkv or attn_q, "
               "attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down, attn_qkv, attn_gate, ssm_alpha, ssm_beta, "
               "ssm_out, ffn_gate_inp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp, shortconv.in_proj, "
-              "shortconv.out_proj)",
+              "shortconv.out_proj, ffn_gate_exps, ffn_up_exps, ffn_down_exps)",
               printable(item));
     if (!targeted(out, item)) out.push_back(item);
     start = end + 1;
@@ -68,17 +88,19 @@ std::vector<std::string> parse_lora_targets(const std::string& list) {
 
 std::vector<std::string> lora_target_kinds(DecoderLM& m) {
   std::vector<std::string> out;
-  for (const auto& [name, lin] : m.projections())
-    if (!targeted(out, kind_of(name))) out.push_back(kind_of(name));
+  for (const Adaptable& t : adaptable(m))
+    if (!targeted(out, kind_of(t.name))) out.push_back(kind_of(t.name));
   return out;
 }
 
 std::vector<std::string> default_lora_targets(DecoderLM& m) {
   // A Gated DeltaNet layer's ssm_alpha/ssm_beta give one value per head (a few outputs), a
-  // router one per expert: an adapter there is about as wide as the weight (named, they adapt).
+  // router one per expert: an adapter there is about as wide as the weight. An adapter on the
+  // experts is one per expert (Qwen3-30B-A3B's at rank 8: 0.4 B parameters). Named, they adapt.
   std::vector<std::string> out;
   for (const std::string& kind : lora_target_kinds(m))
-    if (kind != "ssm_alpha" && kind != "ssm_beta" && kind != "ffn_gate_inp") out.push_back(kind);
+    if (kind != "ssm_alpha" && kind != "ssm_beta" && kind != "ffn_gate_inp" && !kind.ends_with("_exps"))
+      out.push_back(kind);
   return out;
 }
 
@@ -90,20 +112,27 @@ void add_lora(DecoderLM& m, const LoraOptions& o) {
   std::vector<std::string> found;
   NoGradGuard ng;
   uint64_t stream = 0;
-  for (const auto& [name, lin] : m.projections()) {
+  for (const Adaptable& t : adaptable(m)) {
     ++stream;
-    const std::string kind = kind_of(name);
+    const std::string kind = kind_of(t.name);
     if (!targeted(targets, kind)) continue;
-    TOY_CHECK(!lin->lora.defined(), "[lora] '{}' already has an adapter", name);
+    TOY_CHECK(!t.lora->defined(), "[lora] '{}' already has an adapter", t.name);
     if (!targeted(found, kind)) found.push_back(kind);
-    const int64_t in = lin->in_features(), out = lin->out_features();
-    TOY_CHECK(o.rank <= std::min(in, out), "[lora] rank {} is larger than '{}' ({} x {})", o.rank, name, out, in);
+    const int64_t in = t.in(), out = t.out();
+    TOY_CHECK(o.rank <= std::min(in, out), "[lora] rank {} is larger than '{}' ({} x {})", o.rank, t.name, out, in);
     Generator g(o.seed, stream);
-    Tensor a = randn(Shape{o.rank, in}, g, 0.0f, 1.0f / std::sqrt(float(in)));
-    lin->lora.a = m.params().add(name + ".lora_a", a, true);
-    lin->lora.b = m.params().add(name + ".lora_b", zeros(Shape{out, o.rank}), true);
-    lin->lora.scale = o.alpha / float(o.rank);
-    lin->lora.dropout = o.dropout;
+    // (An expert tensor's adapter is one per expert: the same rule for each.)
+    const std::vector<int64_t> lead = t.experts ? std::vector<int64_t>{t.weight->size(0)} : std::vector<int64_t>{};
+    auto dims = [&](int64_t r, int64_t c) {
+      std::vector<int64_t> d = lead;
+      d.push_back(r), d.push_back(c);
+      return Shape(d);
+    };
+    Tensor a = randn(dims(o.rank, in), g, 0.0f, 1.0f / std::sqrt(float(in)));
+    t.lora->a = m.params().add(t.name + ".lora_a", a, true);
+    t.lora->b = m.params().add(t.name + ".lora_b", zeros(dims(out, o.rank)), true);
+    t.lora->scale = o.alpha / float(o.rank);
+    t.lora->dropout = o.dropout;
   }
   for (const std::string& t : targets)
     TOY_CHECK(targeted(found, t), "[lora] the model has no '{}' projection to adapt (it has: {})", t,
@@ -112,8 +141,8 @@ void add_lora(DecoderLM& m, const LoraOptions& o) {
 
 std::vector<std::pair<std::string, const nn::Lora*>> lora_adapters(DecoderLM& m) {
   std::vector<std::pair<std::string, const nn::Lora*>> out;
-  for (const auto& [name, lin] : m.projections())
-    if (lin->lora.defined()) out.emplace_back(name, &lin->lora);
+  for (const Adaptable& t : adaptable(m))
+    if (t.lora->defined()) out.emplace_back(t.name, t.lora);
   return out;
 }
 
@@ -165,8 +194,8 @@ void load_lora_adapter(DecoderLM& m, const std::string& arch, const std::string&
     }
   }
   TOY_CHECK(!pairs.empty(), "[lora] '{}' holds no adapter tensors", shown);
-  std::map<std::string, nn::Linear*> by_name;
-  for (const auto& [name, lin] : m.projections()) by_name[name] = lin;
+  std::map<std::string, Adaptable> by_name;
+  for (const Adaptable& t : adaptable(m)) by_name.emplace(t.name, t);
   NoGradGuard ng;
   for (const auto& [name, ab] : pairs) {
     const auto [a, b] = ab;
@@ -175,23 +204,28 @@ void load_lora_adapter(DecoderLM& m, const std::string& arch, const std::string&
     auto it = by_name.find(name);
     TOY_CHECK(it != by_name.end(), "[lora] '{}': '{}' is not a projection of the model's blocks", shown,
               printable(name));
-    nn::Linear& lin = *it->second;
-    TOY_CHECK(!lin.lora.defined(), "[lora] '{}': '{}' already has an adapter", shown, name);
-    TOY_CHECK(a->shape.ndim() == 2 && b->shape.ndim() == 2 && a->shape[0] == b->shape[1] && a->shape[0] >= 1,
-              "[lora] '{}': '{}' has lora_a {} and lora_b {}: expected [rank, in] and [out, rank]", shown, name,
-              a->shape.str(), b->shape.str());
-    TOY_CHECK(a->shape[1] == lin.in_features() && b->shape[0] == lin.out_features(),
-              "[lora] '{}': '{}' is [{}, {}], its adapter [{}, {}] x [{}, {}]", shown, name, lin.out_features(),
-              lin.in_features(), b->shape[0], b->shape[1], a->shape[0], a->shape[1]);
-    const int64_t rank = a->shape[0];
-    auto f32 = [&](const gguf::TensorInfo* t) {
-      Tensor x = r.tensor(t->name);
+    const Adaptable& t = it->second;
+    TOY_CHECK(!t.lora->defined(), "[lora] '{}': '{}' already has an adapter", shown, name);
+    // [rank, in] and [out, rank]; an expert tensor's with its expert count in front.
+    const int nd = t.experts ? 3 : 2;
+    const int64_t E = t.experts ? t.weight->size(0) : 1;
+    const bool shaped = a->shape.ndim() == nd && b->shape.ndim() == nd && a->shape[nd - 2] == b->shape[nd - 1] &&
+                        a->shape[nd - 2] >= 1 && (!t.experts || (a->shape[0] == E && b->shape[0] == E));
+    TOY_CHECK(shaped, "[lora] '{}': '{}' has lora_a {} and lora_b {}: expected {}", shown, name, a->shape.str(),
+              b->shape.str(), t.experts ? fmt::format("[{}, rank, in] and [{}, out, rank]", E, E)
+                                        : std::string("[rank, in] and [out, rank]"));
+    TOY_CHECK(a->shape[nd - 1] == t.in() && b->shape[nd - 2] == t.out(),
+              "[lora] '{}': '{}' is {}, its adapter {} x {}", shown, name, t.weight->shape().str(), b->shape.str(),
+              a->shape.str());
+    const int64_t rank = a->shape[nd - 2];
+    auto f32 = [&](const gguf::TensorInfo* ti) {
+      Tensor x = r.tensor(ti->name);
       return x.dtype() == DType::F32 ? x : cast(x, DType::F32);
     };
-    lin.lora.a = f32(a);
-    lin.lora.b = f32(b);
-    lin.lora.scale = alpha != 0.0f ? user_scale * alpha / float(rank) : user_scale;
-    lin.lora.dropout = 0;
+    t.lora->a = f32(a);
+    t.lora->b = f32(b);
+    t.lora->scale = alpha != 0.0f ? user_scale * alpha / float(rank) : user_scale;
+    t.lora->dropout = 0;
   }
 }
 
@@ -199,14 +233,15 @@ void merge_lora(DecoderLM& m, DType out) {
   TOY_CHECK(out == DType::F32 || out == DType::F16 || out == DType::BF16, "[lora] merging into {} is not supported",
             name(out));
   NoGradGuard ng;
-  for (const auto& [name, lin] : m.projections()) {
-    if (!lin->lora.defined()) continue;
-    const nn::Lora& l = lin->lora;
-    Tensor w = cast(lin->weight.detach(), DType::F32);
-    Tensor delta = matmul(l.b.detach(), l.a.detach());  // [out, in]
+  for (const Adaptable& t : adaptable(m)) {
+    if (!t.lora->defined()) continue;
+    const nn::Lora& l = *t.lora;
+    Tensor w = cast(t.weight->detach(), DType::F32);
+    Tensor delta = matmul(l.b.detach(), l.a.detach());  // [out, in] (per expert: [E, out, in])
     Tensor merged = add(w, l.scale == 1.0f ? delta : scale(delta, l.scale));
-    lin->weight = m.params().replace(name, out == DType::F32 ? merged : cast(merged, out));
-    lin->lora = nn::Lora{};
+    *t.weight = m.params().replace(t.name, out == DType::F32 ? merged : cast(merged, out));
+    *t.lora = nn::Lora{};
+    const std::string& name = t.name;
     for (const char* suffix : {".lora_a", ".lora_b"})
       if (m.params().has(name + suffix)) m.params().remove(name + suffix);
   }

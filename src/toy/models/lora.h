@@ -26,7 +26,9 @@ struct LoraOptions {
 // "q,k,v,o,gate,up,down" or GGUF weight kinds (attn_q, attn_k, attn_v, attn_output,
 // ffn_gate, ffn_up, ffn_down, attn_qkv, a Gated DeltaNet layer's attn_gate, ssm_alpha,
 // ssm_beta, ssm_out, an expert block's ffn_gate_inp and *_shexp, LFM2's shortconv.in_proj and
-// shortconv.out_proj), comma-separated, in any mix; duplicates collapse.
+// shortconv.out_proj, a mixture's expert tensors ffn_gate_exps, ffn_up_exps, ffn_down_exps —
+// one adapter per expert, a [E, rank, in] and b [E, out, rank] as llama.cpp's
+// build_lora_mm_id reads them), comma-separated, in any mix; duplicates collapse.
 // An unknown name is an error listing the valid ones.
 std::vector<std::string> parse_lora_targets(const std::string& list);
 // Every kind of projection the model's blocks have (what --lora-targets may name).
@@ -34,7 +36,8 @@ std::vector<std::string> lora_target_kinds(DecoderLM& m);
 // The default targets for a model: every projection of its blocks (the seven usual ones, or
 // attn_qkv, attn_output, ffn_up, ffn_down for GPT-2's layout; a hybrid adds its Gated DeltaNet
 // layers' attn_qkv, attn_gate, ssm_out — not ssm_alpha/ssm_beta, one output per head, which
-// a user may still name; LFM2 adds its short convs' shortconv.in_proj, shortconv.out_proj).
+// a user may still name; LFM2 adds its short convs' shortconv.in_proj, shortconv.out_proj). A
+// mixture's router and expert tensors are left out unless named.
 std::vector<std::string> default_lora_targets(DecoderLM& m);
 
 // Adds trainable F32 adapters to every block's targeted projections: A ~ N(0, 1/sqrt(in)),
@@ -51,7 +54,7 @@ void save_lora_adapter(const std::string& path, DecoderLM& m, const std::string&
 // file type, the architecture, every pair and every shape against the model.
 void load_lora_adapter(DecoderLM& m, const std::string& arch, const std::string& path, float user_scale = 1.0f);
 
-// W <- W + scale B A for every adapted projection, computed in F32 (a stored F16/BF16/block
+// W <- W + scale B A for every adapted projection (each expert's W_e + scale B_e A_e), computed in F32 (a stored F16/BF16/block
 // weight is widened first) and kept as `out` (F32, F16 or BF16) — one projection at a time, so
 // no F32 copy of every merged weight exists at once; the adapters and their parameters are
 // removed.

@@ -10,13 +10,13 @@
 namespace toy::nn {
 
 struct Lora {
-  Tensor a;            // [rank, in]
-  Tensor b;            // [out, rank]
+  Tensor a;            // [rank, in] (an expert tensor's: [E, rank, in])
+  Tensor b;            // [out, rank] ([E, out, rank])
   float scale = 1.0f;  // alpha / rank, times a user's scale
   float dropout = 0;   // on the adapter's input, while training
 
   bool defined() const { return a.defined(); }
-  int64_t rank() const { return a.size(0); }
+  int64_t rank() const { return a.size(a.ndim() - 2); }
 };
 
 struct Linear {

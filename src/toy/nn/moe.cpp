@@ -16,6 +16,16 @@ Tensor i32_tensor(const std::vector<int32_t>& v, Device d) {
   return to(from_vector(v, Shape{int64_t(v.size())}), d);
 }
 
+// y [M, k, N] (the chosen experts' products of in [M, X, K]) plus an expert adapter's
+// scale * B_e A_e in, on the input's dropout while training.
+Tensor with_lora(const Tensor& y, const Lora& l, const Tensor& in, const Tensor& sel) {
+  if (!l.defined()) return y;
+  Generator* gen = TrainingScope::current();
+  const Tensor x = l.dropout > 0 && gen ? dropout(in, l.dropout, true, *gen) : in;
+  const Tensor low = mul_mat_id(l.b, mul_mat_id(l.a, x, sel), sel);
+  return add(y, l.scale == 1.0f ? low : scale(low, l.scale));
+}
+
 }  // namespace
 
 Tensor MoeBalance::loss() const {
@@ -51,30 +61,45 @@ Tensor Moe::operator()(const Tensor& x, MoeBalance* balance) const {
     balance->prob_sums = balance->prob_sums.defined() ? add(balance->prob_sums, s) : s;
     balance->rows += M;
   }
-  Tensor y;  // [M, k, D]: each chosen expert's output
+  const Tensor sel = to(chosen, x.device());
+  const Tensor x3 = reshape(cast(x2, DType::F32), Shape{M, 1, D});
+  Tensor g, u, h, y;  // [M, k, F] gate and up, the SwiGLU between, [M, k, D] each chosen expert's output
   if (gate.dtype() == DType::F32 && up.dtype() == DType::F32 && down.dtype() == DType::F32) {
-    const Tensor sel = to(chosen, x.device());
-    const Tensor x3 = reshape(cast(x2, DType::F32), Shape{M, 1, D});
-    const Tensor h = swiglu(mul_mat_id(gate, x3, sel), mul_mat_id(up, x3, sel));  // [M, k, F]
-    y = mul_mat_id(down, h, sel);
+    g = mul_mat_id(gate, x3, sel), u = mul_mat_id(up, x3, sel);
+    h = swiglu(with_lora(g, gate_lora, x3, sel), with_lora(u, up_lora, x3, sel));
+    y = with_lora(mul_mat_id(down, h, sel), down_lora, h, sel);
   } else {
-    // Grouped by expert: the (token, slot) pairs of each, in order; one product per expert.
-    std::vector<std::vector<int32_t>> rows(static_cast<size_t>(E));
-    std::vector<int32_t> where(size_t(M * k));  // pair -> its row in the concatenated outputs
-    for (int64_t i = 0; i < M * k; ++i) rows[size_t(ids[i])].push_back(int32_t(i / k));
-    std::vector<int64_t> first(size_t(E) + 1, 0);
-    for (int64_t e = 0; e < E; ++e) first[size_t(e) + 1] = first[size_t(e)] + int64_t(rows[size_t(e)].size());
-    std::vector<int64_t> next(first.begin(), first.end() - 1);
-    for (int64_t i = 0; i < M * k; ++i) where[size_t(i)] = int32_t(next[size_t(ids[i])]++);
-    std::vector<Tensor> outs;
-    for (int64_t e = 0; e < E; ++e) {
-      if (rows[size_t(e)].empty()) continue;
-      const Tensor xe = get_rows(x2, i32_tensor(rows[size_t(e)], x.device()));  // [n_e, D]
-      const Tensor he = swiglu(linear(xe, expert_matrix(gate, e)), linear(xe, expert_matrix(up, e)));
-      outs.push_back(linear(he, expert_matrix(down, e)));  // [n_e, D]
+    // Grouped by expert: the (token, slot) pairs of each, in order; one product per expert,
+    // the results back in pair order.
+    std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(E)), pairs(static_cast<size_t>(E));
+    for (int64_t i = 0; i < M * k; ++i) {
+      tokens[size_t(ids[i])].push_back(int32_t(i / k));
+      pairs[size_t(ids[i])].push_back(int32_t(i));
     }
-    const Tensor all = outs.size() == 1 ? outs[0] : concat(outs, 0);  // [M k, D], grouped by expert
-    y = reshape(get_rows(all, i32_tensor(where, x.device())), Shape{M, k, D});
+    std::vector<int32_t> where(size_t(M * k));  // pair -> its row in the concatenated outputs
+    int32_t next = 0;
+    for (int64_t e = 0; e < E; ++e)
+      for (int32_t i : pairs[size_t(e)]) where[size_t(i)] = next++;
+    const Tensor back = i32_tensor(where, x.device());
+    // w's products with each expert's rows of `in` (rows[e] of it), in pair order: [M k, N].
+    auto grouped = [&](const Tensor& w, const std::vector<Tensor>& in) {
+      std::vector<Tensor> outs;
+      for (int64_t e = 0; e < E; ++e)
+        if (in[size_t(e)].defined()) outs.push_back(linear(in[size_t(e)], expert_matrix(w, e)));
+      return get_rows(outs.size() == 1 ? outs[0] : concat(outs, 0), back);
+    };
+    auto gather = [&](const Tensor& in, const std::vector<std::vector<int32_t>>& rows) {
+      std::vector<Tensor> out(static_cast<size_t>(E));
+      for (int64_t e = 0; e < E; ++e)
+        if (!rows[size_t(e)].empty()) out[size_t(e)] = get_rows(in, i32_tensor(rows[size_t(e)], x.device()));
+      return out;
+    };
+    const std::vector<Tensor> xe = gather(x2, tokens);  // each expert's tokens, [n_e, D]
+    const int64_t F = gate.size(1);
+    g = reshape(grouped(gate, xe), Shape{M, k, F}), u = reshape(grouped(up, xe), Shape{M, k, F});
+    h = swiglu(with_lora(g, gate_lora, x3, sel), with_lora(u, up_lora, x3, sel));
+    const Tensor d = reshape(grouped(down, gather(reshape(h, Shape{M * k, F}), pairs)), Shape{M, k, D});
+    y = with_lora(d, down_lora, h, sel);
   }
   Tensor out = sum(mul(y, reshape(w, Shape{M, k, 1})), 1);  // [M, D]
   if (shared.down.defined()) out = add(out, cast(shared(x2), DType::F32));

@@ -16,6 +16,10 @@
 // expert e was chosen per token row (summed over the k slots, so perfectly balanced routing
 // gives k), P_e the mean router probability of e.
 // A shared expert (a plain SwiGLU MLP every token runs) adds its output to the experts' sum.
+//
+// LoRA on the experts (llama.cpp's build_lora_mm_id): an expert tensor [E, N, K] may carry an
+// adapter a [E, r, K], b [E, N, r]; the chosen expert e's product gains scale * B_e A_e x,
+// computed with mul_mat_id on both paths (its backward writes each chosen expert's rows).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -40,6 +44,7 @@ struct MoeBalance {
 struct Moe {
   Linear router;             // [E, D] (ffn_gate_inp; never quantized, as llama-quantize keeps it)
   Tensor gate, up, down;     // [E, F, D], [E, F, D], [E, D, F]
+  Lora gate_lora, up_lora, down_lora;  // each undefined unless an adapter is attached
   int64_t used = 2;          // experts per token
   bool norm_weights = true;  // renormalise the chosen probabilities to sum 1
   float weights_scale = 0;   // 0 or 1: none
