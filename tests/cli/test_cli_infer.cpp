@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -10,9 +12,11 @@
 #include <nlohmann/json.hpp>
 
 #include "proc.h"
+#include "requirements.h"
 #include "toy/infer/chat.h"
 #include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
+#include "toy/models/decoder_lm.h"
 #include "toy/tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -54,6 +58,34 @@ TEST(CliInit, WritesEveryArchitectureWithStandardKeysOnly) {
     if (std::string(arch) == "qwen2") {
       EXPECT_TRUE(lm.model->config().qkv_bias);
     }
+  }
+}
+
+// toy init writes one tensor at a time, each drawn as DecoderLM::init draws that parameter (its
+// own stream of the seed), vectors then perturbed: the file holds exactly init's matrices.
+TEST(CliInit, FilesAreDrawnAsTheModelsInit) {
+  for (const char* arch : {"qwen3moe", "lfm2", "phi3"}) {
+    SCOPED_TRACE(arch);
+    const std::string path = temp(std::string("drawn_") + arch + ".gguf");
+    const auto r = run_toy({"init", "--arch", arch, "--shape", "tiny", "--seed", "7", "--out", path});
+    ASSERT_EQ(r.status, 0) << describe(r);
+    LoadedModel lm = load_model(path);
+    DecoderLM ref(lm.model->config());
+    ref.init(7);
+    int perturbed = 0;
+    for (const Tensor& p : ref.params().values()) {
+      const std::vector<float> want = p.to_f32_vector(), got = lm.model->params().get(p.name()).to_f32_vector();
+      ASSERT_EQ(want.size(), got.size()) << p.name();
+      double diff = 0;
+      for (size_t i = 0; i < want.size(); ++i) diff = std::max(diff, double(std::fabs(want[i] - got[i])));
+      if (p.ndim() >= 2 || p.name().starts_with("rope_")) {
+        EXPECT_EQ(diff, 0.0) << p.name();
+      } else {
+        EXPECT_LT(diff, 0.6) << p.name();  // norms near 1, biases near 0
+        perturbed += diff > 0;
+      }
+    }
+    EXPECT_GT(perturbed, 0);
   }
 }
 
@@ -168,6 +200,28 @@ TEST(CliChat, OneTurnAndTheTemplateDecision) {
   o.stdin_path = in;
   r = run_toy({"chat", "-m", m, "-n", "4", "--temp", "0"}, o);
   EXPECT_EQ(r.status, 0) << describe(r);
+}
+
+// The published architectures chat through their models' real templates (as their files carry
+// them; Gemma 2's turn format is Gemma 3's, OLMoE's instruct model uses ChatML-like turns).
+TEST(CliChat, PublishedArchitecturesChatThroughTheirRealTemplates) {
+  const std::pair<const char*, const char*> pairs[] = {
+      {"smollm3", "HuggingFaceTB-SmolLM3-3B.jinja"},       {"phi3", "microsoft-Phi-3.5-mini-instruct.jinja"},
+      {"gemma3", "google-gemma-2-2b-it.jinja"},            {"qwen3moe", "Qwen-Qwen3-0.6B.jinja"},
+      {"granitemoe", "ibm-granite-granite-3.3-2B-Instruct.jinja"}, {"lfm2", "LFM2.5-Instruct.jinja"},
+      {"olmoe", "Qwen-Qwen2.5-7B-Instruct.jinja"}};
+  for (const auto& [arch, file] : pairs) {
+    SCOPED_TRACE(arch);
+    const std::string tmpl = toy::test::shared_path(std::string("chat-templates/") + file);
+    TOY_REQUIRE_FILE(tmpl);
+    // (Gemma 2's template refuses a system turn; Gemma 3's folds it into the first user turn.)
+    std::vector<std::string> args = {"chat", "-m", init_tiny(arch), "--chat-template", tmpl, "-p", "Hello", "-n", "4",
+                                      "--temp", "0"};
+    if (std::string(arch) != "gemma3") args.insert(args.end(), {"--system", "Be brief."});
+    const auto r = run_toy(args);
+    EXPECT_EQ(r.status, 0) << describe(r);
+    EXPECT_FALSE(r.out.empty()) << describe(r);
+  }
 }
 
 // A template with reasoning blocks: the thinking streams to stderr, only the answer to stdout

@@ -4,12 +4,15 @@
 // texts and padded with control tokens to the real vocabulary size, with the real model's
 // pre-tokenizer and a ChatML chat template. Written with the standard keys only, as
 // llama.cpp's converter writes files, then converted to --type as llama-quantize would
-// (1-D tensors stay F32; rows a block type cannot divide fall back as llama.cpp's do).
+// (1-D tensors stay F32; rows a block type cannot divide fall back as llama.cpp's do), one
+// tensor at a time.
 //
 // `toy quantize IN.gguf OUT.gguf TYPE`: any model file converted the same way.
 #include <chrono>
-#include <filesystem>
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <string>
 
 #include <fmt/core.h>
@@ -39,17 +42,44 @@ constexpr const char* kChatML =
 
 // Random weights that exercise every tensor: norm weights near 1 and biases near 0 rather
 // than exactly 1 and 0, so a loader that skipped one would show in the logits.
-void perturb_vectors(DecoderLM& m, uint64_t seed) {
-  NoGradGuard ng;
-  uint64_t stream = 0;
-  for (Tensor& p : m.params().values()) {
-    ++stream;
-    if (p.ndim() != 1 || p.name().starts_with("rope_")) continue;  // (RoPE tables are constants)
-    Generator g(seed ^ 0x9e3779b97f4a7c15ull, stream);
-    const bool is_norm = p.name().find("norm") != std::string::npos;
-    Tensor noise = randn(p.shape(), g, 0.0f, is_norm ? 0.1f : 0.02f);
-    copy_(p, add(p, noise));
+void perturb_vector(Tensor& p, uint64_t seed, uint64_t stream) {
+  if (p.ndim() != 1 || p.name().starts_with("rope_")) return;  // (RoPE tables are constants)
+  Generator g(seed ^ 0x9e3779b97f4a7c15ull, stream);
+  const bool is_norm = p.name().find("norm") != std::string::npos;
+  Tensor noise = randn(p.shape(), g, 0.0f, is_norm ? 0.1f : 0.02f);
+  copy_(p, add(p, noise));
+}
+
+// The file, one tensor at a time: parameter i drawn as DecoderLM::init draws it (stream i + 1)
+// and perturbed, then converted as llama-quantize plans it, only when the writer reaches it —
+// a 30B model is written holding one tensor (its F32 draw and its conversion), never the model.
+void write_random_model(const std::string& path, const ModelConfig& cfg, const Tokenizer& tok, uint64_t seed,
+                        const QuantKind& kind, const std::string& name) {
+  gguf::Writer w;
+  ModelWriteOptions options;
+  options.toy_config = false;
+  options.chat_template = kChatML;
+  options.quant = &kind;
+  add_model_keys(w, cfg, tok, name, options, true);
+  std::vector<TensorPlan> plan;
+  std::map<std::string, uint64_t> stream_of;
+  for (const auto& [pname, shape] : DecoderLM::parameter_shapes(cfg)) {
+    plan.push_back({pname, shape, DType::F32, DType::F32, false});
+    stream_of[pname] = plan.size();
   }
+  plan = plan_quantization(kind, std::move(plan), cfg.layers, cfg.moe.experts);
+  for (const TensorPlan& t : plan) {
+    const uint64_t stream = stream_of.at(t.name);
+    w.add_tensor(t.name, t.shape, t.to, [t, stream, seed, scale = cfg.init_scale]() {
+      NoGradGuard ng;
+      Tensor p = zeros(t.shape);
+      p.set_name(t.name);
+      DecoderLM::init_parameter(p, seed, stream, scale);
+      perturb_vector(p, seed, stream);
+      return t.to == DType::F32 ? p : cast(p, t.to);
+    });
+  }
+  w.write(path);
 }
 
 }  // namespace
@@ -61,7 +91,8 @@ Run add_init_command(CLI::App& app) {
     uint64_t seed = 1;
   };
   auto f = std::make_shared<Flags>();
-  cmd->add_option("--arch", f->arch, "llama, qwen2, qwen3, qwen35, gpt2, smollm3, phi3 or gemma3")->required();
+  cmd->add_option("--arch", f->arch, "llama, qwen2, qwen3, qwen35, gpt2, smollm3, phi3, gemma3, qwen3moe, olmoe, "
+                  "granitemoe or lfm2")->required();
   cmd->add_option("--shape", f->shape, "tiny or a published model's shape (the pairs below)")->required();
   cmd->add_option("--type", f->type, "Weight type: " + quant_kind_names() + " (default f32)");
   add_u64(cmd, "--seed", f->seed, "Seed of the random weights (default 1)");
@@ -72,10 +103,11 @@ Run add_init_command(CLI::App& app) {
     const QuantKind& kind = quant_kind(f->type);
     ModelConfig cfg = shape_config(f->arch, f->shape);
     check_output_file(f->out, "init");
-    // Memory: the f32 model plus one converted copy, before anything is built.
-    int64_t n_params = 0;
-    for (const auto& [name, shape] : DecoderLM::parameter_shapes(cfg)) n_params += shape.numel();
-    const double need = double(n_params) * 4.0 * 2.0;
+    // Memory: the largest tensor in F32 plus its converted copy (one tensor exists at a time).
+    int64_t n_params = 0, largest = 0;
+    for (const auto& [name, shape] : DecoderLM::parameter_shapes(cfg))
+      n_params += shape.numel(), largest = std::max(largest, shape.numel());
+    const double need = double(largest) * 4.0 * 2.0;
     const uint64_t avail = available_memory_bytes();
     TOY_CHECK(need <= double(avail), "[init] a {} {} model needs about {} to write, more than the {} available",
               f->arch, f->shape, format_bytes(need), format_bytes(double(avail)));
@@ -84,16 +116,7 @@ Run add_init_command(CLI::App& app) {
     const std::vector<std::string> controls =
         f->arch == "phi3" ? std::vector<std::string>{"<unk>", "<s>", "</s>"} : std::vector<std::string>{};
     auto tok = Tokenizer::train_fixed_size(corpus.text, shape_pretokenizer(f->arch, f->shape), cfg.vocab, controls);
-    DecoderLM model(cfg);
-    model.init(f->seed);
-    perturb_vectors(model, f->seed);
-    gguf::Writer w;
-    ModelWriteOptions options;
-    options.toy_config = false;
-    options.chat_template = kChatML;
-    options.quant = &kind;
-    add_model_to_gguf(w, model, *tok, fmt::format("toy-init {} {} {}", f->arch, f->shape, kind.name), options);
-    w.write(f->out);
+    write_random_model(f->out, cfg, *tok, f->seed, kind, fmt::format("toy-init {} {} {}", f->arch, f->shape, kind.name));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr, "toy: wrote %s (%s %s, %s, %lld parameters) in %.1f s\n", printable(f->out).c_str(),
                  f->arch.c_str(), f->shape.c_str(), std::string(kind.name).c_str(),

@@ -393,13 +393,24 @@ void Writer::set(const std::string& key, Value v) {
   kv_.emplace_back(key, std::move(v));
 }
 
+void Writer::check_new(const std::string& name, int ndim) const {
+  TOY_CHECK(!name.empty() && name.size() < 64, "[gguf] tensor name '{}' must have 1 to 63 bytes (llama.cpp limit)", name);
+  TOY_CHECK(ndim >= 1 && ndim <= 4, "[gguf] tensor '{}' has {} dims; GGUF allows 1 to 4", name, ndim);
+  for (const Entry& e : tensors_) TOY_CHECK(e.name != name, "[gguf] tensor '{}' added twice", name);
+}
+
 void Writer::add_tensor(const std::string& name, const Tensor& t) {
   TOY_CHECK(t.defined(), "[gguf] tensor '{}' is undefined", name);
-  TOY_CHECK(!name.empty() && name.size() < 64, "[gguf] tensor name '{}' must have 1 to 63 bytes (llama.cpp limit)", name);
-  TOY_CHECK(t.ndim() >= 1 && t.ndim() <= 4, "[gguf] tensor '{}' has {} dims; GGUF allows 1 to 4", name, t.ndim());
-  for (const auto& [n, _] : tensors_) TOY_CHECK(n != name, "[gguf] tensor '{}' added twice", name);
+  check_new(name, t.ndim());
   // A device's tensor is copied back now (explicitly, counted): the file is written from host memory.
-  tensors_.emplace_back(name, is_host(t.device()) ? t : transfer(contiguous(t.detach()), Device::CPU));
+  Tensor host = is_host(t.device()) ? t : transfer(contiguous(t.detach()), Device::CPU);
+  tensors_.push_back({name, host, t.shape(), t.dtype(), nullptr});
+}
+
+void Writer::add_tensor(const std::string& name, const Shape& shape, DType dtype, std::function<Tensor()> make) {
+  TOY_CHECK(make != nullptr, "[gguf] tensor '{}' has no maker", name);
+  check_new(name, shape.ndim());
+  tensors_.push_back({name, Tensor(), shape, dtype, std::move(make)});
 }
 
 void Writer::write(const std::string& path) const {
@@ -427,20 +438,23 @@ void Writer::write(const std::string& path) const {
       }
     }
     // Tensor infos with packed, aligned offsets in the same order as the data.
-    std::vector<Tensor> data;
     uint64_t offset = 0;
-    for (const auto& [name, t] : tensors_) {
-      Tensor c = t.is_contiguous() ? t : contiguous_copy(t);
-      o.string(name);
-      o.pod<uint32_t>(uint32_t(c.ndim()));
-      for (int d = c.ndim() - 1; d >= 0; --d) o.pod<int64_t>(c.size(d));
-      o.pod<int32_t>(dtype_info(c.dtype()).ggml_type);
+    for (const Entry& e : tensors_) {
+      o.string(e.name);
+      o.pod<uint32_t>(uint32_t(e.shape.ndim()));
+      for (int d = e.shape.ndim() - 1; d >= 0; --d) o.pod<int64_t>(e.shape[d]);
+      o.pod<int32_t>(dtype_info(e.dtype).ggml_type);
       o.pod<uint64_t>(offset);
-      offset += (c.nbytes() + kAlignment - 1) / kAlignment * kAlignment;
-      data.push_back(c);
+      const uint64_t bytes = row_bytes(e.dtype, e.shape[e.shape.ndim() - 1]) * uint64_t(e.shape.numel() / e.shape[e.shape.ndim() - 1]);
+      offset += (bytes + kAlignment - 1) / kAlignment * kAlignment;
     }
     if (!tensors_.empty()) o.pad_to(kAlignment);
-    for (const Tensor& c : data) {
+    for (const Entry& e : tensors_) {
+      const Tensor t = e.make ? e.make() : e.tensor;
+      TOY_CHECK(t.defined() && t.shape() == e.shape && t.dtype() == e.dtype, "[gguf] tensor '{}' was made as {} {}, "
+                "declared {} {}", e.name, t.defined() ? name(t.dtype()) : "undefined", t.defined() ? t.shape().str() : "",
+                name(e.dtype), e.shape.str());
+      const Tensor c = t.is_contiguous() ? t : contiguous_copy(t);
       o.bytes(c.raw_data(), c.nbytes());
       o.pad_to(kAlignment);
     }

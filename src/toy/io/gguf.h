@@ -7,6 +7,7 @@
 // and nowhere else.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -109,12 +110,23 @@ class Writer {
   // Adds a tensor (any layout; F32/F16/BF16/I32 or block types, at most 4 dims). The data
   // is read when write() runs.
   void add_tensor(const std::string& name, const Tensor& t);
+  // A tensor made only when write() reaches its data (then written and dropped): a file of many
+  // gigabytes is written holding one tensor at a time. `make` must return this shape and dtype.
+  void add_tensor(const std::string& name, const Shape& shape, DType dtype, std::function<Tensor()> make);
   // Writes path atomically (temporary file + rename). Throws toy::Error on any failure.
   void write(const std::string& path) const;
 
  private:
+  struct Entry {
+    std::string name;
+    Tensor tensor;                 // or undefined: made by `make`
+    Shape shape;
+    DType dtype;
+    std::function<Tensor()> make;
+  };
+  void check_new(const std::string& name, int ndim) const;
   std::vector<std::pair<std::string, Value>> kv_;
-  std::vector<std::pair<std::string, Tensor>> tensors_;
+  std::vector<Entry> tensors_;
 };
 
 }  // namespace toy::gguf

@@ -43,10 +43,26 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
     if (l < 0) return p;
     return mul(cast(p, DType::F32), from_vector(std::vector<float>{1.0f / std::sqrt(float(l + 1))}, Shape{}));
   };
-  const std::string arch = c.gguf_arch(tok.kind() != "char");
-  using gguf::Value;
   bool all_f32 = true;
   for (const Tensor& p : m.params().values()) all_f32 = all_f32 && p.dtype() == DType::F32;
+  add_model_keys(w, c, tok, name, options, all_f32);
+  if (!options.quant) {
+    for (const Tensor& p : m.params().values()) w.add_tensor(p.name(), stored(p.name()));
+    return;
+  }
+  std::vector<TensorPlan> plan;
+  for (const Tensor& p : m.params().values()) plan.push_back({p.name(), p.shape(), p.dtype(), p.dtype(), false});
+  plan = plan_quantization(*options.quant, std::move(plan), c.layers, c.moe.experts);
+  for (const TensorPlan& t : plan) {
+    const Tensor p = stored(t.name);
+    w.add_tensor(t.name, t.to == p.dtype() ? p : cast(p, t.to));
+  }
+}
+
+void add_model_keys(gguf::Writer& w, const ModelConfig& c, const Tokenizer& tok, const std::string& name,
+                    const ModelWriteOptions& options, bool all_f32) {
+  const std::string arch = c.gguf_arch(tok.kind() != "char");
+  using gguf::Value;
   w.set("general.architecture", Value::str(arch));
   w.set("general.name", Value::str(name));
   if (options.quant) {
@@ -131,17 +147,6 @@ void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok
   if (options.toy_config || arch == "toy") w.set("toy.config", Value::str(c.to_json().dump()));
   tok.save(w);
   if (!options.chat_template.empty()) w.set("tokenizer.chat_template", Value::str(options.chat_template));
-  if (!options.quant) {
-    for (const Tensor& p : m.params().values()) w.add_tensor(p.name(), stored(p.name()));
-    return;
-  }
-  std::vector<TensorPlan> plan;
-  for (const Tensor& p : m.params().values()) plan.push_back({p.name(), p.shape(), p.dtype(), p.dtype(), false});
-  plan = plan_quantization(*options.quant, std::move(plan), c.layers, c.moe.experts);
-  for (const TensorPlan& t : plan) {
-    const Tensor p = stored(t.name);
-    w.add_tensor(t.name, t.to == p.dtype() ? p : cast(p, t.to));
-  }
 }
 
 void save_model(const std::string& path, const DecoderLM& m, const Tokenizer& tok, const std::string& name) {

@@ -32,6 +32,11 @@ struct ModelWriteOptions {
   bool fold_depth_scale = true;
 };
 
+// The keys of a model file for config c (architecture, hyper-parameters, tokenizer, chat
+// template), as add_model_to_gguf writes them; `all_f32` says every weight is F32 (file_type 0
+// when not quantized). For writers that add the tensors themselves (toy init, one at a time).
+void add_model_keys(gguf::Writer& w, const ModelConfig& c, const Tokenizer& tok, const std::string& name,
+                    const ModelWriteOptions& options, bool all_f32);
 // Adds the model's metadata, tokenizer and weights to w (checkpoints add more on top).
 void add_model_to_gguf(gguf::Writer& w, const DecoderLM& m, const Tokenizer& tok, const std::string& name,
                        const ModelWriteOptions& options = {});
