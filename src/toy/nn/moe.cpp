@@ -81,11 +81,11 @@ Tensor Moe::operator()(const Tensor& x, MoeBalance* balance) const {
     for (int64_t e = 0; e < E; ++e)
       for (int32_t i : pairs[size_t(e)]) where[size_t(i)] = next++;
     const Tensor back = i32_tensor(where, x.device());
-    // w's products with each expert's rows of `in` (rows[e] of it), in pair order: [M k, N].
-    auto grouped = [&](const Tensor& w, const std::vector<Tensor>& in) {
+    // Each expert's matrix of `stack` [E, N, K] times that expert's rows in[e], back in pair order: [M k, N].
+    auto grouped = [&](const Tensor& stack, const std::vector<Tensor>& in) {
       std::vector<Tensor> outs;
       for (int64_t e = 0; e < E; ++e)
-        if (in[size_t(e)].defined()) outs.push_back(linear(in[size_t(e)], expert_matrix(w, e)));
+        if (in[size_t(e)].defined()) outs.push_back(linear(in[size_t(e)], expert_matrix(stack, e)));
       return get_rows(outs.size() == 1 ? outs[0] : concat(outs, 0), back);
     };
     auto gather = [&](const Tensor& in, const std::vector<std::vector<int32_t>>& rows) {
