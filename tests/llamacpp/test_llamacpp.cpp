@@ -592,6 +592,17 @@ std::vector<std::tuple<std::string, std::string, std::string>> expect_quantized_
   EXPECT_EQ(gguf::Reader(ours).get_u32("general.file_type"), uint32_t(ftype));
   return a;
 }
+
+// A random F32 model of config c, saved for a comparison with llama-quantize: its folder and file.
+std::pair<fs::path, std::string> quantize_base(const ModelConfig& c, const std::string& name) {
+  DecoderLM m(c);
+  m.init(9);
+  const fs::path dir = fs::path(::testing::TempDir()) / ("toy_quantize_" + name + "_vs_llama");
+  fs::create_directories(dir);
+  const std::string f32 = (dir / "f32.gguf").string();
+  save_model(f32, m, *Tokenizer::train("byte", ""), "quantize-" + name + "-test");
+  return {dir, f32};
+}
 }  // namespace
 
 // `toy quantize` writes what llama.cpp's own quantizer (llama_model_quantize, called through
@@ -603,12 +614,7 @@ TEST(LlamaCpp, QuantizesTensorForTensorLikeLlamaQuantize) {
   TOY_REQUIRE(std::system("python3 --version >/dev/null 2>&1") == 0, "python3");
   ModelConfig c = ModelConfig::for_arch("llama");
   c.vocab = 257, c.dim = 288, c.layers = 16, c.heads = 4, c.kv_heads = 2, c.ctx = 64, c.ffn = 512;
-  DecoderLM m(c);
-  m.init(9);
-  const fs::path dir = fs::path(::testing::TempDir()) / "toy_quantize_vs_llama";
-  fs::create_directories(dir);
-  const std::string f32 = (dir / "f32.gguf").string();
-  save_model(f32, m, *Tokenizer::train("byte", ""), "quantize-test");
+  const auto [dir, f32] = quantize_base(c, "dense");
   const std::vector<std::pair<std::string, int>> kinds = {{"q4_k_m", 15}, {"q5_k_m", 17}, {"q4_k", 14}, {"q6_k", 18},
                                                           {"q8_0", 7},    {"q4_0", 2},    {"q5_0", 8},  {"f16", 1}};
   for (const auto& [kind, ftype] : kinds) {
@@ -636,12 +642,7 @@ TEST(LlamaCpp, QuantizesMixturesOfExpertsLikeLlamaQuantize) {
   c.vocab = 257, c.dim = 256, c.layers = 8, c.heads = 4, c.kv_heads = 2, c.ctx = 64, c.ffn = 256;
   c.moe = MoeConfig{8, 2, 256, true, 256};
   c.logit_scale = 4.0f;
-  DecoderLM m(c);
-  m.init(9);
-  const fs::path dir = fs::path(::testing::TempDir()) / "toy_quantize_moe_vs_llama";
-  fs::create_directories(dir);
-  const std::string f32 = (dir / "f32.gguf").string();
-  save_model(f32, m, *Tokenizer::train("byte", ""), "quantize-moe-test");
+  const auto [dir, f32] = quantize_base(c, "moe");
   ASSERT_EQ(gguf::Reader(f32).get_str("general.architecture"), "granitemoe");
   for (const auto& [kind, ftype] : std::vector<std::pair<std::string, int>>{
            {"q4_k_m", 15}, {"q4_k_s", 14}, {"q5_k_m", 17}, {"q8_0", 7}, {"q4_0", 2}}) {
@@ -659,12 +660,7 @@ TEST(LlamaCpp, QuantizesLfm2LikeLlamaQuantize) {
   ModelConfig c = ModelConfig::for_arch("lfm2");
   c.vocab = 257, c.dim = 256, c.layers = 12, c.heads = 4, c.kv_heads = 2, c.ctx = 64, c.ffn = 512;
   c.layer_kinds = ModelConfig::parse_layer_kinds("cca", c.layers);
-  DecoderLM m(c);
-  m.init(9);
-  const fs::path dir = fs::path(::testing::TempDir()) / "toy_quantize_lfm2_vs_llama";
-  fs::create_directories(dir);
-  const std::string f32 = (dir / "f32.gguf").string();
-  save_model(f32, m, *Tokenizer::train("byte", ""), "quantize-lfm2-test");
+  const auto [dir, f32] = quantize_base(c, "lfm2");
   ASSERT_EQ(gguf::Reader(f32).get_str("general.architecture"), "lfm2");
   for (const auto& [kind, ftype] : std::vector<std::pair<std::string, int>>{
            {"q4_k_m", 15}, {"q4_k_s", 14}, {"q8_0", 7}, {"q4_0", 2}}) {
