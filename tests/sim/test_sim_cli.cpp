@@ -82,8 +82,9 @@ fs::path fresh(const std::string& name) {
 }
 }  // namespace
 
-// LoRA on a Q8_0 base (the frozen blocks copied to the device once) and a full fine-tune of a
-// hybrid Gated DeltaNet model: the same adapter and merged model bytes on sim as on the CPU.
+// LoRA on a Q8_0 base (the frozen blocks copied to the device once) and full fine-tunes of a
+// hybrid Gated DeltaNet model and of LFM2 (short convs): the same adapter and merged model bytes
+// on sim as on the CPU.
 TEST(SimCli, FinetuneOnSimWritesTheCpusAdapterAndModel) {
   const fs::path dir = fresh("finetune");
   {
@@ -92,7 +93,7 @@ TEST(SimCli, FinetuneOnSimWritesTheCpusAdapterAndModel) {
       f << "{\"prompt\": \"say " << i << "\", \"completion\": \" the number " << i << " is "
         << (i % 2 ? "odd" : "even") << "\"}\n";
   }
-  for (const char* arch : {"llama", "qwen35"}) {
+  for (const char* arch : {"llama", "qwen35", "lfm2"}) {
     const std::string base = (dir / (std::string(arch) + ".gguf")).string();
     const bool lora = std::string(arch) == "llama";
     ProcResult init = run_toy({"init", "--arch", arch, "--shape", "tiny", "--type", lora ? "q8_0" : "f32", "--out", base});
