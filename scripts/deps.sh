@@ -10,7 +10,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
       libopenblas-dev libopenblas0-pthread libfmt-dev nlohmann-json3-dev libcli11-dev
-      libgtest-dev libpcre2-dev libxxhash-dev libstb-dev zlib1g-dev libcpp-httplib-dev)
+      libgtest-dev libpcre2-dev libxxhash-dev libstb-dev zlib1g-dev libcpp-httplib-dev
+      libopenmpi-dev openmpi-bin)
 for a in "$@"; do
   case "$a" in
     --test) pkgs+=(dataset-fashion-mnist chromium) ;;

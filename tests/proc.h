@@ -43,9 +43,9 @@ inline std::string read_all(const std::string& path) {
   return ss.str();
 }
 
-// Starts toy with args; returns its pid (stdout/stderr go to the given files).
-inline pid_t spawn_toy(const std::vector<std::string>& args, const ProcOptions& o, const std::string& out_path,
-                       const std::string& err_path) {
+// Starts program `bin` with args; returns its pid (stdout/stderr go to the given files).
+inline pid_t spawn_program(const std::string& program, const std::vector<std::string>& args, const ProcOptions& o,
+                           const std::string& out_path, const std::string& err_path) {
   const pid_t pid = fork();
   if (pid == 0) {
     const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -63,7 +63,7 @@ inline pid_t spawn_toy(const std::vector<std::string>& args, const ProcOptions& 
     }
     if (!o.cwd.empty() && chdir(o.cwd.c_str()) != 0) _exit(127);
     std::vector<char*> argv;
-    std::string bin = TOY_BINARY;
+    std::string bin = program;
     argv.push_back(bin.data());
     std::vector<std::string> copy = args;
     for (auto& a : copy) argv.push_back(a.data());
@@ -72,6 +72,12 @@ inline pid_t spawn_toy(const std::vector<std::string>& args, const ProcOptions& 
     _exit(127);
   }
   return pid;
+}
+
+// Starts toy with args; returns its pid (stdout/stderr go to the given files).
+inline pid_t spawn_toy(const std::vector<std::string>& args, const ProcOptions& o, const std::string& out_path,
+                       const std::string& err_path) {
+  return spawn_program(TOY_BINARY, args, o, out_path, err_path);
 }
 
 // Waits for pid up to timeout_s (then kills it); fills status/signal/timed_out.
@@ -83,6 +89,7 @@ inline void wait_toy(pid_t pid, double timeout_s, ProcResult& r) {
     if (w == pid) break;
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) {
       r.timed_out = true;
+      kill(-pid, SIGKILL);  // its process group: what it started too (mpirun's ranks)
       kill(pid, SIGKILL);
       waitpid(pid, &st, 0);
       break;
@@ -93,19 +100,24 @@ inline void wait_toy(pid_t pid, double timeout_s, ProcResult& r) {
   if (WIFSIGNALED(st)) r.signal = WTERMSIG(st);
 }
 
-inline ProcResult run_toy(const std::vector<std::string>& args, const ProcOptions& o = {}) {
+inline ProcResult run_program(const std::string& program, const std::vector<std::string>& args,
+                              const ProcOptions& o = {}) {
   static int counter = 0;
   const std::string base = (std::filesystem::path(::testing::TempDir()) /
                             ("toy_proc_" + std::to_string(getpid()) + "_" + std::to_string(counter++)))
                                .string();
   ProcResult r;
-  const pid_t pid = spawn_toy(args, o, base + ".out", base + ".err");
+  const pid_t pid = spawn_program(program, args, o, base + ".out", base + ".err");
   wait_toy(pid, o.timeout_s, r);
   r.out = read_all(base + ".out");
   r.err = read_all(base + ".err");
   std::remove((base + ".out").c_str());
   std::remove((base + ".err").c_str());
   return r;
+}
+
+inline ProcResult run_toy(const std::vector<std::string>& args, const ProcOptions& o = {}) {
+  return run_program(TOY_BINARY, args, o);
 }
 
 // Counts the "step" events a run has written to its events.jsonl so far.

@@ -106,6 +106,10 @@ const std::map<std::string, ResumeRule>& resume_rules() {
       {"--device", {OnResume::NotSaved}},
       {"--force", {OnResume::NotSaved}},
       {"--json", {OnResume::NotSaved}},
+      {"--zero", {OnResume::NotSaved}},  // (the data-parallel flags apply to one invocation)
+      {"--dp-bucket-mb", {OnResume::NotSaved}},
+      {"--dp-overlap", {OnResume::NotSaved}},
+      {"--dp-timeout", {OnResume::NotSaved}},
       {"--resume", {OnResume::NotSaved}},
       {"--help", {OnResume::NotSaved}},
       {"--help-all", {OnResume::NotSaved}},
@@ -158,6 +162,8 @@ void apply_resume_flags(const CLI::App* cmd, const FinetuneFlags& f, FinetuneOpt
   if (cmd->count("--eval-every")) saved.eval_every = given.eval_every;
   if (cmd->count("--log-every")) saved.log_every = given.log_every;
   saved.quiet = given.quiet;
+  saved.zero = given.zero, saved.dp_bucket_mb = given.dp_bucket_mb;
+  saved.dp_overlap = given.dp_overlap, saved.dp_timeout = given.dp_timeout;
   saved.device = given.device;
 }
 
@@ -242,6 +248,7 @@ Run add_finetune_command(CLI::App& app) {
       ->excludes(resume_opt);
   cmd->add_flag("--quiet", o.quiet, "No progress output");
   add_device(cmd, o.device);
+  add_data_parallel_flags(cmd, o);
   cmd->add_flag("--json", f->json, "Print a JSON summary as the last line of stdout");
   for (const CLI::Option* opt : cmd->get_options())
     if (!resume_rules().count(opt->get_name()))
@@ -263,7 +270,8 @@ Run add_finetune_command(CLI::App& app) {
       if (f->o.model.empty()) f->o.shape = fresh_shape(*f);
       r = finetune(f->o);
     }
-    print_result(r, f->json);
+    if (writes_run_files()) print_result(r, f->json);
+    if (dist::world().size() > 1) return 0;  // (data-parallel: see toy train)
     return r.stopped ? stop_signal_exit_code() : 0;  // (--stop-after is no signal: 0)
   };
 }

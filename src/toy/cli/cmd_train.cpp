@@ -128,6 +128,10 @@ const std::map<std::string, ResumeRule>& resume_rules() {
       {"--quiet", may_change([](TrainOptions& s, const TrainOptions& g) { s.quiet = g.quiet; })},
       {"--allow-data-change",
        may_change([](TrainOptions& s, const TrainOptions& g) { s.allow_data_change = g.allow_data_change; })},
+      {"--zero", may_change([](TrainOptions& s, const TrainOptions& g) { s.zero = g.zero; })},
+      {"--dp-bucket-mb", may_change([](TrainOptions& s, const TrainOptions& g) { s.dp_bucket_mb = g.dp_bucket_mb; })},
+      {"--dp-overlap", may_change([](TrainOptions& s, const TrainOptions& g) { s.dp_overlap = g.dp_overlap; })},
+      {"--dp-timeout", may_change([](TrainOptions& s, const TrainOptions& g) { s.dp_timeout = g.dp_timeout; })},
       {"--resume", not_saved},
       {"--force", not_saved},
       {"--json", not_saved},
@@ -213,6 +217,7 @@ Run add_train_command(CLI::App& app) {
                   "(best.gguf has the best)")
       ->capture_default_str()
       ->check(CLI::IsMember({"best", "last"}));
+  add_data_parallel_flags(cmd, o);
   cmd->add_flag("--quiet", o.quiet, "No progress output");
   cmd->add_flag("--json", f->json, "Print a JSON summary as the last line of stdout");
   for (const CLI::Option* opt : cmd->get_options())
@@ -228,7 +233,10 @@ Run add_train_command(CLI::App& app) {
       f->o.model = build_model(*f);
       r = train(f->o);
     }
-    print_result(r, f->json);
+    if (writes_run_files()) print_result(r, f->json);
+    // (Data-parallel: a stop signal to any rank stops all at one step with a checkpoint, and
+    // the run ends as a whole with 0: the ranks that got no signal have nothing to report.)
+    if (dist::world().size() > 1) return 0;
     return r.stopped ? stop_signal_exit_code() : 0;  // (--stop-after is no signal: 0)
   };
 }

@@ -34,7 +34,8 @@ struct VisionFlags {
 // The flags a --resume may give: how the run proceeds, not what it is.
 const std::vector<std::string>& resume_flags() {
   static const std::vector<std::string> f = {"--resume",       "--epochs",    "--threads", "--device", "--stop-after",
-                                             "--save-every",   "--save-minutes", "--log-every", "--quiet",  "--json"};
+                                             "--save-every",   "--save-minutes", "--log-every", "--quiet",  "--json",
+                                             "--zero", "--dp-bucket-mb", "--dp-overlap", "--dp-timeout"};
   return f;
 }
 
@@ -108,6 +109,7 @@ Run add_train(CLI::App* vision) {
   cmd->add_option("--keep", o.keep, "What model.gguf holds: best (validation accuracy) or last")
       ->capture_default_str()
       ->check(CLI::IsMember({"best", "last"}));
+  add_data_parallel_flags(cmd, o);
   cmd->add_flag("--quiet", o.quiet, "No progress output");
   cmd->add_flag("--json", f->json, "Print a JSON summary as the last line of stdout");
   return [cmd, f]() -> int {
@@ -132,6 +134,8 @@ Run add_train(CLI::App* vision) {
         if (cmd->count("--save-minutes")) saved.save_minutes = f->o.save_minutes;
         if (cmd->count("--log-every")) saved.log_every = f->o.log_every;
         saved.quiet = f->o.quiet;
+        saved.zero = f->o.zero, saved.dp_bucket_mb = f->o.dp_bucket_mb;
+        saved.dp_overlap = f->o.dp_overlap, saved.dp_timeout = f->o.dp_timeout;
       });
     } else {
       if (f->flip) f->o.flip = true;
@@ -152,7 +156,8 @@ Run add_train(CLI::App* vision) {
       f->o.model.classes = 10;
       r = train_vision(f->o);
     }
-    print_train_result(r, f->json);
+    if (writes_run_files()) print_train_result(r, f->json);
+    if (dist::world().size() > 1) return 0;  // (data-parallel: see toy train)
     return r.stopped ? stop_signal_exit_code() : 0;  // (--stop-after is no signal: 0)
   };
 }

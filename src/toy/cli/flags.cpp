@@ -126,4 +126,24 @@ CLI::Option* add_device(CLI::App* cmd, Device& var) {
       ->default_str("cpu");
 }
 
+void add_data_parallel_flags(CLI::App* cmd, LoopOptions& o) {
+  auto* zero = cmd->add_option("--zero", o.zero, "Data-parallel (mpirun): 1 shards AdamW's moments over the processes "
+                               "(ZeRO-1), 0 keeps them whole on each");
+  zero->check(CLI::IsMember({0, 1}))->capture_default_str();
+  add_real(cmd, "--dp-bucket-mb", o.dp_bucket_mb, {0, 4096, true},
+           "Data-parallel: MB of gradients sent to their owner at once, while backward goes on (default 8)");
+  cmd->add_option_function<std::string>(
+         "--dp-overlap", [&o](const std::string& s) { o.dp_overlap = s == "on"; },
+         "Data-parallel: send gradients while backward runs (on) or after it (off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str("on");
+  add_real(cmd, "--dp-timeout", o.dp_timeout, {1, 86400},
+           "Data-parallel: seconds to wait for another process before ending the run with a message (default 300)");
+}
+
+const std::vector<std::string>& data_parallel_flag_names() {
+  static const std::vector<std::string> names = {"--zero", "--dp-bucket-mb", "--dp-overlap", "--dp-timeout"};
+  return names;
+}
+
 }  // namespace toy::cli

@@ -4,6 +4,9 @@
 // so a bad value is a usage error naming the flag and what it accepts:
 //   toy: --dim must be an integer in 1..1048576, got '0'
 #pragma once
+#include <vector>
+
+#include "toy/train/loop.h"
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <optional>
@@ -34,6 +37,10 @@ CLI::Option* add_real(CLI::App* cmd, const std::string& names, float& var, Range
 // run's device-neutrality; slower than cpu, bit-identical results).
 CLI::Option* add_device(CLI::App* cmd, Device& var);
 CLI::Option* add_real(CLI::App* cmd, const std::string& names, double& var, Range r, const std::string& desc);
+// Data-parallel runs (mpirun -np N): --zero, --dp-bucket-mb, --dp-overlap, --dp-timeout.
+void add_data_parallel_flags(CLI::App* cmd, LoopOptions& o);
+// Their names (the trainers' resume rules: they apply to one invocation).
+const std::vector<std::string>& data_parallel_flag_names();
 CLI::Option* add_real(CLI::App* cmd, const std::string& names, std::optional<float>& var, Range r,
                       const std::string& desc);
 

@@ -3,6 +3,7 @@
 // message instead of an illegal instruction.
 // Every error looks alike: "toy: <message>" on stderr (control characters escaped); usage
 // errors (unknown or bad flags) exit 2, everything else 1.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -17,6 +18,7 @@
 #include "toy/core/error.h"
 #include "toy/core/text.h"
 #include "toy/core/trace.h"
+#include "toy/dist/comm.h"
 
 namespace {
 
@@ -26,6 +28,19 @@ int report(const char* what, int code, const char* hint = nullptr) {
   std::fprintf(stderr, "toy: %s\n", msg.c_str());
   if (hint) std::fprintf(stderr, "%s\n", hint);
   return code;
+}
+
+// "train", "vision train", "bench train": the subcommands parsed.
+std::string command_path(const CLI::App& app) {
+  std::string path;
+  const CLI::App* at = &app;
+  while (true) {
+    const auto subs = at->get_subcommands();
+    if (subs.empty()) break;
+    at = subs.front();
+    path += (path.empty() ? "" : " ") + at->get_name();
+  }
+  return path;
 }
 
 }  // namespace
@@ -72,15 +87,36 @@ int main(int argc, char** argv) {
     return kExitRuntime;
   }
   toy::remove_pending_files_on_signals();  // (the trainers' stop signals take over theirs)
+  // Several processes (mpirun): one run of a trainer; a failure on any rank ends them all
+  // (the others would wait for it until --dp-timeout).
+  auto fail_run = [](int code) {
+    if (toy::dist::world().size() > 1) toy::dist::world().abort(code);
+    return code;
+  };
   try {
     toy::env_threads();  // a bad TOY_THREADS is an error before anything runs
+    toy::dist::init(&argc, &argv);
+    if (toy::dist::world().size() > 1) {
+      const std::string command = command_path(app);
+      TOY_CHECK(command == "train" || command == "finetune" || command == "vision train" || command == "bench train",
+                "toy {} runs as one process; mpirun -np N runs toy train, toy finetune, toy vision train and toy bench "
+                "train (data-parallel)", command);
+      // Each rank's threads: its share of the CPUs it may run on.
+      if (!toy::env_threads())
+        toy::set_default_threads(std::max(1, toy::dist::affinity_cpus() / toy::dist::world().local_size()));
+    }
     toy::trace::open_from_env();
     for (auto& [cmd, run] : runs)
-      if (cmd->parsed()) return run();
+      if (cmd->parsed()) {
+        const int rc = run();
+        if (rc != 0 && toy::dist::world().size() > 1) return fail_run(rc);
+        toy::dist::finalize();
+        return rc;
+      }
   } catch (const toy::Error& e) {
-    return report(e.what(), kExitRuntime);
+    return fail_run(report(e.what(), kExitRuntime));
   } catch (const std::exception& e) {
-    return report((std::string("internal error: ") + e.what()).c_str(), kExitRuntime);
+    return fail_run(report((std::string("internal error: ") + e.what()).c_str(), kExitRuntime));
   }
   return 0;
 }

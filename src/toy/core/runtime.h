@@ -20,6 +20,9 @@ void set_num_threads(int n);
 // TOY_THREADS, parsed strictly (0 when unset); throws toy::Error naming it when it is not an
 // integer in 1..kMaxThreads.
 int env_threads();
+// The thread count used when neither --threads nor TOY_THREADS says one (0: the hardware's);
+// a data-parallel rank's share of its CPUs.
+void set_default_threads(int n);
 
 // Empty when the CPU has everything the kernels use, else the names of what is missing.
 std::string missing_cpu_features();

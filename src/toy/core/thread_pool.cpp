@@ -193,9 +193,13 @@ class ThreadPool {
   int64_t job_begin_ = 0, job_end_ = 0;
 };
 
+std::atomic<int> g_default_threads{0};  // set_default_threads
+
 int default_threads() {
   const int env = env_threads();
-  return env > 0 ? env : int(std::max(1u, std::thread::hardware_concurrency()));
+  if (env > 0) return env;
+  if (const int d = g_default_threads.load()) return d;
+  return int(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 // Created on first use at the size first asked for (set_num_threads before any parallel
@@ -227,6 +231,11 @@ int env_threads() {
 }
 
 int num_threads() { return pool().size(); }
+
+void set_default_threads(int n) {
+  TOY_CHECK(n >= 0 && n <= kMaxThreads, "[threads] thread count must be in 0..{}, got {}", kMaxThreads, n);
+  g_default_threads = n;
+}
 
 void set_num_threads(int n) {
   TOY_CHECK(n >= 0 && n <= kMaxThreads, "[threads] thread count must be in 0..{}, got {}", kMaxThreads, n);

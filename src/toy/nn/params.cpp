@@ -1,5 +1,7 @@
 #include "toy/nn/params.h"
 
+#include <algorithm>
+
 #include "toy/autograd/grad_mode.h"
 #include "toy/core/error.h"
 #include "toy/ops/ops.h"
@@ -103,8 +105,8 @@ void ParamStore::move_to(Device d) {
     for (Param& p : params_) {
       if (p.arena_offset < 0) continue;
       alias_storage_(p.value, arena_.values, p.arena_offset);
-      alias_storage_(p.m, arena_.m, p.arena_offset);
-      alias_storage_(p.v, arena_.v, p.arena_offset);
+      if (p.m.defined()) alias_storage_(p.m, arena_.m, p.arena_offset - arena_.moment_begin);
+      if (p.v.defined()) alias_storage_(p.v, arena_.v, p.arena_offset - arena_.moment_begin);
       Tensor home = p.value.grad_home();
       const bool grad_at_home = p.value.grad().defined() && p.value.grad().is_same(home);
       alias_storage_(home, arena_.grads, p.arena_offset);
@@ -136,24 +138,32 @@ void ParamStore::pack() {
     n += p.value.numel();
   }
   NoGradGuard ng;
+  const int64_t mb = moment_begin_ < 0 ? 0 : std::min(moment_begin_, n);
+  const int64_t me = moment_end_ < 0 ? n : std::clamp(moment_end_, mb, n);
   arena_.values = empty(Shape{n}, DType::F32, d);
   arena_.grads = zeros(Shape{n}, DType::F32, d);
-  arena_.m = zeros(Shape{n}, DType::F32, d);
-  arena_.v = zeros(Shape{n}, DType::F32, d);
+  arena_.m = zeros(Shape{me - mb}, DType::F32, d);
+  arena_.v = zeros(Shape{me - mb}, DType::F32, d);
+  arena_.moment_begin = mb, arena_.moment_end = me;
   int64_t at = 0;
-  auto view = [&](const Tensor& buffer, const Shape& s) {
-    return make_view(buffer, s, contiguous_strides(s), buffer.offset() + at);
+  auto view = [&](const Tensor& buffer, const Shape& s, int64_t from = 0) {
+    return make_view(buffer, s, contiguous_strides(s), buffer.offset() + at - from);
   };
   for (Param& p : params_) {
     if (!p.trainable) continue;
     const Shape& s = p.value.shape();
-    Tensor value = view(arena_.values, s), m = view(arena_.m, s), v = view(arena_.v, s);
+    Tensor value = view(arena_.values, s);
     Tensor home = view(arena_.grads, s);
     copy_(value, p.value.detach());
-    if (p.m.defined()) copy_(m, p.m);
-    if (p.v.defined()) copy_(v, p.v);
+    if (at >= mb && at + p.value.numel() <= me) {
+      Tensor m = view(arena_.m, s, mb), v = view(arena_.v, s, mb);
+      if (p.m.defined()) copy_(m, p.m);
+      if (p.v.defined()) copy_(v, p.v);
+      p.m = m, p.v = v;
+    } else {
+      p.m = p.v = Tensor();  // another rank keeps them
+    }
     alias_storage_(p.value, arena_.values, at);  // the modules' handle, re-pointed
-    p.m = m, p.v = v;
     if (Tensor g = p.value.grad(); g.defined()) {
       copy_(home, g);
       p.value.set_grad(home);
@@ -163,6 +173,13 @@ void ParamStore::pack() {
     at += p.value.numel();
   }
   packed_ = true;
+}
+
+void ParamStore::set_moment_range(int64_t begin, int64_t end) {
+  if (begin == moment_begin_ && end == moment_end_) return;
+  unpack();
+  moment_begin_ = begin, moment_end_ = end;
+  pack();
 }
 
 void ParamStore::unpack() {

@@ -37,7 +37,11 @@ struct Param {
 };
 
 struct ParamArena {
-  Tensor values, grads, m, v;  // F32 [numel] each, on the trainable parameters' device
+  Tensor values, grads;  // F32 [numel] each, on the trainable parameters' device
+  // AdamW's moments: F32 [moment_end - moment_begin], the arena's elements from moment_begin
+  // (all of them, unless a data-parallel rank keeps only its shard's: set_moment_range).
+  Tensor m, v;
+  int64_t moment_begin = 0, moment_end = 0;
   int64_t numel() const { return values.numel(); }
 };
 
@@ -106,6 +110,10 @@ class ParamStore {
   // (zeros where undefined) and gradients are copied into it. Every trainable parameter must
   // be a contiguous F32 tensor, all on one device.
   void pack();
+  // Keeps AdamW's moments only for the parameters whose arena range lies in [begin, end) (a
+  // data-parallel rank's shard, ZeRO-1); the others' m and v are dropped. Repacks the store.
+  // (-1, -1): moments for every parameter again.
+  void set_moment_range(int64_t begin, int64_t end);
   // The arena, or null when the store is not packed.
   const ParamArena* arena() const { return packed_ ? &arena_ : nullptr; }
 
@@ -114,6 +122,7 @@ class ParamStore {
   std::vector<Param> params_;
   ParamArena arena_;
   bool packed_ = false;
+  int64_t moment_begin_ = -1, moment_end_ = -1;  // -1: every parameter's
 };
 
 }  // namespace toy

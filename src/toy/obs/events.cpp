@@ -13,6 +13,7 @@
 namespace toy {
 
 EventLog::EventLog(const std::string& path, bool append) : path_(path) {
+  if (path.empty()) return;  // a log that writes nothing (a data-parallel rank other than 0)
   f_ = std::fopen(path.c_str(), append ? "a" : "w");
   TOY_CHECK(f_ != nullptr, "[events] cannot write '{}'", path);
 }
@@ -22,6 +23,7 @@ EventLog::~EventLog() {
 }
 
 void EventLog::emit(const std::string& event, nlohmann::json j) {
+  if (!f_) return;
   nlohmann::json line = {{"event", event}, {"time", iso8601_now()}};
   line.update(j);
   const std::string s = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

@@ -12,7 +12,7 @@ namespace toy {
 
 class EventLog {
  public:
-  // append = continue an existing log (resume).
+  // append = continue an existing log (resume); an empty path: a log that writes nothing.
   EventLog(const std::string& path, bool append);
   ~EventLog();
   EventLog(const EventLog&) = delete;

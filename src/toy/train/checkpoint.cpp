@@ -112,7 +112,9 @@ void save_checkpoint(Run& r) {
                           {"tokens_seen", r.loop.units},
                           {"best_step", r.loop.best.step},
                           {"best_val_loss", r.loop.best.has() ? r.loop.best.score : 0.0},
-                          {"corpus", corpus_json(r)}};
+                          {"corpus", corpus_json(r)},
+                          // the processes whose steps these were (a resume keeps the global batch)
+                          {"world_size", r.loop.world_size}};
   w.set("toy.train.options", gguf::Value::str(r.o.to_json().dump()));
   w.set("toy.train.state", gguf::Value::str(state.dump()));
   w.write(checkpoint_path(r.o.out));
@@ -191,6 +193,9 @@ void load_checkpoint(Run& r, const gguf::Reader& rd, const std::string& dir) {
     const std::string fw = st_where + " corpus file";
     r.corpus.push_back({get_string(f, "path", fw), get_uint(f, "bytes", fw), parse_hex(f, "hash", fw)});
   }
+  r.loop.world_size = st.contains("world_size") ? get_int(st, "world_size", st_where) : 1;
+  TOY_CHECK(r.loop.world_size >= 1 && r.loop.world_size <= 1 << 20, "{}: world_size {} is outside 1..1048576",
+            st_where, r.loop.world_size);
   r.loop.saved_step = step;
 }
 

@@ -136,18 +136,30 @@ void shuffle_epoch(FinetuneRun& r) {
 namespace {
 
 
-// Token-weighted mean loss over examples, in batches.
-double mean_loss(DecoderLM& m, const std::vector<SftExample>& examples, int64_t batch) {
+// Token-weighted mean loss over examples, in batches (data-parallel: the batches split over
+// the ranks, summed in batch order).
+double mean_loss(DecoderLM& m, const std::vector<SftExample>& examples, int64_t batch, double timeout_s) {
   NoGradGuard ng;
-  double total = 0;
-  int64_t counted = 0;
+  struct Batch {
+    Tensor ids, targets;
+    int64_t n = 0;
+  };
+  std::vector<Batch> batches;
   for (size_t i = 0; i < examples.size(); i += size_t(batch)) {
     std::vector<const SftExample*> b;
     for (size_t j = i; j < std::min(examples.size(), i + size_t(batch)); ++j) b.push_back(&examples[j]);
-    Tensor ids, targets;
-    const int64_t n = make_sft_batch(b, m.config().vocab, ids, targets);
-    total += m.loss(ids, targets).item() * double(n);
-    counted += n;
+    Batch x;
+    x.n = make_sft_batch(b, m.config().vocab, x.ids, x.targets);
+    batches.push_back(std::move(x));
+  }
+  const std::vector<double> losses = dist::share_items(
+      int64_t(batches.size()),
+      [&](int64_t i) { return double(m.loss(batches[size_t(i)].ids, batches[size_t(i)].targets).item()); }, timeout_s);
+  double total = 0;
+  int64_t counted = 0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    total += losses[i] * double(batches[i].n);
+    counted += batches[i].n;
   }
   return counted ? total / double(counted) : NAN;
 }
@@ -216,10 +228,15 @@ class FinetuneTask : public TrainTask {
   FinetuneResult& result() { return res_; }
 
   // The examples come in order (the epoch's seeded order, rows packed in turn); the dropout
-  // masks from the micro-batch's own generator.
+  // masks from the micro-batch's own generator. Data-parallel: every rank walks the same
+  // order and passes over the micro-batches of the other ranks (micro-batch i of a step is
+  // rank i mod N's), so the data position is the one process's after every step.
   Tensor micro_loss(const MicroBatch& mb, int64_t& units) override {
     const FinetuneOptions& o = r_.o;
     DecoderLM& m = *r_.model;
+    if (mb.step != step_) finish_step(), step_ = mb.step, count_ = mb.count;
+    while (next_ < mb.index) skip_micro_batch();
+    ++next_;
     Tensor ids, targets;
     Packing packing;
     if (o.pack) {
@@ -238,6 +255,7 @@ class FinetuneTask : public TrainTask {
     return m.loss(ids, targets, true, &dropout, o.pack ? &packing : nullptr);
   }
   void after_step(const StepDone& d, nlohmann::json& ev) override {
+    finish_step();
     ev["epoch"] = r_.epoch;
     if (d.skipped) return;
     r_.window_loss += d.loss, ++r_.window_steps;
@@ -283,8 +301,18 @@ class FinetuneTask : public TrainTask {
   }
 
  private:
+  // Passes over the rest of the step's micro-batches (those of the ranks after this one).
+  void finish_step() {
+    while (next_ < count_) skip_micro_batch();
+    next_ = count_ = 0;
+  }
+  void skip_micro_batch() {
+    for (int64_t i = 0; i < r_.o.batch; ++i) r_.o.pack ? (void)next_row(r_) : (void)next_example(r_);
+    ++next_;
+  }
+
   double evaluate() {
-    const double v = mean_loss(*r_.model, r_.val, r_.o.batch);
+    const double v = mean_loss(*r_.model, r_.val, r_.o.batch, r_.o.dp_timeout);
     const bool best = loop_->offer_best(v);
     loop_->events().emit("eval", {{"step", r_.loop.step}, {"val_loss", v}, {"best", best}});
     loop_->progress().line(fmt::format("step {:>6}  val loss {:.4f}{}", r_.loop.step, v, best ? "  (best so far)" : ""));
@@ -294,6 +322,7 @@ class FinetuneTask : public TrainTask {
   FinetuneRun& r_;
   TrainLoop* loop_ = nullptr;
   FinetuneResult res_;
+  int64_t step_ = -1, next_ = 0, count_ = 0;  // the step being drawn and its next micro-batch
 };
 
 FinetuneResult run_loop(FinetuneRun& r, bool resumed) {
@@ -325,6 +354,7 @@ FinetuneResult run_loop(FinetuneRun& r, bool resumed) {
   start["model"] = m.config().to_json();
   start["params"] = m.params().numel();
   start["trainable_params"] = m.params().trainable_numel();
+  loop.add_run_start_fields(start);
   loop.events().emit("run_start", start);
   const std::string what = (o.method == "full" ? std::string("full") : fmt::format("LoRA rank {}", o.lora_rank)) +
                            (o.donor_embeddings.empty() ? "" : ", projection lens");
@@ -351,11 +381,23 @@ FinetuneResult run_loop(FinetuneRun& r, bool resumed) {
 
 }  // namespace
 
+// Data-parallel: every rank must be fine-tuning the same run on the same files.
+void agree_on_start(const FinetuneRun& r) {
+  auto id = [](const FileIdentity& f) { return nlohmann::json{{"bytes", f.bytes}, {"hash", fmt::format("{:016x}", f.hash)}}; };
+  nlohmann::json mine = {{"options", r.o.to_json()}, {"base", id(r.base_id)}, {"donor", id(r.donor_id)},
+                         {"data", id(r.data_id)}, {"step", r.loop.step}};
+  dist::agree_on_start(dist::world(), mine, r.o.dp_timeout);
+}
+
 FinetuneResult finetune(const FinetuneOptions& opts) {
   opts.validate();
-  check_new_run_folder(opts.out, opts.force);
+  // (Data-parallel: rank 0 alone writes the run's files.)
+  const bool writer = writes_run_files();
+  check_data_parallel(opts, "[finetune]");
+  if (writer) check_new_run_folder(opts.out, opts.force);
   FinetuneRun r;
   r.o = opts;
+  if (!writer) r.o.quiet = true;
   // Saved absolute, so `--resume DIR` finds the files from any working directory.
   r.o.model = absolute(opts.model);
   r.o.data = absolute(opts.data);
@@ -366,21 +408,23 @@ FinetuneResult finetune(const FinetuneOptions& opts) {
   r.o.ctx = opts.ctx ? opts.ctx : std::min<int64_t>(model_ctx, 512);
   TOY_CHECK(r.o.ctx <= model_ctx, "[finetune] --ctx {} is longer than the model's context {}", r.o.ctx, model_ctx);
   read_finetune_data(r);
-  if (!opts.quiet && (r.truncated || r.dropped))
+  if (!r.o.quiet && (r.truncated || r.dropped))
     std::fprintf(stderr, "toy finetune: warning: %lld records longer than --ctx %lld + 1 tokens were truncated%s\n",
                  (long long)r.truncated, (long long)r.o.ctx,
                  r.dropped ? fmt::format(" ({} left with nothing to learn were dropped)", r.dropped).c_str() : "");
-  // Steps from epochs: examples per step, or (packed) input tokens per step.
-  double per_epoch = double(r.train.size()) / double(opts.batch * opts.accum);
+  // Steps from epochs: examples per step, or (packed) input tokens per step (of every process).
+  const double per_step = double(opts.batch * opts.accum * dist::world().size());
+  double per_epoch = double(r.train.size()) / per_step;
   if (opts.pack) {
     double inputs = 0;
     for (const SftExample& e : r.train) inputs += double(e.tokens.size() - 1);
-    per_epoch = inputs / double(r.o.ctx * opts.batch * opts.accum);
+    per_epoch = inputs / (double(r.o.ctx) * per_step);
   }
   if (!opts.steps) r.o.steps = std::max<int64_t>(1, int64_t(std::ceil(opts.epochs * per_epoch)));
   if (std::isnan(opts.min_lr)) r.o.min_lr = opts.lr / 10;
   identify_files(r);
-  prepare_new_run_folder(opts.out, opts.force);
+  agree_on_start(r);
+  if (writer) prepare_new_run_folder(opts.out, opts.force);
   r.model->params().move_to(opts.device);  // the base's weights (mapped or F32) and what trains, copied once
   r.opt = std::make_unique<AdamW>(r.model->params(), opts.adamw());
   r.dropout_gen = Generator(opts.seed, kFinetuneDropoutStream);
@@ -401,11 +445,17 @@ FinetuneResult resume_finetune(const std::string& dir, const std::function<void(
   r.o = read_finetune_checkpoint_options(rd, dir);
   // The run's files are rewritten or appended to: each must be a regular file.
   for (const std::string& f : run_file_names()) check_output_file((fs::path(dir) / f).string(), "[finetune]");
-  for (const std::string& t : remove_stale_temporaries(dir))
-    std::fprintf(stderr, "toy finetune: removed '%s' left by a write that was interrupted\n", printable(t).c_str());
+  const bool writer = writes_run_files();
+  if (writer)
+    for (const std::string& t : remove_stale_temporaries(dir))
+      std::fprintf(stderr, "toy finetune: removed '%s' left by a write that was interrupted\n", printable(t).c_str());
   r.o.stop_after = 0;  // a stop point belongs to the session that set it
+  // The global batch (batch x accum x processes) is the run's (see toy train's resume).
+  r.o.accum = accum_for_world(r.o.accum, saved_world_size(rd), "[finetune]", dir, "toy finetune");
   if (override_fn) override_fn(r.o);
   r.o.validate();
+  if (!writer) r.o.quiet = true;
+  check_data_parallel(r.o, "[finetune]");
   // The files first: a run continues only on what it started with.
   FileIdentity base, donor, data;
   read_finetune_checkpoint_files(rd, base, donor, data);
@@ -417,6 +467,7 @@ FinetuneResult resume_finetune(const std::string& dir, const std::function<void(
   read_finetune_data(r);
   r.opt = std::make_unique<AdamW>(r.model->params(), r.o.adamw());
   load_finetune_checkpoint(r, rd);
+  agree_on_start(r);
   r.model->params().move_to(r.o.device);  // what trains and AdamW's moments, read on the CPU
   r.loop.best.move_to(r.o.device);
   // A finished run whose outputs were not written after its last checkpoint (the write

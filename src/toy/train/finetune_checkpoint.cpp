@@ -83,11 +83,21 @@ void save_finetune_checkpoint(FinetuneRun& r) {
                           {"best_val_loss", loop.best.has() ? loop.best.score : 0.0},
                           {"base", identity_json(r.base_id)},
                           {"donor", identity_json(r.donor_id)},
-                          {"data", identity_json(r.data_id)}};
+                          {"data", identity_json(r.data_id)},
+                          // the processes whose steps these were (a resume keeps the global batch)
+                          {"world_size", loop.world_size}};
   if (std::isfinite(r.train_loss)) state["train_loss"] = r.train_loss;
   w.set("toy.finetune.options", gguf::Value::str(r.o.to_json().dump()));
   w.set("toy.finetune.state", gguf::Value::str(state.dump()));
   w.write(finetune_checkpoint_path(r.o.out));
+}
+
+int64_t saved_world_size(const gguf::Reader& rd) {
+  const std::string w = fmt::format("[finetune] checkpoint '{}' key toy.finetune.state", printable(rd.path()));
+  const nlohmann::json st = json_fields::parse_object(rd.get_str("toy.finetune.state"), w);
+  const int64_t n = st.contains("world_size") ? json_fields::get_int(st, "world_size", w) : 1;
+  TOY_CHECK(n >= 1 && n <= 1 << 20, "{}: world_size {} is outside 1..1048576", w, n);
+  return n;
 }
 
 FinetuneOptions read_finetune_checkpoint_options(const gguf::Reader& rd, const std::string& dir) {
@@ -168,6 +178,9 @@ void load_finetune_checkpoint(FinetuneRun& r, const gguf::Reader& rd) {
   const int64_t best_step = get_int(st, "best_step", w);
   TOY_CHECK(best_step >= -1 && best_step <= step, "{}: best_step {} is outside -1..{}", w, best_step, step);
   loop.best.load(rd, r.model->params(), best_step, get_double(st, "best_val_loss", w), 0, "[finetune]");
+  loop.world_size = st.contains("world_size") ? get_int(st, "world_size", w) : 1;
+  TOY_CHECK(loop.world_size >= 1 && loop.world_size <= 1 << 20, "{}: world_size {} is outside 1..1048576", w,
+            loop.world_size);
   loop.saved_step = step;
   if (r.epoch >= 0) shuffle_epoch(r);  // the epoch's order is the seed's: rebuilt, not stored
 }

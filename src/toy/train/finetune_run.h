@@ -74,6 +74,8 @@ std::string finetune_checkpoint_path(const std::string& dir);
 void save_finetune_checkpoint(FinetuneRun& r);
 // The options of the run in `dir` (first step of a resume: the model is built from them).
 FinetuneOptions read_finetune_checkpoint_options(const gguf::Reader& rd, const std::string& dir);
+// The processes the checkpoint's run was split over (1 for runs saved before data-parallel).
+int64_t saved_world_size(const gguf::Reader& rd);
 // The identities of the base, donor and data files the run started with.
 void read_finetune_checkpoint_files(const gguf::Reader& rd, FileIdentity& base, FileIdentity& donor,
                                     FileIdentity& data);

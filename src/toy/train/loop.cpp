@@ -41,6 +41,11 @@ void LoopOptions::validate_loop(const char* who) const {
             "{} --moe-aux-loss must be in [0, 100], got {}", who, moe_aux_loss);
   TOY_CHECK(std::isfinite(save_minutes) && save_minutes >= 0 && save_minutes <= 1e6,
             "{} --save-minutes must be in [0, 1e6] (0 = off), got {}", who, save_minutes);
+  TOY_CHECK(zero == 0 || zero == 1, "{} --zero must be 0 or 1, got {}", who, zero);
+  TOY_CHECK(std::isfinite(dp_bucket_mb) && dp_bucket_mb > 0 && dp_bucket_mb <= 4096,
+            "{} --dp-bucket-mb must be in (0, 4096], got {}", who, dp_bucket_mb);
+  TOY_CHECK(std::isfinite(dp_timeout) && dp_timeout >= 1 && dp_timeout <= 86400,
+            "{} --dp-timeout must be in 1..86400 seconds, got {}", who, dp_timeout);
 }
 
 void LoopOptions::loop_to_json(nlohmann::json& j) const {
@@ -141,10 +146,20 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
     params.zero_grad();
     throw NonFiniteStep(fmt::format("{} {}: the step was not applied (try a lower --lr or --clip)", s.who, what));
   };
+  dist::DataParallel* dp = s.dp;
+  // Data-parallel: this rank runs micro-batches rank, rank + N, ... of the step's accum x N.
+  const int64_t ranks = dp ? dp->size() : 1, me = dp ? dp->rank() : 0, global = s.accum * ranks;
   StepDone d;
   d.lr = lr;
   BackwardOptions bo;
   bo.on_grad_ready = s.on_grad_ready;
+  if (dp) {
+    dp->begin_step(s.step);
+    bo.on_grad_ready = [dp, user = s.on_grad_ready](const Tensor& t) {
+      dp->grad_ready(t);
+      if (user) user(t);
+    };
+  }
   // The micro-batches' losses stay on the device until the step's one read, with the
   // gradients' squared norms. (A loss that is not finite gives gradients that are not either:
   // nothing is applied whichever is found first.)
@@ -152,13 +167,17 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
   StepClock own_clock;
   StepClock& clock = s.clock ? *s.clock : own_clock;
   const Tensor& device_step = clock.at(s.step, params.device());
+  int64_t units = 0;
   for (int64_t micro = 0; micro < s.accum; ++micro) {
-    Tensor loss = task.micro_loss(MicroBatch{s.step, micro, s.accum, &device_step}, d.units);
+    if (dp) dp->begin_micro();
+    Tensor loss = task.micro_loss(MicroBatch{s.step, me + ranks * micro, global, &device_step}, units);
     Tensor l = reshape(loss.detach(), Shape{1});
     reads.push_back(l.dtype() == DType::F32 ? l : cast(l, DType::F32));
-    const float k = loss_scale.scale() / float(s.accum);
+    const float k = loss_scale.scale() / float(global);
     backward(k == 1.0f ? loss : scale(loss, k), Tensor(), bo);
+    if (dp) dp->end_micro();
   }
+  if (dp) dp->finish_gradients();
   if (s.dynamic_loss_scale) scale_grads(params, 1.0f / loss_scale.scale());
   // One read: the micro-batches' losses, the gradients' squared norms, then the task's values.
   const Tensor norms = grad_square_norms(params);
@@ -177,15 +196,47 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
     for (int64_t n : extra_sizes) extra.emplace_back(at, at + ptrdiff_t(n)), at += ptrdiff_t(n);
     task.read_back(extra);
   }
+  // The step's losses in micro-batch order and its gradients' squared norms in parameter
+  // order: this rank's, or (data-parallel) every rank's from the step's record.
+  std::vector<float> losses(read.begin(), read.begin() + s.accum);
+  std::vector<float> square_norms(read.begin() + s.accum, read.begin() + ptrdiff_t(size_t(s.accum) + n_norms));
+  if (dp) {
+    dist::StepRecord mine;
+    mine.losses = losses;
+    mine.units = units;
+    if (dp->options().zero == 1) mine.square_norms = square_norms;  // (zero 0: every rank has them all)
+    mine.stop = s.stop_request, mine.save = s.save_request && me == 0;
+    mine.task_reads = task.step_counts();
+    const std::vector<dist::StepRecord> all = dp->exchange(mine);
+    std::vector<float> counts(mine.task_reads.size(), 0.0f);
+    for (const dist::StepRecord& rec : all) {
+      TOY_CHECK(rec.task_reads.size() == counts.size(), "[dist] the ranks' step records disagree");
+      for (size_t i = 0; i < counts.size(); ++i) counts[i] += rec.task_reads[i];
+    }
+    if (!counts.empty()) task.set_step_counts(counts);
+    losses.assign(size_t(global), 0.0f);
+    units = 0;
+    if (dp->options().zero == 1) square_norms.clear();
+    for (int64_t r = 0; r < ranks; ++r) {
+      const dist::StepRecord& rec = all[size_t(r)];
+      TOY_CHECK(int64_t(rec.losses.size()) == s.accum, "[dist] rank {} ran {} micro-batches, this rank {}", r,
+                rec.losses.size(), s.accum);
+      for (int64_t m = 0; m < s.accum; ++m) losses[size_t(r + ranks * m)] = rec.losses[size_t(m)];
+      units += rec.units;
+      if (dp->options().zero == 1) square_norms.insert(square_norms.end(), rec.square_norms.begin(), rec.square_norms.end());
+      d.stop = d.stop || rec.stop;
+      d.save = d.save || rec.save;
+    }
+  }
+  d.units += units;
   double loss_sum = 0;
-  for (int64_t micro = 0; micro < s.accum; ++micro) {
-    const double l = read[size_t(micro)];
+  for (int64_t micro = 0; micro < global; ++micro) {
+    const double l = losses[size_t(micro)];
     if (!std::isfinite(l))
-      refuse(fmt::format("the loss became {}{}", l, s.accum > 1 ? fmt::format(" in micro-batch {}", micro + 1) : ""));
+      refuse(fmt::format("the loss became {}{}", l, global > 1 ? fmt::format(" in micro-batch {}", micro + 1) : ""));
     loss_sum += l;
   }
-  d.grad_norm = clip_grad_norm_from(
-      params, std::vector<float>(read.begin() + s.accum, read.begin() + ptrdiff_t(size_t(s.accum) + n_norms)), s.clip);
+  d.grad_norm = clip_grad_norm_from(params, square_norms, s.clip);
   if (s.dynamic_loss_scale && !loss_scale.update(std::isfinite(d.grad_norm))) d.skipped = true;
   if (!d.skipped && !std::isfinite(d.grad_norm)) refuse(fmt::format("the gradient norm became {}", d.grad_norm));
   if (!d.skipped) {
@@ -193,10 +244,12 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
       opt.step_on_schedule(*s.schedule, device_step);
     else
       opt.step(lr);
+    if (dp) dp->share_values();
   }
   params.zero_grad();
   clock.advance();
-  d.loss = loss_sum / double(s.accum);
+  d.loss = loss_sum / double(global);
+  if (dp) d.comm_s = dp->comm_seconds(), d.exposed_comm_s = dp->exposed_seconds();
   return d;
 }
 
@@ -215,9 +268,51 @@ TrainLoop::TrainLoop(LoopSetup setup, const LoopOptions& o, LoopState& state, Pa
       params_(params),
       opt_(opt),
       task_(task),
-      progress_(setup_.progress, o.quiet, o.log_every),
-      events_((fs::path(setup_.dir) / "events.jsonl").string(), setup_.resumed),
-      session_start_(Clock::now()) {}
+      progress_(setup_.progress, o.quiet || !writes_run_files(), o.log_every),
+      events_(writes_run_files() ? (fs::path(setup_.dir) / "events.jsonl").string() : std::string(), setup_.resumed),
+      session_start_(Clock::now()) {
+  if (dist::world().size() > 1) {
+    dp_ = std::make_unique<dist::DataParallel>(dist::world(), params_, o.dp());
+    dist::set_active(dp_.get());
+  }
+  st_.world_size = dist::world().size();
+}
+
+TrainLoop::~TrainLoop() {
+  if (dp_ && dist::active() == dp_.get()) dist::set_active(nullptr);
+}
+
+bool writes_run_files() { return dist::world().rank() == 0; }
+
+void check_data_parallel(const LoopOptions& o, const char* who) {
+  const int n = dist::world().size();
+  if (n == 1) return;
+  TOY_CHECK(is_host(o.device), "{} data-parallel training ({} processes) runs on the CPU in this toy; --device {} "
+            "is not supported with mpirun yet", who, n, name(o.device));
+}
+
+int64_t accum_for_world(int64_t saved_accum, int64_t saved_world, const char* who, const std::string& dir,
+                        const char* command) {
+  const int64_t n = dist::world().size(), global = saved_accum * saved_world;
+  if (n == saved_world) return saved_accum;
+  TOY_CHECK(global % n == 0, "{} the run in '{}' takes {} micro-batches per step ({} processes x --accum {}): {} "
+            "processes cannot share them evenly; resume it with a number of processes that divides {} ({} --resume)",
+            who, printable(dir), global, saved_world, saved_accum, n, global, command);
+  return global / n;
+}
+
+void TrainLoop::add_run_start_fields(nlohmann::json& start) const {
+  start["world_size"] = dist::world().size();
+  start["zero"] = dp_ ? o_.zero : 0;
+  if (!dp_) return;
+  nlohmann::json shards = dp_->shards_json();
+  const int64_t total = params_.arena() ? params_.arena()->numel() : 0;
+  for (nlohmann::json& s : shards)
+    s["optimizer_bytes"] = 8 * (o_.zero == 1 ? s["elements"].get<int64_t>() : total);
+  start["shards"] = shards;
+  start["dp"] = {{"bucket_mb", o_.dp_bucket_mb}, {"overlap", o_.dp_overlap}, {"timeout_s", o_.dp_timeout},
+                 {"buckets", dp_->bucket_count()}, {"backend", dist::world().backend()}};
+}
 
 double TrainLoop::session_seconds() const { return since(session_start_); }
 
@@ -226,7 +321,19 @@ bool TrainLoop::offer_best(double score, double tiebreak) {
 }
 
 void TrainLoop::checkpoint(const char* reason) {
-  task_.save_checkpoint();
+  if (dp_) {
+    // Rank 0 writes it with every rank's optimizer state (the one-process layout).
+    dp_->gather_moments();
+    try {
+      if (writes_run_files()) task_.save_checkpoint();
+    } catch (...) {
+      dp_->drop_gathered_moments();
+      throw;
+    }
+    dp_->drop_gathered_moments();
+  } else {
+    task_.save_checkpoint();
+  }
   st_.saved_step = st_.step;
   events_.emit("checkpoint", {{"step", st_.step}, {"reason", reason}});
 }
@@ -240,6 +347,7 @@ void TrainLoop::end_events(bool stopped, const nlohmann::json& extra,
   if (end_fields) e.update(end_fields());
   e.update(extra);
   events_.emit("run_end", e);
+  if (!writes_run_files()) return;
   write_report((fs::path(setup_.dir) / "events.jsonl").string(), (fs::path(setup_.dir) / "report.html").string());
 }
 
@@ -292,6 +400,10 @@ bool TrainLoop::run(const std::function<nlohmann::json()>& end_fields) {
     int64_t reads_before = 0;
     try {
       ss.step = st_.step;
+      ss.dp = dp_.get();
+      // (Data-parallel: the step's record carries this rank's stop request and rank 0's clock.)
+      ss.stop_request = stop_requested();
+      ss.save_request = o_.save_minutes > 0 && since(last_save) >= o_.save_minutes * 60;
       reads_before = device_traffic().reads;
       d = take_step(task_, params_, opt_, st_.loss_scale, ss, lr);
     } catch (const Error& e) {
@@ -312,19 +424,23 @@ bool TrainLoop::run(const std::function<nlohmann::json()>& end_fields) {
     // On a device: how many times the step read it back (one, for the losses, the gradient
     // norms and what the task asked for; step_reads).
     if (!is_host(o_.device)) ev["device_reads"] = device_traffic().reads - reads_before;
+    if (dp_) ev.update({{"comm_s", d.comm_s}, {"exposed_comm_s", d.exposed_comm_s}});
     task_.after_step(d, ev);
     events_.emit("step", ev);
     const double rate = double(st_.units) / std::max(st_.seconds, 1e-9);
     const double eta = double(end_step - st_.step) * st_.seconds / double(std::max<int64_t>(1, st_.step));
     progress_.step(st_.step, end_step, d.loss, lr, rate, eta, setup_.rate_unit);
     task_.cadence(d);
-    if (!d.last && (stop_requested() || (o_.stop_after > 0 && st_.step >= o_.stop_after))) {
+    // Data-parallel: every rank decides from the step's record (a stop any rank was asked for;
+    // rank 0's clock for timed saves), so all stop or save at the same step.
+    const bool stop_now = dp_ ? d.stop : stop_requested();
+    if (!d.last && (stop_now || (o_.stop_after > 0 && st_.step >= o_.stop_after))) {
       stopped = true;
       clear_stop_request();
       break;
     }
-    const bool periodic = (o_.save_every > 0 && st_.step % o_.save_every == 0) ||
-                          (o_.save_minutes > 0 && since(last_save) >= o_.save_minutes * 60);
+    const bool timed_save = dp_ ? d.save : o_.save_minutes > 0 && since(last_save) >= o_.save_minutes * 60;
+    const bool periodic = (o_.save_every > 0 && st_.step % o_.save_every == 0) || timed_save;
     if (!d.last && periodic) {
       checkpoint("periodic");
       last_save = Clock::now();
@@ -338,7 +454,7 @@ bool TrainLoop::run(const std::function<nlohmann::json()>& end_fields) {
   }
   if (!stopped && task_.final_evaluation()) checkpoint("best");
   try {
-    task_.write_outputs(stopped);
+    if (writes_run_files()) task_.write_outputs(stopped);
   } catch (const Error& e) {
     say_where_to_resume(e);
   }

@@ -26,6 +26,7 @@
 
 #include "toy/core/error.h"
 #include "toy/core/rng.h"
+#include "toy/dist/data_parallel.h"
 #include "toy/nn/params.h"
 #include "toy/obs/events.h"
 #include "toy/obs/progress.h"
@@ -56,6 +57,11 @@ struct LoopOptions {
   bool quiet = false;
   bool force = false;  // a new run may replace a run already in `out`
   Device device = Device::CPU;  // where the weights live and the steps compute (--device)
+  // Data-parallel runs (mpirun -np N; see dist/data_parallel.h): per invocation, not saved.
+  int zero = 1;               // --zero: 1 shards AdamW's moments over the ranks (ZeRO-1), 0 keeps them whole
+  double dp_bucket_mb = 8;    // --dp-bucket-mb: gradient bucket size
+  bool dp_overlap = true;     // --dp-overlap: send buckets while backward runs
+  double dp_timeout = 300;    // --dp-timeout: seconds any wait for another rank may take
 
   // Throws toy::Error naming the first nonsense value; `who` ("[train]") starts the message.
   void validate_loop(const char* who) const;
@@ -63,6 +69,7 @@ struct LoopOptions {
   void loop_to_json(nlohmann::json& j) const;
   void loop_from_json(const nlohmann::json& j, const std::string& where);
   AdamWConfig adamw() const { return {beta1, beta2, 1e-8f, weight_decay}; }
+  dist::DpOptions dp() const { return {zero, dp_bucket_mb, dp_overlap, dp_timeout}; }
 };
 
 // ---- the best weights ---------------------------------------------------------------------------
@@ -96,6 +103,7 @@ struct LoopState {
   int64_t units = 0;         // tokens or images trained on (all sessions)
   int64_t skipped_steps = 0; // F16: steps skipped for an inf/NaN gradient
   int64_t saved_step = -1;   // step of the last checkpoint written or loaded (-1: none)
+  int64_t world_size = 1;    // the processes the run's steps were split over (checkpoints keep it)
   DynamicLossScale loss_scale{1.0f};
   BestWeights best;
 };
@@ -118,6 +126,10 @@ struct StepDone {
   bool skipped = false;  // F16: the gradient overflowed; nothing applied, the scale halved
   int64_t units = 0;     // tokens or images trained on
   double seconds = 0;
+  // Data-parallel: what the ranks agreed on in the step's record, and the step's
+  // communication (seconds from sending to delivery; of those, seconds spent waiting).
+  bool stop = false, save = false;
+  double comm_s = 0, exposed_comm_s = 0;
 };
 
 // Which micro-batch a task is asked for: micro-batch `index` of the `count` of 0-based step
@@ -145,6 +157,10 @@ class TrainTask {
   // backward: a training accuracy, say), each read as F32 and handed to read_back in order.
   virtual std::vector<Tensor> step_reads() { return {}; }
   virtual void read_back(const std::vector<std::vector<float>>& /*values*/) {}
+  // Counts of the step the task keeps (after read_back: a training accuracy's correct
+  // answers); data-parallel, every rank's are summed in rank order and handed back.
+  virtual std::vector<float> step_counts() { return {}; }
+  virtual void set_step_counts(const std::vector<float>& /*summed*/) {}
   // After each step, before its event is written: the task's own accounting and event fields.
   virtual void after_step(const StepDone& /*done*/, nlohmann::json& /*event*/) {}
   // What is due after the step (evaluations, samples); runs before stop checks and saves.
@@ -173,6 +189,10 @@ struct StepSettings {
   // it to `step` when it does not hold it and advances it after the step. Null: a clock of
   // the call's own.
   StepClock* clock = nullptr;
+  // Data-parallel: this rank's part of the step (null: one process). The step's micro-batches
+  // are then accum x ranks; stop/save are this rank's requests for the step's record.
+  dist::DataParallel* dp = nullptr;
+  bool stop_request = false, save_request = false;
 };
 
 // One optimizer step: `accum` micro-batches of the task, clipping, AdamW at lr, gradients
@@ -199,8 +219,13 @@ class TrainLoop {
  public:
   TrainLoop(LoopSetup setup, const LoopOptions& o, LoopState& state, ParamStore& params, AdamW& opt,
             TrainTask& task);
+  ~TrainLoop();
   EventLog& events() { return events_; }
+  // The run's data-parallel part (null: one process).
+  dist::DataParallel* data_parallel() { return dp_.get(); }
   ProgressLine& progress() { return progress_; }
+  // run_start's data-parallel fields: world_size, zero, shards.
+  void add_run_start_fields(nlohmann::json& start) const;
   // Offers the current weights as the best (see BestWeights::offer) at the current step.
   bool offer_best(double score, double tiebreak = 0);
   // Called with each gradient as it is whole (data-parallel reduction hangs on it).
@@ -227,6 +252,17 @@ class TrainLoop {
   EventLog events_;
   std::function<void(const Tensor&)> on_grad_ready_;
   std::chrono::steady_clock::time_point session_start_;
+  std::unique_ptr<dist::DataParallel> dp_;
 };
+
+// Whether this process writes the run's files and speaks for it (rank 0 of a data-parallel
+// run; always, alone).
+bool writes_run_files();
+// Refuses a data-parallel launch the options cannot run (a device other than the CPU).
+void check_data_parallel(const LoopOptions& o, const char* who);
+// The micro-batches per process that keep a resumed run's global batch (accum x the
+// processes it was saved by) over this launch's processes; refuses when they do not divide it.
+int64_t accum_for_world(int64_t saved_accum, int64_t saved_world, const char* who, const std::string& dir,
+                        const char* command);
 
 }  // namespace toy

@@ -59,17 +59,28 @@ void AdamW::update() {
   const ParamArena& a = *params_.arena();
   gather_grads_into_arena(params_);
   // The ranges of the parameters that have a gradient (one with none is left as it is).
+  // (A data-parallel rank keeps moments for its shard only: the arena's elements from
+  // moment_begin; parameters without moments here are updated by the rank that owns them.)
+  const int64_t mb = a.moment_begin, me = a.moment_end;
   std::vector<ArenaRange> ranges;
   for (const Param& p : params_.all()) {
-    if (p.arena_offset < 0 || !p.value.grad().defined()) continue;
-    const int64_t b = p.arena_offset, e = b + p.value.numel();
+    if (p.arena_offset < 0 || !p.value.grad().defined() || !p.m.defined()) continue;
+    const int64_t b = p.arena_offset - mb, e = b + p.value.numel();
     if (!ranges.empty() && ranges.back().end == b && ranges.back().decay == p.decay)
       ranges.back().end = e;
     else if (e > b)
       ranges.push_back({b, e, p.decay});
   }
-  Tensor values = a.values, m = a.m, v = a.v;
-  adamw_step_ranges(values, a.grads, m, v, lr_, step_, {cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay}, ranges);
+  Tensor m = a.m, v = a.v;
+  if (mb == 0 && me == a.numel()) {
+    Tensor values = a.values;
+    adamw_step_ranges(values, a.grads, m, v, lr_, step_, {cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay}, ranges);
+    return;
+  }
+  const Shape s{me - mb};
+  Tensor values = make_view(a.values, s, contiguous_strides(s), a.values.offset() + mb);
+  const Tensor grads = make_view(a.grads, s, contiguous_strides(s), a.grads.offset() + mb);
+  adamw_step_ranges(values, grads, m, v, lr_, step_, {cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay}, ranges);
 }
 
 bool DynamicLossScale::update(bool finite) {

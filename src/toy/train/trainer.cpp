@@ -212,16 +212,19 @@ void load_data(Run& r, const CorpusListing& listing, bool train_tokenizer, bool 
             r.tokens.size(), need, r.split.train.size(), r.split.val.size());
 }
 
+// Data-parallel: the batches are split over the ranks (each still draws every batch's windows,
+// so that batch i is the same whoever computes it) and summed in batch order.
 double estimate_loss(Run& r, const std::vector<int32_t>& tokens, uint64_t which) {
   NoGradGuard ng;
   BatchSampler s(&tokens, r.o.model.ctx, r.o.batch, which == 0 ? "training" : "validation");
   Generator g(r.o.seed, (kEvalStream << 32) + which * 1000003u + uint64_t(r.loop.step));
+  std::vector<std::pair<Tensor, Tensor>> batches(size_t(r.o.eval_batches));
+  for (auto& [x, y] : batches) s.sample(g, x, y);
+  const std::vector<double> losses = dist::share_items(
+      r.o.eval_batches, [&](int64_t i) { return double(r.model->loss(batches[size_t(i)].first, batches[size_t(i)].second).item()); },
+      r.o.dp_timeout);
   double total = 0;
-  for (int64_t i = 0; i < r.o.eval_batches; ++i) {
-    Tensor x, y;
-    s.sample(g, x, y);
-    total += r.model->loss(x, y).item();
-  }
+  for (double l : losses) total += l;
   return total / double(r.o.eval_batches);
 }
 
@@ -291,7 +294,7 @@ class ScratchTask : public WindowTask {
   }
   // A failed sample (it is only a preview) is logged, and training goes on.
   void sample() {
-    if (r_.o.sample_tokens == 0) return;
+    if (r_.o.sample_tokens == 0 || !writes_run_files()) return;  // (a preview: rank 0's alone)
     std::string text;
     try {
       text = generate_sample(r_, r_.o.sample_tokens);
@@ -346,6 +349,17 @@ class ScratchTask : public WindowTask {
   double last_loss_ = NAN;
 };
 
+// Data-parallel: every rank must be training the same run on the same text.
+void agree_on_start(const Run& r) {
+  nlohmann::json options = r.o.to_json();
+  nlohmann::json mine = {{"options", options},
+                         {"corpus_hash", hex(r.corpus_hash)},
+                         {"tokenizer", {{"kind", r.o.tokenizer}, {"vocab", r.tok->vocab_size()},
+                                        {"identity", hex(r.token_cache_key)}}},
+                         {"step", r.loop.step}};
+  dist::agree_on_start(dist::world(), mine, r.o.dp_timeout);
+}
+
 TrainResult run_loop(Run& r, bool resumed) {
   const TrainOptions& o = r.o;
   r.model->set_moe_aux_loss(o.moe_aux_loss);
@@ -364,6 +378,7 @@ TrainResult run_loop(Run& r, bool resumed) {
   start["config"] = o.to_json();
   start["model"] = r.model->config().to_json();
   start["params"] = r.model->params().numel();
+  loop.add_run_start_fields(start);
   start["data"] = {{"files", r.files}, {"tokens", r.tokens.size()}, {"train_tokens", r.split.train.size()},
                    {"val_tokens", r.split.val.size()}, {"tokenizer", o.tokenizer},
                    {"vocab", r.tok->vocab_size()}};
@@ -400,7 +415,11 @@ TrainResult train(const TrainOptions& opts) {
     if (!ec) d = abs.lexically_normal().string();
   }
   // Everything that can fail on bad input happens before the run folder is written.
-  check_new_run_folder(opts.out, opts.force);
+  // (Data-parallel: rank 0 alone writes the run's files; the others only read the data.)
+  const bool writer = writes_run_files();
+  if (!writer) r.o.quiet = true;
+  check_data_parallel(opts, "[train]");
+  if (writer) check_new_run_folder(opts.out, opts.force);
   if (opts.threads) set_num_threads(opts.threads);
   load_data(r, list_data(r.o), true, false);
   ModelConfig mc = opts.model;
@@ -410,8 +429,11 @@ TrainResult train(const TrainOptions& opts) {
   r.o.model = mc;
   check_training_memory(estimate_training_memory(mc, opts.batch), available_memory_bytes(),
                         "lower --batch, --ctx, --dim or --layers");
-  prepare_new_run_folder(opts.out, opts.force);
-  save_token_cache((fs::path(opts.out) / "tokens.bin").string(), r.token_cache_key, r.tokens);
+  agree_on_start(r);
+  if (writer) {
+    prepare_new_run_folder(opts.out, opts.force);
+    save_token_cache((fs::path(opts.out) / "tokens.bin").string(), r.token_cache_key, r.tokens);
+  }
   r.model = std::make_unique<DecoderLM>(mc);
   r.model->init(opts.seed);            // on the CPU (the same weights for every device),
   r.model->params().move_to(opts.device);  // then moved once
@@ -431,17 +453,25 @@ TrainResult resume(const std::string& dir, const std::function<void(TrainOptions
   // events.jsonl would block the run forever).
   for (const std::string& f : run_file_names()) check_output_file((fs::path(dir) / f).string(), "[train]");
   // Only in a folder that holds a valid run: a write killed before its rename left these.
-  for (const std::string& t : remove_stale_temporaries(dir))
-    note(fmt::format("removed '{}' left by a write that was interrupted", t));
+  const bool writer = writes_run_files();
+  if (writer)
+    for (const std::string& t : remove_stale_temporaries(dir))
+      note(fmt::format("removed '{}' left by a write that was interrupted", t));
   r.o.stop_after = 0;  // a stop point belongs to the session that set it
+  // The global batch (batch x accum x processes) is the run's: over another number of
+  // processes each runs a share of the same micro-batches.
+  r.o.accum = accum_for_world(r.o.accum, r.loop.world_size, "[train]", dir, "toy train");
   if (override_fn) override_fn(r.o);
   r.o.validate();
+  if (!writer) r.o.quiet = true;
+  check_data_parallel(r.o, "[train]");
   if (r.o.threads) set_num_threads(r.o.threads);
   TOY_CHECK(r.loop.step < r.o.steps, "[train] the run in '{}' already finished its {} steps (pass a larger --steps to go on)",
             printable(dir), r.o.steps);
   load_data(r, list_data(r.o), false, true);
   check_training_memory(estimate_training_memory(r.o.model, r.o.batch), available_memory_bytes(),
                         "this run cannot continue on this machine");
+  agree_on_start(r);
   r.model->params().move_to(r.o.device);  // the weights and AdamW's moments, read on the CPU
   r.loop.best.move_to(r.o.device);
   return run_loop(r, true);

@@ -197,6 +197,40 @@ Evaluation evaluate(const Vit& m, const ImageSet& s, int64_t batch) {
   return e;
 }
 
+// The loss and accuracy of evaluate(), the batches split over a data-parallel run's ranks
+// and summed in batch order (the same numbers as one process's).
+Evaluation evaluate_split(const Vit& m, const ImageSet& s, double timeout_s, int64_t batch = 256) {
+  if (dist::world().size() == 1) return evaluate(m, s, batch);
+  check_images_fit(m, s);
+  NoGradGuard ng;
+  const int64_t K = m.config().classes, batches = (s.size() + batch - 1) / batch;
+  std::vector<int64_t> correct(size_t(batches), 0);
+  const std::vector<double> losses = dist::share_items(batches, [&](int64_t b) {
+    const int64_t at = b * batch, n = std::min(batch, s.size() - at);
+    Tensor logits = m.logits(m.input(s.image(at), n));
+    std::vector<int32_t> ids(s.labels.begin() + at, s.labels.begin() + at + n);
+    const double l = cross_entropy(logits, to(labels::class_ids(ids, K), logits.device())).item();
+    const std::vector<float> p = softmax(logits).to_f32_vector();
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = p.data() + i * K;
+      correct[size_t(b)] += int32_t(std::max_element(row, row + K) - row) == ids[size_t(i)];
+    }
+    return l;
+  }, timeout_s);
+  const std::vector<double> rights = dist::share_items(batches, [&](int64_t b) { return double(correct[size_t(b)]); },
+                                                       timeout_s);
+  Evaluation e;
+  e.n = s.size();
+  double loss_sum = 0, right = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    loss_sum += losses[size_t(b)] * double(std::min(batch, s.size() - b * batch));
+    right += rights[size_t(b)];
+  }
+  e.accuracy = e.n ? right / double(e.n) : 0;
+  e.loss = e.n ? loss_sum / double(e.n) : 0;
+  return e;
+}
+
 // ---- the run ------------------------------------------------------------------------------------
 
 namespace {
@@ -325,6 +359,7 @@ void save_vision_checkpoint(VisionRun& r) {
                                 {"epoch_steps", r.epoch_steps},
                                 {"epoch_correct", r.epoch_correct},
                                 {"epoch_seen", r.epoch_seen},
+                                {"world_size", r.loop.world_size},
                                 {"train_loss", num(r.train_loss)},
                                 {"train_accuracy", num(r.train_accuracy)},
                                 {"val_accuracy", num(r.val_accuracy)},
@@ -380,6 +415,9 @@ void load_vision_checkpoint(VisionRun& r, const std::string& dir) {
   r.epoch_steps = get_int(st, "epoch_steps", where);
   r.epoch_correct = get_int(st, "epoch_correct", where);
   r.epoch_seen = get_int(st, "epoch_seen", where);
+  r.loop.world_size = st.contains("world_size") ? get_int(st, "world_size", where) : 1;
+  TOY_CHECK(r.loop.world_size >= 1 && r.loop.world_size <= 1 << 20, "{}: world_size {} is outside 1..1048576", where,
+            r.loop.world_size);
   r.train_loss = opt_num(st, "train_loss", where);
   r.train_accuracy = opt_num(st, "train_accuracy", where);
   r.val_accuracy = opt_num(st, "val_accuracy", where);
@@ -412,9 +450,10 @@ void load_data(VisionRun& r, bool resumed) {
   const Augmentation aug = augmentation_defaults(r.data.train);
   if (!r.o.crop_pad) r.o.crop_pad = aug.crop_pad;
   if (!r.o.flip) r.o.flip = aug.flip;
-  r.steps_per_epoch = r.data.train.size() / (r.o.batch * r.o.accum);
-  TOY_CHECK(r.steps_per_epoch >= 1, "[vision] {} training images are fewer than one step's --batch {} x --accum {}",
-            r.data.train.size(), r.o.batch, r.o.accum);
+  const int64_t ranks = dist::world().size();  // (data-parallel: a step is every process's micro-batches)
+  r.steps_per_epoch = r.data.train.size() / (r.o.batch * r.o.accum * ranks);
+  TOY_CHECK(r.steps_per_epoch >= 1, "[vision] {} training images are fewer than one step's --batch {} x --accum {}{}",
+            r.data.train.size(), r.o.batch, r.o.accum, ranks > 1 ? fmt::format(" x {} processes", ranks) : "");
   r.total_steps = r.steps_per_epoch * r.o.epochs;
 }
 
@@ -455,11 +494,11 @@ class VisionTask : public TrainTask {
  public:
   explicit VisionTask(VisionRun& r) : r_(r) {}
   Tensor micro_loss(const MicroBatch& mb, int64_t& units) override {
+    // Micro-batch i of a step (of accum x processes: rank i mod N's, data-parallel).
     const int64_t step = mb.step, micro = mb.index;
     const int64_t epoch = step / r_.steps_per_epoch, in_epoch = step % r_.steps_per_epoch;
     const std::vector<int64_t>& order = epoch_order(r_, epoch);
-    if (micro == 0) correct_ = 0, predictions_.clear(), labels_.clear();
-    const int64_t pos = (in_epoch * r_.o.accum + micro) * r_.o.batch;
+    const int64_t pos = (in_epoch * mb.count + micro) * r_.o.batch;
     std::span<const int64_t> idx(order.data() + pos, size_t(r_.o.batch));
     const std::vector<uint8_t> px = gather(r_, idx, epoch, pos);
     std::vector<int32_t> labels;
@@ -480,8 +519,11 @@ class VisionTask : public TrainTask {
       for (float p : micro) correct_ += int32_t(p) == labels_[i++];
     predictions_.clear();
   }
+  std::vector<float> step_counts() override { return {float(correct_)}; }
+  void set_step_counts(const std::vector<float>& summed) override { correct_ = int64_t(summed.at(0)); }
   void after_step(const StepDone& d, nlohmann::json&) override {
     r_.epoch_correct += correct_;
+    correct_ = 0, labels_.clear();
     r_.epoch_seen += d.units;
     r_.epoch_loss += d.loss;
     ++r_.epoch_steps;
@@ -510,8 +552,8 @@ void VisionTask::end_of_epoch(int64_t epoch) {
   const VisionTrainOptions& o = r.o;
   r.train_loss = r.epoch_loss / double(std::max<int64_t>(r.epoch_steps, 1));
   r.train_accuracy = double(r.epoch_correct) / double(std::max<int64_t>(r.epoch_seen, 1));
-  const Evaluation val = evaluate(*r.model, r.data.val);
-  const Evaluation test = evaluate(*r.model, r.data.test);
+  const Evaluation val = evaluate_split(*r.model, r.data.val, r.o.dp_timeout);
+  const Evaluation test = evaluate_split(*r.model, r.data.test, r.o.dp_timeout);
   r.val_accuracy = val.accuracy, r.val_loss = val.loss;
   r.test_accuracy = test.accuracy, r.test_loss = test.loss;
   // The best: the highest validation accuracy, then the lowest validation loss.
@@ -601,6 +643,12 @@ void VisionTask::write_outputs(bool stopped) {
                             (dir / "model.gguf").string()));
 }
 
+// Data-parallel: every rank must be training the same run on the same images.
+void agree_on_start(const VisionRun& r) {
+  dist::agree_on_start(dist::world(), {{"options", r.o.to_json()}, {"data_hash", hex(r.data_hash)},
+                                       {"step", r.loop.step}}, r.o.dp_timeout);
+}
+
 VisionTrainResult run_loop(VisionRun& r, bool resumed) {
   const VisionTrainOptions& o = r.o;
   VisionTask task(r);
@@ -623,6 +671,7 @@ VisionTrainResult run_loop(VisionRun& r, bool resumed) {
   start["data"] = {{"train", set_json(r.data.train)}, {"val", set_json(r.data.val)}, {"test", set_json(r.data.test)},
                    {"classes", r.data.train.classes}, {"split_by_seed", r.data.seed_split}};
   start["steps_per_epoch"] = r.steps_per_epoch;
+  loop.add_run_start_fields(start);
   loop.events().emit("run_start", start);
   log_line(r, fmt::format("toy vision: ViT {} params, {} classes, {} training / {} validation / {} test images, "
                           "{} epochs of {} steps, {} threads",
@@ -659,7 +708,10 @@ VisionTrainResult train_vision(const VisionTrainOptions& opts) {
     const fs::path abs = fs::absolute(r.o.data, ec);
     if (!ec) r.o.data = abs.lexically_normal().string();
   }
-  check_new_run_folder(opts.out, opts.force);
+  const bool writer = writes_run_files();  // (data-parallel: rank 0 alone writes the run's files)
+  if (!writer) r.o.quiet = true;
+  check_data_parallel(opts, "[vision]");
+  if (writer) check_new_run_folder(opts.out, opts.force);
   if (opts.threads) set_num_threads(opts.threads);
   load_data(r, false);
   // The model takes the data's images and classes.
@@ -676,7 +728,8 @@ VisionTrainResult train_vision(const VisionTrainOptions& opts) {
   measure_normalisation(tr, mc);
   mc.validate();
   r.o.model = mc;
-  prepare_new_run_folder(opts.out, opts.force);
+  agree_on_start(r);
+  if (writer) prepare_new_run_folder(opts.out, opts.force);
   r.model = std::make_unique<Vit>(mc);
   r.model->init(opts.seed);                // on the CPU (the same weights for every device),
   r.model->params().move_to(opts.device);  // then moved once
@@ -692,12 +745,18 @@ VisionTrainResult resume_vision(const std::string& dir,
   VisionRun r;
   load_vision_checkpoint(r, dir);
   for (const std::string& f : run_file_names()) check_output_file((fs::path(dir) / f).string(), "[vision]");
-  remove_stale_temporaries(dir);
+  const bool writer = writes_run_files();
+  if (writer) remove_stale_temporaries(dir);
   r.o.stop_after = 0;
+  // The global batch (batch x accum x processes) is the run's (see toy train's resume).
+  r.o.accum = accum_for_world(r.o.accum, r.loop.world_size, "[vision]", dir, "toy vision train");
   if (override_fn) override_fn(r.o);
   r.o.validate();
+  if (!writer) r.o.quiet = true;
+  check_data_parallel(r.o, "[vision]");
   if (r.o.threads) set_num_threads(r.o.threads);
   load_data(r, true);
+  agree_on_start(r);
   r.model->params().move_to(r.o.device);  // the weights, best and AdamW's moments read on the CPU
   r.loop.best.move_to(r.o.device);
   TOY_CHECK(r.loop.step < r.total_steps, "[vision] the run in '{}' already finished its {} epochs (pass a larger --epochs "

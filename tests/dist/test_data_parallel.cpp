@@ -1,0 +1,291 @@
+// Data-parallel training under mpirun (dist/data_parallel.h): N processes must give the
+// weights, optimizer state, losses and gradient norms of one process running the same
+// micro-batches, bit for bit; resume with any N; refuse what cannot work.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "proc.h"
+#include "requirements.h"
+#include "toy/dist/comm.h"
+#include "toy/io/gguf.h"
+
+namespace fs = std::filesystem;
+using toy::test::describe;
+using toy::test::ProcOptions;
+using toy::test::ProcResult;
+using toy::test::run_program;
+using toy::test::run_toy;
+
+namespace {
+
+std::string temp(const std::string& name) {
+  return (fs::path(::testing::TempDir()) / ("toy_dp_" + std::to_string(getpid()) + "_" + name)).string();
+}
+
+// OpenMPI in a container, as root, maybe on fewer cores than ranks.
+ProcOptions mpi_env() {
+  ProcOptions o;
+  o.env = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+           "OMPI_MCA_btl_vader_single_copy_mechanism=none", "OMPI_MCA_rmaps_base_oversubscribe=1"};
+  o.timeout_s = 300;
+  return o;
+}
+
+bool have_mpirun() { return std::string(TOY_MPIRUN).size() > 0 && fs::exists(TOY_MPIRUN); }
+
+#define REQUIRE_MPI()                                                                                  \
+  do {                                                                                                 \
+    TOY_REQUIRE(toy::dist::built_with_mpi(), "toy built with MPI (apt-get install libopenmpi-dev)");   \
+    TOY_REQUIRE(have_mpirun(), "mpirun (apt-get install openmpi-bin)");                                \
+  } while (0)
+
+ProcResult mpirun(int n, std::vector<std::string> args) {
+  std::vector<std::string> a = {"-np", std::to_string(n), "--oversubscribe", TOY_BINARY};
+  a.insert(a.end(), args.begin(), args.end());
+  return run_program(TOY_MPIRUN, a, mpi_env());
+}
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& more) {
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+// Every tensor of two GGUF files, byte for byte (the metadata may differ: the options name
+// the processes and micro-batches each run had).
+void expect_same_tensors(const std::string& a, const std::string& b) {
+  toy::gguf::Reader ra(a), rb(b);
+  ASSERT_EQ(ra.tensors().size(), rb.tensors().size()) << a << " vs " << b;
+  for (const toy::gguf::TensorInfo& t : ra.tensors()) {
+    const toy::gguf::TensorInfo* u = rb.find_tensor(t.name);
+    ASSERT_NE(u, nullptr) << t.name << " missing from " << b;
+    ASSERT_EQ(t.bytes, u->bytes) << t.name;
+    EXPECT_EQ(std::memcmp(ra.tensor(t.name).raw_data(), rb.tensor(t.name).raw_data(), t.bytes), 0)
+        << t.name << " differs between " << a << " and " << b;
+  }
+}
+
+std::vector<nlohmann::json> events(const std::string& dir, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(dir + "/events.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (j["event"] == kind) out.push_back(j);
+  }
+  return out;
+}
+
+// Every step's loss and gradient norm (and the evaluations' losses) are the same numbers.
+void expect_same_steps(const std::string& a, const std::string& b) {
+  const auto sa = events(a, "step"), sb = events(b, "step");
+  ASSERT_EQ(sa.size(), sb.size());
+  ASSERT_FALSE(sa.empty());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_EQ(sa[i]["loss"].get<double>(), sb[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(sa[i]["grad_norm"].get<double>(), sb[i]["grad_norm"].get<double>()) << "step " << i + 1;
+  }
+  const auto ea = events(a, "eval"), eb = events(b, "eval");
+  ASSERT_EQ(ea.size(), eb.size());
+  for (size_t i = 0; i < ea.size(); ++i) EXPECT_EQ(ea[i]["val_loss"], eb[i]["val_loss"]) << "evaluation " << i + 1;
+}
+
+// A small toy train run: 2 layers, one thread per process (the one process compared with
+// uses one thread too: a kernel's sums may be split by thread).
+// (`more` replaces a default flag it names.)
+std::vector<std::string> train_args(const std::string& out, const std::vector<std::string>& more = {}) {
+  const std::vector<std::pair<std::string, std::string>> defaults = {
+      {"--steps", "6"}, {"--batch", "4"}, {"--threads", "1"}, {"--layers", "2"}, {"--dim", "64"},
+      {"--heads", "4"}, {"--ctx", "32"}, {"--eval-every", "3"}, {"--eval-batches", "3"}, {"--sample-tokens", "0"},
+      {"--save-minutes", "0"}};
+  std::vector<std::string> a = {"train", "--out", out, "--quiet"};
+  for (const auto& [flag, value] : defaults)
+    if (std::find(more.begin(), more.end(), flag) == more.end()) a.insert(a.end(), {flag, value});
+  return with(a, more);
+}
+
+void expect_train_runs_equal(const std::string& one, const std::string& many) {
+  expect_same_tensors(one + "/model.gguf", many + "/model.gguf");
+  expect_same_tensors(one + "/checkpoint.gguf", many + "/checkpoint.gguf");
+  expect_same_steps(one, many);
+}
+
+}  // namespace
+
+TEST(DataParallel, TwoProcessesTrainAsOneProcessAccumulatingTwoMicroBatches) {
+  REQUIRE_MPI();
+  const std::string one = temp("one"), two = temp("two");
+  fs::remove_all(one), fs::remove_all(two);
+  ProcResult a = run_toy(train_args(one, {"--accum", "2"}));
+  ASSERT_EQ(a.status, 0) << describe(a);
+  ProcResult b = mpirun(2, train_args(two, {"--accum", "1"}));
+  ASSERT_EQ(b.status, 0) << describe(b);
+  expect_train_runs_equal(one, two);
+  const nlohmann::json start = events(two, "run_start").at(0);
+  EXPECT_EQ(start["world_size"], 2);
+  EXPECT_EQ(start["zero"], 1);
+  ASSERT_EQ(start["shards"].size(), 2u);
+  for (const nlohmann::json& s : events(two, "step")) {
+    EXPECT_TRUE(s.contains("comm_s") && s.contains("exposed_comm_s")) << s.dump();
+    EXPECT_GE(s["comm_s"].get<double>(), s["exposed_comm_s"].get<double>() - 1e-9);
+  }
+}
+
+TEST(DataParallel, ZeroOneHalvesEachRanksOptimizerState) {
+  REQUIRE_MPI();
+  const std::string dir = temp("zero1");
+  fs::remove_all(dir);
+  ProcResult r = mpirun(2, train_args(dir, {"--steps", "1", "--eval-every", "0"}));
+  ASSERT_EQ(r.status, 0) << describe(r);
+  const nlohmann::json start = events(dir, "run_start").at(0);
+  const double whole = 8.0 * start["params"].get<double>();  // m and v of every parameter (all train here)
+  int64_t elements = 0;
+  for (const nlohmann::json& s : start["shards"]) {
+    EXPECT_LE(s["optimizer_bytes"].get<double>(), 0.55 * whole) << s.dump();
+    elements += s["elements"].get<int64_t>();
+  }
+  EXPECT_EQ(elements, start["params"].get<int64_t>());
+}
+
+TEST(DataParallel, WholeMomentsAndDropoutStayBitIdentical) {
+  REQUIRE_MPI();
+  const std::string one = temp("one_z0"), two = temp("two_z0");
+  fs::remove_all(one), fs::remove_all(two);
+  ProcResult a = run_toy(train_args(one, {"--accum", "2", "--dropout", "0.1"}));
+  ASSERT_EQ(a.status, 0) << describe(a);
+  ProcResult b = mpirun(2, train_args(two, {"--accum", "1", "--dropout", "0.1", "--zero", "0"}));
+  ASSERT_EQ(b.status, 0) << describe(b);
+  expect_train_runs_equal(one, two);
+  EXPECT_EQ(events(two, "run_start").at(0)["zero"], 0);
+}
+
+TEST(DataParallel, FourProcessesOnTwoCoresEqualFourMicroBatchesOfAnUntiedLlama) {
+  REQUIRE_MPI();
+  const std::string one = temp("one4"), four = temp("four");
+  fs::remove_all(one), fs::remove_all(four);
+  const std::vector<std::string> shape = {"--preset", "llama", "--tied", "0", "--dp-bucket-mb", "0.01"};
+  ProcResult a = run_toy(train_args(one, with(shape, {"--accum", "4"})));
+  ASSERT_EQ(a.status, 0) << describe(a);
+  ProcResult b = mpirun(4, train_args(four, with(shape, {"--accum", "1"})));
+  ASSERT_EQ(b.status, 0) << describe(b);
+  expect_train_runs_equal(one, four);
+  EXPECT_GT(events(four, "run_start").at(0)["dp"]["buckets"].get<int>(), 4);  // small buckets: many in flight
+}
+
+TEST(DataParallel, TiedGpt2ShapeWithTwoMicroBatchesPerProcess) {
+  REQUIRE_MPI();
+  const std::string one = temp("one_tied"), two = temp("two_tied");
+  fs::remove_all(one), fs::remove_all(two);
+  const std::vector<std::string> shape = {"--preset", "gpt", "--tied", "1", "--dp-overlap", "off"};
+  ProcResult a = run_toy(train_args(one, with(shape, {"--accum", "4"})));
+  ASSERT_EQ(a.status, 0) << describe(a);
+  ProcResult b = mpirun(2, train_args(two, with(shape, {"--accum", "2"})));
+  ASSERT_EQ(b.status, 0) << describe(b);
+  expect_train_runs_equal(one, two);
+}
+
+TEST(DataParallel, ACheckpointResumesWithAnyNumberOfProcesses) {
+  REQUIRE_MPI();
+  const std::string whole = temp("whole"), split = temp("split"), back = temp("back");
+  for (const auto& d : {whole, split, back}) fs::remove_all(d);
+  ProcResult r = mpirun(2, train_args(whole, {"--accum", "1"}));
+  ASSERT_EQ(r.status, 0) << describe(r);
+  // Two processes stop at step 3; one process (accum 2 from the checkpoint) finishes.
+  r = mpirun(2, train_args(split, {"--accum", "1", "--stop-after", "3"}));
+  ASSERT_EQ(r.status, 0) << describe(r);
+  r = run_toy({"train", "--resume", split, "--threads", "1", "--quiet"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  expect_train_runs_equal(whole, split);
+  // One process stops; two processes (accum 1 each) finish.
+  r = run_toy(train_args(back, {"--accum", "2", "--stop-after", "2"}));
+  ASSERT_EQ(r.status, 0) << describe(r);
+  r = mpirun(2, {"train", "--resume", back, "--threads", "1", "--quiet"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  expect_train_runs_equal(whole, back);
+  // Four processes cannot share two micro-batches.
+  const std::string odd = temp("odd");
+  fs::remove_all(odd);
+  ASSERT_EQ(run_toy(train_args(odd, {"--accum", "2", "--stop-after", "1"})).status, 0);
+  r = mpirun(4, {"train", "--resume", odd, "--threads", "1", "--quiet"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("cannot share them evenly"), std::string::npos) << describe(r);
+}
+
+TEST(DataParallel, RanksStartedWithDifferentOptionsAreRefusedBeforeTheFirstStep) {
+  REQUIRE_MPI();
+  const std::string dir = temp("disagree");
+  fs::remove_all(dir);
+  std::vector<std::string> a = {"-np", "1", TOY_BINARY};
+  for (const std::string& s : train_args(dir, {"--lr", "1e-3"})) a.push_back(s);
+  a.push_back(":");
+  a.insert(a.end(), {"-np", "1", TOY_BINARY});
+  for (const std::string& s : train_args(dir, {"--lr", "2e-3"})) a.push_back(s);
+  ProcResult r = run_program(TOY_MPIRUN, a, mpi_env());
+  EXPECT_NE(r.status, 0) << describe(r);
+  EXPECT_NE(r.err.find("rank 1 was started with options.lr"), std::string::npos) << describe(r);
+  EXPECT_FALSE(fs::exists(dir + "/checkpoint.gguf"));
+  EXPECT_FALSE(fs::exists(dir + "/events.jsonl"));
+}
+
+TEST(DataParallel, CommandsThatRunAsOneProcessRefuseMpirun) {
+  REQUIRE_MPI();
+  ProcResult r = mpirun(2, {"generate", "-m", "nothing.gguf", "-p", "x"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("toy generate runs as one process"), std::string::npos) << describe(r);
+}
+
+TEST(DataParallel, LoraFinetuneOnTwoProcessesIsTheOneProcessRun) {
+  REQUIRE_MPI();
+  const std::string base = temp("base.gguf"), data = temp("sft.jsonl");
+  ASSERT_EQ(run_toy({"init", "--arch", "llama", "--shape", "tiny", "--out", base}).status, 0);
+  {
+    std::ofstream f(data);
+    for (int i = 0; i < 40; ++i)
+      f << nlohmann::json({{"prompt", "count " + std::to_string(i)}, {"completion", " " + std::to_string(i + 1)}}).dump()
+        << "\n";
+  }
+  const std::string one = temp("ft_one"), two = temp("ft_two");
+  fs::remove_all(one), fs::remove_all(two);
+  auto args = [&](const std::string& out, const std::string& accum) {
+    return std::vector<std::string>{"finetune", "-m", base, "--data", data, "--method", "lora", "--steps", "5",
+                                    "--batch", "2", "--accum", accum, "--lora-rank", "2", "--lr", "1e-2",
+                                    "--lora-dropout", "0.1", "--threads", "1", "--eval-every", "2", "--quiet",
+                                    "--out", out};
+  };
+  ProcResult a = run_toy(args(one, "2"));
+  ASSERT_EQ(a.status, 0) << describe(a);
+  ProcResult b = mpirun(2, args(two, "1"));
+  ASSERT_EQ(b.status, 0) << describe(b);
+  expect_same_tensors(one + "/adapter.gguf", two + "/adapter.gguf");
+  expect_same_tensors(one + "/checkpoint.gguf", two + "/checkpoint.gguf");
+  expect_same_steps(one, two);
+}
+
+TEST(DataParallel, VisionTrainOnTwoProcessesIsTheOneProcessRun) {
+  REQUIRE_MPI();
+  const std::string digits = toy::test::shared_path("digits.csv.gz");
+  TOY_REQUIRE_FILE(digits);
+  const std::string one = temp("v_one"), two = temp("v_two");
+  fs::remove_all(one), fs::remove_all(two);
+  auto args = [&](const std::string& out, const std::string& accum) {
+    return std::vector<std::string>{"vision", "train", "--data", digits, "--preset", "vit-digits", "--epochs", "1",
+                                    "--batch", "16", "--accum", accum, "--threads", "1", "--quiet", "--out", out};
+  };
+  ProcResult a = run_toy(args(one, "2"));
+  ASSERT_EQ(a.status, 0) << describe(a);
+  ProcResult b = mpirun(2, args(two, "1"));
+  ASSERT_EQ(b.status, 0) << describe(b);
+  expect_same_tensors(one + "/model.gguf", two + "/model.gguf");
+  expect_same_tensors(one + "/checkpoint.gguf", two + "/checkpoint.gguf");
+  const auto ea = events(one, "epoch"), eb = events(two, "epoch");
+  ASSERT_EQ(ea.size(), 1u);
+  ASSERT_EQ(eb.size(), 1u);
+  for (const char* k : {"train_accuracy", "train_loss", "val_accuracy", "val_loss", "test_accuracy", "test_loss"})
+    EXPECT_EQ(ea[0][k], eb[0][k]) << k;
+}
+
