@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "toy/autograd/grad_mode.h"
+#include "toy/io/gguf.h"
 #include "toy/io/model_file.h"
 #include "toy/ops/ops.h"
 
@@ -223,4 +224,36 @@ TEST(CliTrain, GenerateStopsAtAStopStringWithoutPrintingIt) {
   EXPECT_EQ(small.status, 0) << toy::test::describe(small);
   EXPECT_NE(small.err.find("more than --ctx 2 holds"), std::string::npos) << small.err;
   EXPECT_NE(small.err.find("only its last 1 are used"), std::string::npos) << small.err;
+}
+
+// The thread count changes how work is spread, never the bits: a kernel's partial sums and
+// its BLAS calls follow the shape alone (a data-parallel run of one-thread processes equals
+// one process on many threads because of it). GPT-2 (LayerNorm, tied) and Llama (RMSNorm,
+// SwiGLU) shapes, with dropout, on 1, 2 and 3 threads.
+TEST(CliTrain, TheTrainedBitsDoNotDependOnTheThreadCount) {
+  for (const char* preset : {"gpt", "llama"}) {
+    std::string first;
+    for (const char* threads : {"1", "2", "3"}) {
+      const std::string out = (std::filesystem::path(::testing::TempDir()) /
+                               ("toy_threads_" + std::to_string(getpid()) + "_" + preset + "_" + threads))
+                                  .string();
+      std::filesystem::remove_all(out);
+      const auto r = toy::test::run_toy({"train", "--out", out, "--preset", preset, "--steps", "4", "--batch", "4",
+                                         "--layers", "2", "--dim", "96", "--heads", "4", "--ctx", "128", "--dropout",
+                                         "0.1", "--threads", threads, "--eval-every", "0", "--sample-tokens", "0",
+                                         "--quiet"});
+      ASSERT_EQ(r.status, 0) << toy::test::describe(r);
+      // Every tensor's bytes (the options name the thread count).
+      toy::gguf::Reader rd(out + "/checkpoint.gguf");
+      std::string bytes;
+      for (const toy::gguf::TensorInfo& t : rd.tensors())
+        bytes += t.name + std::string(static_cast<const char*>(rd.tensor(t.name).raw_data()), t.bytes);
+      ASSERT_FALSE(bytes.empty());
+      if (first.empty())
+        first = bytes;
+      else
+        EXPECT_TRUE(bytes == first) << preset << ": the checkpoint on " << threads << " threads differs from 1 thread's";
+      std::filesystem::remove_all(out);
+    }
+  }
 }

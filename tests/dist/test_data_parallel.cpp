@@ -136,6 +136,24 @@ TEST(DataParallel, TwoProcessesTrainAsOneProcessAccumulatingTwoMicroBatches) {
   }
 }
 
+// As the issue states it: no --threads anywhere (one process takes both cores, each of the
+// two processes one).
+TEST(DataParallel, DefaultThreadCountsGiveTheSameRun) {
+  REQUIRE_MPI();
+  const std::string one = temp("one_dflt"), two = temp("two_dflt");
+  fs::remove_all(one), fs::remove_all(two);
+  auto args = [](const std::string& out, const char* accum) {
+    return std::vector<std::string>{"train", "--out", out, "--batch", "4", "--accum", accum, "--steps", "4",
+                                    "--layers", "2", "--dim", "96", "--heads", "4", "--ctx", "128", "--eval-every", "2",
+                                    "--eval-batches", "2", "--sample-tokens", "0", "--quiet"};
+  };
+  ProcResult a = run_toy(args(one, "2"));
+  ASSERT_EQ(a.status, 0) << describe(a);
+  ProcResult b = mpirun(2, args(two, "1"));
+  ASSERT_EQ(b.status, 0) << describe(b);
+  expect_train_runs_equal(one, two);
+}
+
 TEST(DataParallel, ZeroOneHalvesEachRanksOptimizerState) {
   REQUIRE_MPI();
   const std::string dir = temp("zero1");

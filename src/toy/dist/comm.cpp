@@ -102,18 +102,29 @@ double Pending::wait(double timeout_s, const std::string& what) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   int64_t spins = 0;
+  double next_check = 0.1;
+  auto missing = [&] {
+    std::vector<int> m;
+    for (const Request& r : reqs_)
+      if (std::find(m.begin(), m.end(), r.peer) == m.end()) m.push_back(r.peer);
+    std::sort(m.begin(), m.end());
+    return m;
+  };
   while (!poll()) {
     const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (waited > next_check) {  // a peer on this host that has ended: say so now
+      next_check = waited + 0.1;
+      for (int m : missing())
+        if (!c_.peer_alive(m))
+          throw Timeout(fmt::format("[dist] {}: {} has ended (killed or crashed)", what, c_.describe_peer(m)), {m});
+    }
     if (waited > timeout_s) {
-      std::vector<int> missing;
-      for (const Request& r : reqs_)
-        if (std::find(missing.begin(), missing.end(), r.peer) == missing.end()) missing.push_back(r.peer);
-      std::sort(missing.begin(), missing.end());
+      const std::vector<int> gone = missing();
       std::string ranks;
-      for (int m : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(m);
-      throw Timeout(fmt::format("[dist] {}: no answer from rank{} {} in {:.0f} s (--dp-timeout)", what,
-                                missing.size() > 1 ? "s" : "", ranks, timeout_s),
-                    missing);
+      for (int m : gone) ranks += (ranks.empty() ? "" : ", ") + c_.describe_peer(m);
+      throw Timeout(fmt::format("[dist] {}: no answer from {} in {:.0f} s (--dp-timeout): a process hangs or the "
+                                "network between the hosts is down", what, ranks, timeout_s),
+                    gone);
     }
     // Yield the core first (the peer may be computing on it), then sleep in short naps: a
     // waiting rank must not take CPU time from the ranks it waits for.

@@ -41,6 +41,11 @@ class Comm {
   virtual bool test(Request& r) = 0;
   // Ends every process of the run at once (after a message was printed).
   [[noreturn]] virtual void abort(int code) = 0;
+  // False when rank r is known to have ended (a process on this host that no longer exists);
+  // true when it lives or cannot be checked from here (then only the timeout tells).
+  virtual bool peer_alive(int /*r*/) const { return true; }
+  // "rank 1 (process 1234 on host-a)".
+  virtual std::string describe_peer(int r) const { return "rank " + std::to_string(r); }
 };
 
 // The process's communicator: MPI's world when init() found one, else one process.
@@ -67,7 +72,8 @@ class Timeout : public Error {
 
 // A set of requests waited for together. wait() polls them (yielding the CPU between polls)
 // until all complete or `timeout_s` passes, then throws Timeout naming `what` and the ranks
-// whose messages had not completed. poll() only drives them (called from the backward pass
+// whose messages had not completed; a peer on this host whose process has ended is named
+// at once (within 0.1 s), not after the timeout. poll() only drives them (called from the backward pass
 // so that messages move while gradients are computed).
 class Pending {
  public:

@@ -3,7 +3,14 @@
 // peer becomes a toy::Error naming it. Messages over 1 GiB go as several (MPI counts are int).
 #include <mpi.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/core.h>
@@ -34,6 +41,21 @@ class MpiComm : public Comm {
     MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_size(local, &local_size_);
     MPI_Comm_free(&local);
+    // Every rank's host and process id: a waiting rank can tell a peer on its host has ended.
+    Where me{};
+    gethostname(me.host, sizeof me.host - 1);
+    me.pid = int64_t(getpid());
+    where_.resize(size_t(size_));
+    MPI_Allgather(&me, int(sizeof me), MPI_BYTE, where_.data(), int(sizeof me), MPI_BYTE, MPI_COMM_WORLD);
+  }
+  bool peer_alive(int r) const override {
+    if (r < 0 || r >= size_ || std::strncmp(where_[size_t(r)].host, where_[size_t(rank_)].host, sizeof me_host) != 0)
+      return true;
+    return ::kill(pid_t(where_[size_t(r)].pid), 0) == 0 || errno != ESRCH;
+  }
+  std::string describe_peer(int r) const override {
+    if (r < 0 || r >= size_) return fmt::format("rank {}", r);
+    return fmt::format("rank {} (process {} on {})", r, where_[size_t(r)].pid, where_[size_t(r)].host);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -63,6 +85,12 @@ class MpiComm : public Comm {
   }
 
   [[noreturn]] void abort(int code) override {
+    // MPI_Abort reaches the other ranks through the launcher; when the network to them is
+    // gone it may never return: this process ends a few seconds later whatever it does.
+    std::thread([code] {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      std::_Exit(code);
+    }).detach();
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
   }
@@ -89,6 +117,12 @@ class MpiComm : public Comm {
     return Request{id, peer};
   }
 
+  static constexpr size_t me_host = 64;
+  struct Where {
+    char host[me_host];
+    int64_t pid;
+  };
+  std::vector<Where> where_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   int64_t next_id_ = 0;
   std::unordered_map<int64_t, std::vector<MPI_Request>> live_;

@@ -358,7 +358,11 @@ void TrainLoop::fail_step(const std::string& what, const std::function<nlohmann:
                                ? fmt::format("the checkpoint of step {} and the model files are kept; no file was "
                                              "replaced", st_.saved_step)
                                : std::string("no checkpoint had been written yet");
-  const std::string msg = fmt::format("{} (at step {}); {}", what, st_.step + 1, kept);
+  std::string msg = fmt::format("{} (at step {}); {}", what, st_.step + 1, kept);
+  // Data-parallel: how to go on (any number of processes that divides the global batch).
+  if (dp_ && st_.saved_step >= 0 && !setup_.resume_command.empty())
+    msg += fmt::format("; continue with mpirun -np {} {} (or another number of processes that divides the {} "
+                       "micro-batches of a step)", dp_->size(), setup_.resume_command, o_.accum * dp_->size());
   events_.emit("error", {{"step", st_.step + 1}, {"message", msg}});
   end_events(false, {{"error", msg}}, end_fields);
   fail("{}", msg);

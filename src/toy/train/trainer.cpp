@@ -370,6 +370,7 @@ TrainResult run_loop(Run& r, bool resumed) {
   setup.dir = o.out;
   setup.resumed = resumed;
   setup.total_steps = o.steps;
+  setup.resume_command = "toy train --resume " + printable(o.out);
   TrainLoop loop(setup, o, r.loop, r.model->params(), *r.opt, task);
   task.set_loop(loop);
   nlohmann::json start = provenance();

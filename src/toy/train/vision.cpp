@@ -659,6 +659,7 @@ VisionTrainResult run_loop(VisionRun& r, bool resumed) {
   setup.rate_unit = "img/s";
   setup.rate_field = "images_per_s";
   setup.total_steps = r.total_steps;
+  setup.resume_command = "toy vision train --resume " + printable(o.out);
   TrainLoop loop(setup, o, r.loop, r.model->params(), *r.opt, task);
   task.set_loop(loop);
   nlohmann::json start = provenance();

@@ -105,27 +105,33 @@ void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& c_out, float alpha, 
 
   const int threads = num_threads();
   const double flops = double(M) * double(N) * double(K);
-  if (threads <= 1 || flops * double(batches) < 2.0e5) {
-    for (int64_t bi = 0; bi < batches; ++bi) gemm(bi, 0, M, 0, N);
-  } else if (batches >= threads) {
-    parallel_for(0, batches, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t bi = b0; bi < b1; ++bi) gemm(bi, 0, M, 0, N);
-    });
+  // The BLAS calls are a function of the shape alone, never of the thread count: BLAS
+  // libraries pick kernels (and so summation orders) by a call's size, so a split that
+  // followed the threads would give other bits on another thread count. Small products are
+  // one call; many batches one call each; otherwise each batch's output is cut along its
+  // longer side into parts of at least kMinPart rows or columns (at most kMaxParts), the
+  // threads taking parts in turn (one thread runs the same parts in order).
+  constexpr int64_t kMinPart = 128, kMaxParts = 8, kManyBatches = 8;
+  const bool split_n = N >= M;
+  const int64_t len = split_n ? N : M;
+  // (A power of two: an even share for 2, 4 or 8 threads.)
+  int64_t parts = 1;
+  if (flops * double(batches) >= 2.0e5 && batches < kManyBatches)
+    while (parts * 2 <= kMaxParts && len / (parts * 2) >= kMinPart) parts *= 2;
+  auto run_part = [&](int64_t t) {
+    const int64_t bi = t / parts, p = t % parts;
+    const int64_t lo = (len * p / parts) / 16 * 16, hi = p + 1 == parts ? len : (len * (p + 1) / parts) / 16 * 16;
+    if (lo >= hi) return;
+    if (split_n)
+      gemm(bi, 0, M, lo, hi);
+    else
+      gemm(bi, lo, hi, 0, N);
+  };
+  if (threads <= 1 || batches * parts == 1 || flops * double(batches) < 2.0e5) {
+    for (int64_t t = 0; t < batches * parts; ++t) run_part(t);
   } else {
-    // Split each batch's output into `threads` blocks along the longer side, in multiples of 16.
-    const bool split_n = N >= M;
-    const int64_t len = split_n ? N : M;
-    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(threads, (len + 15) / 16));
     parallel_for(0, batches * parts, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        int64_t bi = t / parts, p = t % parts;
-        int64_t lo = (len * p / parts) / 16 * 16, hi = p + 1 == parts ? len : (len * (p + 1) / parts) / 16 * 16;
-        if (lo >= hi) continue;
-        if (split_n)
-          gemm(bi, 0, M, lo, hi);
-        else
-          gemm(bi, lo, hi, 0, N);
-      }
+      for (int64_t t = t0; t < t1; ++t) run_part(t);
     });
   }
   if (!c.is_same(c_out)) copy(c, c_out);

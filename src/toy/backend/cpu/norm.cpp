@@ -25,12 +25,21 @@ inline float sum_row(const T* a, int64_t D) {
   return s;
 }
 
-// Runs fn(chunk, row_begin, row_end) over a fixed partition of rows into one chunk per
-// thread, and returns the chunk count (for folding per-chunk partial sums).
+// The row chunks of a backward pass's per-chunk partial sums (the weight and bias gradients):
+// a function of the shape alone, never of the thread count, so the sums and their folding
+// order — the gradient's bits — are the same on 1 thread or 64 (a data-parallel run of
+// one-thread processes then equals one process on many threads).
+constexpr int64_t kMaxNormChunks = 64;
+int64_t norm_chunks(int64_t rows, int64_t D) {
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(kMaxNormChunks, rows * D / 8192));
+  return std::min(chunks, std::max<int64_t>(rows, 1));
+}
+
+// Runs fn(chunk, row_begin, row_end) over norm_chunks' fixed partition of the rows (spread
+// over the threads), and returns the chunk count (for folding per-chunk partial sums).
 template <class F>
 int64_t chunked_rows(int64_t rows, int64_t D, F&& fn) {
-  int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(num_threads(), rows * D / 8192));
-  chunks = std::min(chunks, std::max<int64_t>(rows, 1));
+  const int64_t chunks = norm_chunks(rows, D);
   parallel_tasks(chunks, [&](int64_t c) { fn(c, rows * c / chunks, rows * (c + 1) / chunks); });
   return chunks;
 }
@@ -89,7 +98,7 @@ void rms_norm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, con
     T* pdx = dx.data<T>();
     const bool want_dw = dw.defined();
     std::vector<float> partial;
-    if (want_dw) partial.assign(size_t(num_threads() * D), 0.0f);
+    if (want_dw) partial.assign(size_t(norm_chunks(rows, D) * D), 0.0f);
     int64_t chunks = chunked_rows(rows, D, [&](int64_t c, int64_t b, int64_t e) {
       float* gw = scratch_floats(size_t(D), 0);
       float* acc = want_dw ? partial.data() + c * D : nullptr;
@@ -186,8 +195,8 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
     T* pdx = dx.data<T>();
     const bool want_dw = dw.defined(), want_db = db.defined();
     std::vector<float> pdw, pdb;
-    if (want_dw) pdw.assign(size_t(num_threads() * D), 0.0f);
-    if (want_db) pdb.assign(size_t(num_threads() * D), 0.0f);
+    if (want_dw) pdw.assign(size_t(norm_chunks(rows, D) * D), 0.0f);
+    if (want_db) pdb.assign(size_t(norm_chunks(rows, D) * D), 0.0f);
     int64_t chunks = chunked_rows(rows, D, [&](int64_t c, int64_t b, int64_t e) {
       float* xhat = scratch_floats(size_t(D), 0);
       float* gw = scratch_floats(size_t(D), 1);
