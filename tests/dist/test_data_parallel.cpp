@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -307,3 +309,134 @@ TEST(DataParallel, VisionTrainOnTwoProcessesIsTheOneProcessRun) {
     EXPECT_EQ(ea[0][k], eb[0][k]) << k;
 }
 
+
+TEST(DataParallel, BenchTrainPrintsOneObjectForTheRun) {
+  REQUIRE_MPI();
+  ProcResult r = mpirun(2, {"bench", "train", "--preset", "cpu-small", "--threads", "1", "--json", "--steps", "2",
+                            "--warmup", "1", "--reps", "1"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 1u) << r.out;  // rank 0's alone
+  const nlohmann::json& j = lines[0];
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["rank_batch"], 6);
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["comm_s"].get<double>(), 0);
+  EXPECT_GE(j["comm_s"].get<double>(), j["exposed_comm_s"].get<double>());
+  EXPECT_GE(j["overlap_fraction"].get<double>(), 0);
+  EXPECT_LE(j["overlap_fraction"].get<double>(), 1);
+}
+
+namespace {
+
+// The pid of rank `rank` of a run whose command line names `marker` (from /proc).
+pid_t rank_pid(const std::string& marker, int rank) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = toy::test::read_all(e.path().string() + "/cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find(marker) == std::string::npos || cmd.find("mpirun") != std::string::npos) continue;
+    std::string env = toy::test::read_all(e.path().string() + "/environ");
+    std::replace(env.begin(), env.end(), '\0', '\n');
+    if (env.find("\nOMPI_COMM_WORLD_RANK=" + std::to_string(rank) + "\n") != std::string::npos) return pid_t(std::stoi(name));
+  }
+  return -1;
+}
+
+struct Interrupted {
+  ProcResult r;
+  double seconds_after_signal = 0;
+  size_t steps_before = 0;
+};
+
+// Starts `mpirun -np 2 toy ARGS`, waits for `steps` step events, sends `sig` to rank
+// `rank`, and waits for the whole job (up to 120 s).
+Interrupted signal_rank_after(const std::vector<std::string>& args, const std::string& dir, size_t steps, int rank,
+                              int sig) {
+  std::vector<std::string> a = {"-np", "2", "--oversubscribe", TOY_BINARY};
+  a.insert(a.end(), args.begin(), args.end());
+  const std::string base = temp("signal_" + std::to_string(sig));
+  Interrupted out;
+  const pid_t pid = toy::test::spawn_program(TOY_MPIRUN, a, mpi_env(), base + ".out", base + ".err");
+  for (int i = 0; i < 2400 && out.steps_before < steps; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    out.steps_before = toy::test::step_events(dir + "/events.jsonl");
+  }
+  const pid_t victim = rank_pid(dir, rank);
+  EXPECT_GT(victim, 0) << "rank " << rank << " not found";
+  if (victim > 0) kill(victim, sig);
+  const auto t0 = std::chrono::steady_clock::now();
+  toy::test::wait_toy(pid, 120, out.r);
+  out.seconds_after_signal = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (sig == SIGSTOP && victim > 0) kill(victim, SIGKILL);
+  out.r.out = toy::test::read_all(base + ".out");
+  out.r.err = toy::test::read_all(base + ".err");
+  return out;
+}
+
+// A run long enough to be interrupted (checkpoints every 5 steps).
+std::vector<std::string> long_args(const std::string& out, const std::vector<std::string>& more = {}) {
+  std::vector<std::string> a = {"--dim", "128", "--ctx", "64", "--save-every", "5", "--eval-every", "0"};
+  if (std::find(more.begin(), more.end(), "--steps") == more.end()) a.insert(a.end(), {"--steps", "400"});
+  return train_args(out, with(a, more));
+}
+
+}  // namespace
+
+TEST(DataParallel, SigtermToOneRankStopsEveryRankAtOneStepWithACheckpoint) {
+  REQUIRE_MPI();
+  const std::string dir = temp("sigterm"), whole = temp("sigterm_whole");
+  fs::remove_all(dir), fs::remove_all(whole);
+  Interrupted s = signal_rank_after(long_args(dir, {"--accum", "1"}), dir, 3, 1, SIGTERM);
+  ASSERT_EQ(s.r.status, 0) << describe(s.r);
+  const auto ends = events(dir, "run_end");
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_TRUE(ends[0]["stopped"].get<bool>());
+  const int64_t stopped_at = ends[0]["steps"].get<int64_t>();
+  ASSERT_LT(stopped_at, 400);
+  const auto cks = events(dir, "checkpoint");
+  ASSERT_FALSE(cks.empty());
+  EXPECT_EQ(cks.back()["reason"], "stop");
+  EXPECT_EQ(cks.back()["step"], stopped_at);
+  // One process finishes what two started; it equals one process from the start.
+  ProcResult r = run_toy({"train", "--resume", dir, "--threads", "1", "--steps", std::to_string(stopped_at + 3),
+                          "--quiet"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  r = run_toy(long_args(whole, {"--accum", "2", "--steps", std::to_string(stopped_at + 3)}));
+  ASSERT_EQ(r.status, 0) << describe(r);
+  expect_same_tensors(whole + "/model.gguf", dir + "/model.gguf");
+  expect_same_tensors(whole + "/checkpoint.gguf", dir + "/checkpoint.gguf");
+}
+
+TEST(DataParallel, AKilledRankEndsTheRunNamingItAndTheLastCheckpointResumes) {
+  REQUIRE_MPI();
+  const std::string dir = temp("kill9"), whole = temp("kill9_whole");
+  fs::remove_all(dir), fs::remove_all(whole);
+  Interrupted s = signal_rank_after(long_args(dir, {"--accum", "1"}), dir, 7, 1, SIGKILL);
+  EXPECT_NE(s.r.status, 0) << describe(s.r);
+  EXPECT_FALSE(s.r.timed_out);
+  EXPECT_LT(s.seconds_after_signal, 30) << describe(s.r);
+  EXPECT_NE(s.r.err.find("rank 1"), std::string::npos) << describe(s.r);
+  ASSERT_TRUE(fs::exists(dir + "/checkpoint.gguf"));
+  ProcResult r = run_toy({"train", "--resume", dir, "--threads", "1", "--steps", "12", "--quiet"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  r = run_toy(long_args(whole, {"--accum", "2", "--steps", "12"}));
+  ASSERT_EQ(r.status, 0) << describe(r);
+  expect_same_tensors(whole + "/model.gguf", dir + "/model.gguf");
+}
+
+TEST(DataParallel, ARankThatStopsAnsweringEndsTheRunAfterTheTimeout) {
+  REQUIRE_MPI();
+  const std::string dir = temp("stopped");
+  fs::remove_all(dir);
+  Interrupted s = signal_rank_after(long_args(dir, {"--accum", "1", "--dp-timeout", "3"}), dir, 7, 1, SIGSTOP);
+  EXPECT_NE(s.r.status, 0) << describe(s.r);
+  EXPECT_FALSE(s.r.timed_out);
+  EXPECT_LT(s.seconds_after_signal, 25) << describe(s.r);
+  EXPECT_NE(s.r.err.find("no answer from rank 1"), std::string::npos) << describe(s.r);
+  EXPECT_NE(s.r.err.find("--resume"), std::string::npos) << describe(s.r);
+}

@@ -82,6 +82,7 @@ struct TrainBenchOptions {
   std::string python = "/usr/bin/python3";
   std::string peer_script;  // empty: bench/peers/train_gpt_peer.py in the source tree
   bool no_peer = false;
+  LoopOptions dp;  // mpirun -np N: --zero, --dp-bucket-mb, --dp-overlap, --dp-timeout
 };
 
 // The synthetic token stream both sides train on: token i = splitmix64(seed + (i + 1) *
@@ -99,30 +100,59 @@ std::vector<int32_t> token_stream(int64_t n, int64_t vocab, uint64_t seed) {
   return t;
 }
 
+// Data-parallel (mpirun -np N): the recipe's batch is the global one, each process running a
+// micro-batch of batch / N windows, so tokens per second compare with one process's directly.
+int64_t rank_batch(const TrainRecipe& r) {
+  const int64_t n = dist::world().size();
+  TOY_CHECK(r.batch % n == 0, "[bench] {}'s batch of {} cannot be split over {} processes", r.name, r.batch, n);
+  return r.batch / n;
+}
+
 // toy's side: a model, its optimizer and a sampler, stepped the way the trainer steps.
 class ToyTrainer {
  public:
-  explicit ToyTrainer(const TrainRecipe& r, const std::string& kinds = "", Device device = Device::CPU)
+  explicit ToyTrainer(const TrainRecipe& r, const std::string& kinds = "", Device device = Device::CPU,
+                      const LoopOptions* dp = nullptr)
       : recipe_(r), tokens_(token_stream(kStreamTokens, r.vocab, kSeed)), model_(make_config(r, kinds)),
-        sampler_(&tokens_, r.ctx, r.batch, "benchmark"), data_gen_(kSeed, 1), dropout_gen_(kSeed, 2) {
+        sampler_(&tokens_, r.ctx, rank_batch(r), "benchmark"), data_gen_(kSeed, 1), dropout_gen_(kSeed, 2) {
     model_.init(kSeed);
     model_.params().move_to(device);
     opt_ = std::make_unique<AdamW>(model_.params(), AdamWConfig{kBeta1, kBeta2, 1e-8f, kWeightDecay});
+    if (dist::world().size() > 1) {
+      check_data_parallel(*dp, "[bench]");
+      dp_ = std::make_unique<dist::DataParallel>(dist::world(), model_.params(), dp->dp());
+    }
   }
 
   // One optimizer step, the trainer's own (accum = 1). The learning rate is constant: the
   // trainer's cosine schedule is a scalar computed on the host, no work here.
   void step() {
-    last_loss_ = train_step(model_, *opt_, sampler_, data_gen_, dropout_gen_, steps_++, 1, kClip, kLr).loss;
+    if (!dp_) {
+      last_loss_ = train_step(model_, *opt_, sampler_, data_gen_, dropout_gen_, steps_++, 1, kClip, kLr).loss;
+      return;
+    }
+    WindowTask task(model_, sampler_, data_gen_, dropout_gen_);
+    StepSettings s;
+    s.step = steps_++;
+    s.clip = kClip;
+    s.dp = dp_.get();
+    DynamicLossScale unscaled(1.0f);
+    const StepDone d = take_step(task, model_.params(), *opt_, unscaled, s, kLr);
+    last_loss_ = d.loss;
+    comm_s_ += d.comm_s, exposed_s_ += d.exposed_comm_s;
   }
 
-  // Tokens per second over `steps` steps.
+  // Tokens per second (of every process) over `steps` steps.
   double timed(int steps) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return double(steps * recipe_.batch * recipe_.ctx) / s;
   }
+  // Data-parallel: seconds of communication and of waiting for it, over the steps so far.
+  double comm_seconds() const { return comm_s_; }
+  double exposed_seconds() const { return exposed_s_; }
+  int64_t steps_taken() const { return steps_; }
   double last_loss() const { return last_loss_; }
   int64_t params() const { return model_.params().numel(); }
 
@@ -152,6 +182,8 @@ class ToyTrainer {
   Generator data_gen_, dropout_gen_;
   int64_t steps_ = 0;
   double last_loss_ = NAN;
+  std::unique_ptr<dist::DataParallel> dp_;
+  double comm_s_ = 0, exposed_s_ = 0;
 };
 
 // ---- the PyTorch peer, run as a subprocess -------------------------------------------------
@@ -214,6 +246,7 @@ struct TrainBenchResult {
   std::string peer_name, peer_blas;
   double attention_tps = 0;  // hybrid recipes: the all-attention model's
   int64_t attention_params = 0;
+  double comm_s = 0, exposed_comm_s = 0;  // data-parallel: per step, means over the timed steps
 };
 
 // A hybrid recipe: the hybrid and the all-attention model of the same size, alternately.
@@ -242,8 +275,10 @@ TrainBenchResult bench_recipe(const TrainRecipe& r, const TrainBenchOptions& o, 
   if (*r.kinds) return bench_hybrid(r, o);
   const int steps = o.steps > 0 ? o.steps : r.steps;
   const int warmup = o.warmup >= 0 ? o.warmup : r.warmup;
-  ToyTrainer toy(r, "", o.device);
+  ToyTrainer toy(r, "", o.device, &o.dp);
   for (int i = 0; i < warmup; ++i) toy.step();
+  const double comm0 = toy.comm_seconds(), exposed0 = toy.exposed_seconds();
+  const int64_t steps0 = toy.steps_taken();
 
   std::vector<double> toy_tps;
   std::vector<std::vector<double>> peer_tps(std::size(kPeerThreads));
@@ -266,6 +301,9 @@ TrainBenchResult bench_recipe(const TrainRecipe& r, const TrainBenchOptions& o, 
   res.toy_tps = median(toy_tps);
   res.toy_threads = num_threads();
   res.params = toy.params();
+  const double timed_steps = double(std::max<int64_t>(1, toy.steps_taken() - steps0));
+  res.comm_s = (toy.comm_seconds() - comm0) / timed_steps;
+  res.exposed_comm_s = (toy.exposed_seconds() - exposed0) / timed_steps;
   if (peer_error.empty()) {
     for (size_t t = 0; t < std::size(kPeerThreads); ++t) {
       if (peer_tps[t].empty()) continue;
@@ -318,7 +356,12 @@ void print_train_result(const TrainBenchResult& r, const TrainBenchOptions& o) {
                         {"dim", r.recipe->dim},
                         {"ctx", r.recipe->ctx},
                         {"batch", r.recipe->batch},
-                        {"vocab", r.recipe->vocab}};
+                        {"vocab", r.recipe->vocab},
+                        {"world_size", dist::world().size()},
+                        {"comm_s", r.comm_s},
+                        {"exposed_comm_s", r.exposed_comm_s},
+                        {"overlap_fraction", r.comm_s > 0 ? 1.0 - r.exposed_comm_s / r.comm_s : 0.0}};
+    if (dist::world().size() > 1) j["rank_batch"] = r.recipe->batch / dist::world().size();
     if (has_peer) {
       j["peer"] = r.peer_name + " (nanoGPT-style)";
       j["peer_tokens_per_s"] = peer_tps;
@@ -337,21 +380,32 @@ void print_train_result(const TrainBenchResult& r, const TrainBenchOptions& o) {
     }
     std::printf("%-11s %9.0f tok/s (%d thr)   peer %-32s ratio %-5s target >= %.1f%s\n", r.recipe->name, r.toy_tps,
                 r.toy_threads, peer.c_str(), ratio_s.c_str(), r.recipe->target, verdict.c_str());
+    if (dist::world().size() > 1)
+      std::printf("%-11s %d processes: communication %.2f ms per step, %.2f ms of it not hidden behind backward "
+                  "(overlap %.0f%%)\n", "", dist::world().size(), 1e3 * r.comm_s, 1e3 * r.exposed_comm_s,
+                  r.comm_s > 0 ? 100 * (1 - r.exposed_comm_s / r.comm_s) : 0.0);
   }
   std::fflush(stdout);
 }
 
-int run_train_bench(const TrainBenchOptions& o) {
+int run_train_bench(TrainBenchOptions o) {
   if (o.threads) set_num_threads(o.threads);
+  // Data-parallel: rank 0 speaks for the run; no peer (it is a one-process program), and the
+  // hybrid recipe (no data-parallel counterpart to compare with) is left out.
+  const bool many = dist::world().size() > 1;
+  if (many) o.no_peer = true;
+  const bool speaks = dist::world().rank() == 0;
+  if (!speaks && !std::freopen("/dev/null", "w", stdout)) fail("[bench] cannot silence rank {}", dist::world().rank());  // (rank 0 prints the one result)
   const std::string script =
       o.peer_script.empty() ? std::string(TOY_SOURCE_DIR) + "/bench/peers/train_gpt_peer.py" : o.peer_script;
-  std::string peer_error = peer_unavailable(o, script);
+  std::string peer_error = many ? std::string() : peer_unavailable(o, script);
   bool warned = false;
   if (!o.json)
     std::printf("toy bench train: tokens per second of a full training step (fwd + loss + bwd + clip + AdamW), "
                 "medians of %d reps, %s\n", o.reps, cpu_name().c_str());
   for (const TrainRecipe& r : kRecipes) {
     if (!o.presets.empty() && std::find(o.presets.begin(), o.presets.end(), r.name) == o.presets.end()) continue;
+    if (many && *r.kinds) continue;
     TrainBenchResult res = bench_recipe(r, o, script, peer_error);
     if (!peer_error.empty() && !warned) {
       std::fprintf(stderr, "toy bench train: no PyTorch peer: %s\n", peer_error.c_str());
@@ -389,6 +443,7 @@ Run add_bench_train_command(CLI::App& bench) {
   cmd->add_option("--peer-script", o->peer_script, "The peer script (default: bench/peers/train_gpt_peer.py in the "
                                                    "source tree)");
   cmd->add_flag("--no-peer", o->no_peer, "Time toy only (peer fields null)");
+  add_data_parallel_flags(cmd, o->dp);
   return [o]() -> int { return run_train_bench(*o); };
 }
 
