@@ -1533,6 +1533,30 @@ toy_model_tests
 ^Moe\.ExpertLora
   return add(y, l.scale == 1.0f ? low : scale(low, l.scale));
   return add(y, low);
+dp-reduce-in-reverse-rank-order
+src/toy/dist/data_parallel.cpp
+toy toy_dist_tests
+^DataParallel\.(FourProcesses|TwoProcesses)
+    for (int r = 0; r < size(); ++r) {\n      const float* c;
+    for (int r = size() - 1; r >= 0; --r) {\n      const float* c;
+dp-micro-batch-not-addressed-by-rank
+src/toy/train/loop.cpp
+toy toy_dist_tests
+^DataParallel\.TwoProcesses
+MicroBatch{s.step, me + ranks * micro, global, &device_step}
+MicroBatch{s.step, micro, global, &device_step}
+dp-updated-values-not-shared
+src/toy/train/loop.cpp
+toy toy_dist_tests
+^DataParallel\.TwoProcesses
+    if (dp) dp->share_values();
+    if (dp && false) dp->share_values();
+norm-chunks-follow-threads
+src/toy/backend/cpu/norm.cpp
+toy toy_cli_tests
+^CliTrain\.TheTrainedBitsDoNotDependOnTheThreadCount
+std::min<int64_t>(kMaxNormChunks, rows * D / 8192)
+std::min<int64_t>(num_threads(), rows * D / 8192)
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------
