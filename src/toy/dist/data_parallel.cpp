@@ -48,6 +48,7 @@ DataParallel::DataParallel(Comm& c, ParamStore& params, DpOptions o) : c_(c), pa
   params_.pack();
   for (Param& p : params_.all()) {
     if (p.arena_offset < 0) continue;
+    index_of_[p.value.impl()] = int64_t(trainable_.size());
     trainable_.push_back(&p);
     offset_.push_back(p.arena_offset);
   }
@@ -163,12 +164,9 @@ void DataParallel::begin_micro() {
 
 void DataParallel::grad_ready(const Tensor& leaf) {
   if (!o_.overlap) return;
-  // (Leaves are few and the search is over the trainable list once per gradient.)
-  for (size_t i = 0; i < trainable_.size(); ++i) {
-    if (trainable_[i]->value.impl() != leaf.impl()) continue;
-    Bucket& b = buckets_[size_t(bucket_of_[i])];
+  if (auto it = index_of_.find(leaf.impl()); it != index_of_.end()) {
+    Bucket& b = buckets_[size_t(bucket_of_[size_t(it->second)])];
     if (++b.ready == b.end - b.first) launch(b);
-    break;
   }
   pending_.poll();
 }

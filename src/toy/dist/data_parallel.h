@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -116,6 +117,7 @@ class DataParallel {
   DpOptions o_;
   std::vector<Param*> trainable_;
   std::vector<int64_t> offset_;  // arena offset of each trainable parameter
+  std::unordered_map<const TensorImpl*, int64_t> index_of_;  // a leaf's trainable index
   std::vector<Shard> shards_;
   std::vector<Bucket> buckets_;  // in launch order (reverse parameter order)
   std::vector<int64_t> bucket_of_;  // per trainable parameter
