@@ -117,17 +117,25 @@ void expect_train_runs_equal(const std::string& one, const std::string& many) {
   expect_same_steps(one, many);
 }
 
+// One process with `one` added to its arguments, then `n` processes with `many`, into folders
+// named after `name`: both must succeed and write the same run. Returns the N-process folder.
+std::string expect_n_processes_equal_one(const std::string& name, int n, const std::vector<std::string>& one,
+                                         const std::vector<std::string>& many) {
+  const std::string a_dir = temp(name + "_one"), b_dir = temp(name + "_" + std::to_string(n));
+  fs::remove_all(a_dir), fs::remove_all(b_dir);
+  ProcResult a = run_toy(train_args(a_dir, one));
+  EXPECT_EQ(a.status, 0) << describe(a);
+  ProcResult b = mpirun(n, train_args(b_dir, many));
+  EXPECT_EQ(b.status, 0) << describe(b);
+  if (a.status == 0 && b.status == 0) expect_train_runs_equal(a_dir, b_dir);
+  return b_dir;
+}
+
 }  // namespace
 
 TEST(DataParallel, TwoProcessesTrainAsOneProcessAccumulatingTwoMicroBatches) {
   REQUIRE_MPI();
-  const std::string one = temp("one"), two = temp("two");
-  fs::remove_all(one), fs::remove_all(two);
-  ProcResult a = run_toy(train_args(one, {"--accum", "2"}));
-  ASSERT_EQ(a.status, 0) << describe(a);
-  ProcResult b = mpirun(2, train_args(two, {"--accum", "1"}));
-  ASSERT_EQ(b.status, 0) << describe(b);
-  expect_train_runs_equal(one, two);
+  const std::string two = expect_n_processes_equal_one("plain", 2, {"--accum", "2"}, {"--accum", "1"});
   const nlohmann::json start = events(two, "run_start").at(0);
   EXPECT_EQ(start["world_size"], 2);
   EXPECT_EQ(start["zero"], 1);
@@ -174,39 +182,23 @@ TEST(DataParallel, ZeroOneHalvesEachRanksOptimizerState) {
 
 TEST(DataParallel, WholeMomentsAndDropoutStayBitIdentical) {
   REQUIRE_MPI();
-  const std::string one = temp("one_z0"), two = temp("two_z0");
-  fs::remove_all(one), fs::remove_all(two);
-  ProcResult a = run_toy(train_args(one, {"--accum", "2", "--dropout", "0.1"}));
-  ASSERT_EQ(a.status, 0) << describe(a);
-  ProcResult b = mpirun(2, train_args(two, {"--accum", "1", "--dropout", "0.1", "--zero", "0"}));
-  ASSERT_EQ(b.status, 0) << describe(b);
-  expect_train_runs_equal(one, two);
+  const std::string two = expect_n_processes_equal_one("z0", 2, {"--accum", "2", "--dropout", "0.1"},
+                                                       {"--accum", "1", "--dropout", "0.1", "--zero", "0"});
   EXPECT_EQ(events(two, "run_start").at(0)["zero"], 0);
 }
 
 TEST(DataParallel, FourProcessesOnTwoCoresEqualFourMicroBatchesOfAnUntiedLlama) {
   REQUIRE_MPI();
-  const std::string one = temp("one4"), four = temp("four");
-  fs::remove_all(one), fs::remove_all(four);
   const std::vector<std::string> shape = {"--preset", "llama", "--tied", "0", "--dp-bucket-mb", "0.01"};
-  ProcResult a = run_toy(train_args(one, with(shape, {"--accum", "4"})));
-  ASSERT_EQ(a.status, 0) << describe(a);
-  ProcResult b = mpirun(4, train_args(four, with(shape, {"--accum", "1"})));
-  ASSERT_EQ(b.status, 0) << describe(b);
-  expect_train_runs_equal(one, four);
+  const std::string four =
+      expect_n_processes_equal_one("llama", 4, with(shape, {"--accum", "4"}), with(shape, {"--accum", "1"}));
   EXPECT_GT(events(four, "run_start").at(0)["dp"]["buckets"].get<int>(), 4);  // small buckets: many in flight
 }
 
 TEST(DataParallel, TiedGpt2ShapeWithTwoMicroBatchesPerProcess) {
   REQUIRE_MPI();
-  const std::string one = temp("one_tied"), two = temp("two_tied");
-  fs::remove_all(one), fs::remove_all(two);
   const std::vector<std::string> shape = {"--preset", "gpt", "--tied", "1", "--dp-overlap", "off"};
-  ProcResult a = run_toy(train_args(one, with(shape, {"--accum", "4"})));
-  ASSERT_EQ(a.status, 0) << describe(a);
-  ProcResult b = mpirun(2, train_args(two, with(shape, {"--accum", "2"})));
-  ASSERT_EQ(b.status, 0) << describe(b);
-  expect_train_runs_equal(one, two);
+  expect_n_processes_equal_one("tied", 2, with(shape, {"--accum", "4"}), with(shape, {"--accum", "2"}));
 }
 
 TEST(DataParallel, ACheckpointResumesWithAnyNumberOfProcesses) {

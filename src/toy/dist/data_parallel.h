@@ -53,7 +53,7 @@ struct StepRecord {
   std::vector<float> losses;      // this rank's micro-batches', in its order
   int64_t units = 0;
   std::vector<float> square_norms;  // the owned gradients' (parameters with a gradient, in order)
-  std::vector<float> task_reads;    // TrainTask::step_reads, flattened
+  std::vector<float> task_reads;    // TrainTask::step_counts (summed over the ranks)
   bool stop = false;                // a stop was requested on this rank
   bool save = false;                // rank 0: a time-based save is due
 };
