@@ -1545,6 +1545,18 @@ toy toy_dist_tests
 ^DataParallel\.TwoProcesses
 MicroBatch{s.step, me + ranks * micro, global, &device_step}
 MicroBatch{s.step, micro, global, &device_step}
+windows-addressed-by-micro-batch
+src/toy/train/step.cpp
+toy_train_tests toy toy_dist_tests
+^(Train\.OneMicroBatchOfEight|DataParallel\.TwoProcessesOfFour)
+  Generator data = data_gen_.for_micro_batch(mb.step, 0);
+  Generator data = data_gen_.for_micro_batch(mb.step, mb.index);
+windows-forget-the-step
+src/toy/train/step.cpp
+toy_train_tests
+^Train\.OneMicroBatchOfEight
+  data.set_offset(data.offset() + uint64_t(mb.index) * uint64_t(batches_.batch()));
+  data.set_offset(uint64_t(mb.index) * uint64_t(batches_.batch()));
 dp-updated-values-not-shared
 src/toy/train/loop.cpp
 toy toy_dist_tests

@@ -294,6 +294,9 @@ TEST(MixedPrecision, DynamicLossScaleHalvesOnOverflowAndGrowsBack) {
 // The best-model rule: with a learning rate that makes the validation loss go up and down,
 // the outputs hold the weights of the best evaluation. Every record is the same, so the
 // validation loss of the saved model can be computed here and must be the best one.
+// (lr 10 without clipping is chaotic: where the best evaluation falls depends on the CPU's
+// rounding, so the first of a few seeds whose best is not the last step is the case tested;
+// on a Zen 4 the default seed's last evaluation was its best.)
 TEST(FinetuneBest, OutputsHoldTheBestValidationWeights) {
   const std::string data = temp("same.jsonl");
   {
@@ -304,11 +307,16 @@ TEST(FinetuneBest, OutputsHoldTheBestValidationWeights) {
   o.model = chatml_model(), o.data = data, o.method = "lora", o.merge_type = "f32";
   o.out = temp("best_run"), o.force = true, o.quiet = true;
   o.steps = 8, o.batch = 2, o.eval_every = 1, o.lr = 10.0f, o.clip = 0, o.warmup = 0, o.lora_rank = 2;
-  const FinetuneResult r = finetune(o);
-  ASSERT_GE(r.best_step, 1);
-  EXPECT_LE(r.best_val_loss, r.val_loss);
-  EXPECT_EQ(r.model, "best");  // (lr 10 without clipping: the loss rises after step 2)
-  EXPECT_LT(r.best_step, r.steps);
+  FinetuneResult r;
+  for (uint64_t seed : {1337, 1, 2, 3, 4, 5}) {
+    o.seed = seed;
+    r = finetune(o);
+    ASSERT_GE(r.best_step, 1);
+    EXPECT_LE(r.best_val_loss, r.val_loss);
+    EXPECT_EQ(r.model, r.best_step < r.steps ? "best" : "last");
+    if (r.best_step < r.steps) break;
+  }
+  ASSERT_LT(r.best_step, r.steps) << "no seed's validation loss rose after its best";
   LoadedModel lm = load_model(o.out + "/model.gguf");
   SftExample e = parse_sft_record(R"({"prompt": "the terms and", "completion": " conditions"})", *lm.tokenizer,
                                   nullptr, "x");

@@ -554,7 +554,8 @@ TEST(Train, AccumulationAveragesTheMicroBatches) {
   const StepResult r = train_step(stepped, opt1, s, data, drop, 7, 2, 0.0, 1e-2f);
   double loss = 0;
   for (int64_t micro = 0; micro < 2; ++micro) {
-    Generator dg = data.for_micro_batch(7, micro), pg = drop.for_micro_batch(7, micro);
+    Generator dg = data.for_micro_batch(7, 0), pg = drop.for_micro_batch(7, micro);
+    dg.set_offset(dg.offset() + uint64_t(micro) * 4);  // windows 4*micro .. of the step's one sequence
     Tensor x, y;
     s.sample(dg, x, y);
     Tensor l = by_hand.loss(x, y, true, &pg);
@@ -567,6 +568,41 @@ TEST(Train, AccumulationAveragesTheMicroBatches) {
   EXPECT_EQ(r.loss, loss);
   for (const char* n : {"blk.0.attn_qkv.weight", "token_embd.weight"})
     EXPECT_EQ(stepped.params().get(n).to_f32_vector(), by_hand.params().get(n).to_f32_vector()) << n;
+}
+
+TEST(Train, OneMicroBatchOfEightHoldsTheWindowsOfTwoOfFour) {
+  // How a step's global batch is cut into micro-batches (accum, processes) does not change
+  // its windows: one micro-batch of 8 and two of 4 (each loss / 2) give the same gradient up
+  // to the order of the sums.
+  std::vector<int32_t> toks(500);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t((i * 11 + i / 7) % 20);
+  ModelConfig mc = ModelConfig::from_preset("llama");
+  mc.vocab = 20, mc.layers = 1, mc.heads = 2, mc.kv_heads = 1, mc.dim = 16, mc.ffn = 32, mc.ctx = 8;
+  const Generator data(21, 1), drop(21, 2);
+  BatchSampler eight(&toks, mc.ctx, 8, "training"), four(&toks, mc.ctx, 4, "training");
+  DecoderLM big(mc), small(mc);
+  big.init(6), small.init(6);
+  WindowTask big_task(big, eight, data, drop), small_task(small, four, data, drop);
+  int64_t units = 0;
+  const double big_loss = big_task.micro_loss(MicroBatch{9, 0, 1}, units).item();
+  big_task.micro_loss(MicroBatch{9, 0, 1}, units).backward();
+  double small_loss = 0;
+  for (int64_t micro = 0; micro < 2; ++micro) {
+    Tensor l = small_task.micro_loss(MicroBatch{9, micro, 2}, units);
+    small_loss += l.item() / 2;
+    scale(l, 0.5f).backward();
+  }
+  EXPECT_NEAR(small_loss, big_loss, 1e-6 * std::abs(big_loss));
+  // Another step, another sequence of windows (no dropout here to tell them apart).
+  EXPECT_NE(big_task.micro_loss(MicroBatch{10, 0, 1}, units).item(), big_loss);
+  for (const Param& p : big.params().all()) {
+    const std::vector<float> a = p.value.grad().to_f32_vector(), b = small.params().get(p.name).grad().to_f32_vector();
+    const std::string& name = p.name;
+    float peak = 0, diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) peak = std::max(peak, std::abs(a[i])), diff = std::max(diff, std::abs(a[i] - b[i]));
+    EXPECT_GT(peak, 0.0f) << name;
+    EXPECT_LE(diff, 1e-6f * peak) << name;
+  }
 }
 
 TEST(Train, AMicroBatchDrawsItsWindowsAndMasksWhicheverOrderRunsIt) {

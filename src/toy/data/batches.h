@@ -23,9 +23,11 @@ class BatchSampler {
  public:
   // Throws if the tokens are fewer than one window (ctx + 1).
   BatchSampler(const std::vector<int32_t>* tokens, int64_t ctx, int64_t batch, const char* what);
-  // Inputs and targets [B, T] from windows drawn with gen.
+  // Inputs and targets [B, T] from B windows drawn with gen: window b from counter
+  // gen.offset() + b (the B counters are reserved).
   void sample(Generator& gen, Tensor& inputs, Tensor& targets) const;
   int64_t windows() const { return int64_t(tokens_->size()) - ctx_; }
+  int64_t batch() const { return batch_; }
 
  private:
   const std::vector<int32_t>* tokens_;

@@ -6,7 +6,11 @@
 namespace toy {
 
 Tensor WindowTask::micro_loss(const MicroBatch& mb, int64_t& units) {
-  Generator data = data_gen_.for_micro_batch(mb.step, mb.index);
+  // The step's windows are one sequence drawn from micro-batch 0's generator: micro-batch m
+  // takes windows m*batch .. m*batch + batch-1 of it, so how a global batch is split into
+  // micro-batches (accum, processes, or one big micro-batch) does not change what it holds.
+  Generator data = data_gen_.for_micro_batch(mb.step, 0);
+  data.set_offset(data.offset() + uint64_t(mb.index) * uint64_t(batches_.batch()));
   Generator dropout = mb.draws_from(dropout_gen_);
   Tensor x, y;
   batches_.sample(data, x, y);

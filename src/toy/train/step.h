@@ -1,7 +1,9 @@
 // The micro-batches of `toy train`, shared by the trainer and `toy bench train` so that the
 // benchmark times exactly what training runs: `batch` random windows of the training tokens
-// (drawn from data_gen), the DecoderLM's loss with dropout (from dropout_gen), both
-// generators addressed by the micro-batch (Generator::for_micro_batch).
+// (drawn from data_gen, addressed by the step and the window's place in the step's global
+// batch, so `--batch 8` holds the windows of `--batch 4 --accum 2` and of two processes with
+// `--batch 4`), the DecoderLM's loss with dropout (from dropout_gen, addressed by the
+// micro-batch: Generator::for_micro_batch).
 #pragma once
 #include <cstdint>
 
