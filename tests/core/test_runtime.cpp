@@ -26,6 +26,7 @@
 
 #include "helpers.h"
 #include "toy/core/allocator.h"
+#include "toy/core/kernel_gate.h"
 #include "toy/core/pending_files.h"
 #include "toy/core/registry.h"
 #include "toy/core/runtime.h"
@@ -358,4 +359,39 @@ TEST(Allocator, ABlockAnotherStreamUsedIsNotReusedBeforeThatStreamIsDone) {
   EXPECT_EQ(s.data(), first);
   EXPECT_EQ(a.stats().blocks_awaiting_streams, 0);
   EXPECT_NE(error_of([&] { s.record_stream(64); }).find("stream 64"), std::string::npos);
+}
+
+namespace {
+// Per kernel call, the storages of its tensor arguments (read inside the gate: the op may
+// pass temporaries).
+std::vector<std::vector<const void*>> g_seen;
+void record_gate(const toy::Tensor* const* tensors, size_t n) {
+  std::vector<const void*> call;
+  for (size_t i = 0; i < n; ++i) call.push_back(tensors[i] ? tensors[i]->storage().get() : nullptr);
+  g_seen.push_back(call);
+}
+}  // namespace
+
+// The kernel gate (core/kernel_gate.h) sees every kernel's tensor arguments, on the CPU and
+// on sim, before the kernel runs (the op may pass views of them); nothing once removed.
+TEST(KernelGate, SeesEachKernelsTensorsBeforeItRuns) {
+  using namespace toy;
+  for (Device d : {Device::CPU, Device::SIM}) {
+    Tensor a = full(Shape{4}, 1.0f, DType::F32, d), b = full(Shape{4}, 2.0f, DType::F32, d);
+    g_seen.clear();
+    set_kernel_gate(&record_gate);
+    Tensor c = add(a, b);
+    set_kernel_gate(nullptr);
+    ASSERT_EQ(g_seen.size(), 1u) << name(d);
+    // binary(op, a, b, out): the op is not a tensor; a, b and the output are.
+    ASSERT_EQ(g_seen[0].size(), 4u);
+    EXPECT_EQ(g_seen[0][0], nullptr);
+    EXPECT_EQ(g_seen[0][1], a.storage().get());
+    EXPECT_EQ(g_seen[0][2], b.storage().get());
+    EXPECT_EQ(g_seen[0][3], c.storage().get());
+    g_seen.clear();
+    Tensor e = add(a, b);
+    EXPECT_TRUE(g_seen.empty());
+    EXPECT_EQ(e.to_f32_vector(), std::vector<float>(4, 3.0f));
+  }
 }

@@ -180,6 +180,20 @@ TEST(DataParallel, ZeroOneHalvesEachRanksOptimizerState) {
   EXPECT_EQ(elements, start["params"].get<int64_t>());
 }
 
+// A 4.8M-parameter model: its shards (2.4M elements) are cut into buckets of at most an
+// eighth (not two 8 MB buckets, the first layers' sent only after backward).
+TEST(DataParallel, ASmallModelHasBucketsOfAnEighthOfAShard) {
+  REQUIRE_MPI();
+  const std::string dir = temp("buckets");
+  fs::remove_all(dir);
+  ProcResult r = mpirun(2, train_args(dir, {"--steps", "1", "--eval-every", "0", "--layers", "6", "--dim", "256",
+                                            "--ctx", "16", "--batch", "1"}));
+  ASSERT_EQ(r.status, 0) << describe(r);
+  const nlohmann::json start = events(dir, "run_start").at(0);
+  EXPECT_EQ(start["dp"]["bucket_mb"], 8.0);
+  EXPECT_GE(start["dp"]["buckets"].get<int>(), 16) << start["dp"].dump();
+}
+
 TEST(DataParallel, WholeMomentsAndDropoutStayBitIdentical) {
   REQUIRE_MPI();
   const std::string two = expect_n_processes_equal_one("z0", 2, {"--accum", "2", "--dropout", "0.1"},
@@ -502,6 +516,28 @@ TEST(DataParallelTwoHosts, TwoNetworkNamespacesOverTcpEqualOneProcess) {
   ProcResult b = on_two_hosts(train_args(two, {"--accum", "1"}));
   ASSERT_EQ(b.status, 0) << describe(b);
   expect_train_runs_equal(one, two);
+}
+
+// A slow link (20 Mbit/s): the updated values arrive while the next forward pass runs, and
+// every kernel that reads a parameter waits for its piece (the kernel gate), so the run is
+// still the one process's bit for bit, with overlap on and off and small buckets.
+TEST(DataParallelTwoHosts, ASlowLinkStillGivesTheOneProcessRun) {
+  REQUIRE_MPI();
+  std::string why;
+  if (!hosts_up(why)) GTEST_SKIP() << "skipped: cannot make network namespaces here (CAP_NET_ADMIN): " << why;
+  ASSERT_EQ(run_program("/bin/bash", {kHosts, "rate", "20mbit"}).status, 0);
+  const std::string one = temp("slow_one");
+  fs::remove_all(one);
+  ProcResult a = run_toy(train_args(one, {"--accum", "2"}));
+  ASSERT_EQ(a.status, 0) << describe(a);
+  for (const char* overlap : {"on", "off"}) {
+    const std::string two = temp(std::string("slow_two_") + overlap);
+    fs::remove_all(two);
+    ProcResult b = on_two_hosts(train_args(two, {"--accum", "1", "--dp-overlap", overlap, "--dp-bucket-mb", "0.05"}));
+    EXPECT_EQ(b.status, 0) << describe(b);
+    if (b.status == 0) expect_train_runs_equal(one, two);
+  }
+  run_program("/bin/bash", {kHosts, "rate", "off"});
 }
 
 TEST(DataParallelTwoHosts, ANetworkThatGoesAwayEndsBothSidesAfterTheTimeout) {

@@ -146,6 +146,7 @@ class ToyTrainer {
   double timed(int steps) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step();
+    if (dp_) dp_->settle_values();  // (the last step's values, which the next step would overlap)
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return double(steps * recipe_.batch * recipe_.ctx) / s;
   }

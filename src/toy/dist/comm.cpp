@@ -90,6 +90,12 @@ Comm& world() {
 
 // ---- waiting ------------------------------------------------------------------------------------
 
+namespace {
+void (*g_wait_hook)() = nullptr;
+}
+
+void set_wait_hook(void (*hook)()) { g_wait_hook = hook; }
+
 bool Pending::poll() {
   size_t kept = 0;
   for (Request& r : reqs_)
@@ -98,7 +104,7 @@ bool Pending::poll() {
   return reqs_.empty();
 }
 
-double Pending::wait(double timeout_s, const std::string& what) {
+double Pending::wait(double timeout_s, const std::string& what, const std::function<void()>& meanwhile) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   int64_t spins = 0;
@@ -111,6 +117,8 @@ double Pending::wait(double timeout_s, const std::string& what) {
     return m;
   };
   while (!poll()) {
+    if (meanwhile) meanwhile();
+    if (g_wait_hook) g_wait_hook();
     const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
     if (waited > next_check) {  // a peer on this host that has ended: say so now
       next_check = waited + 0.1;

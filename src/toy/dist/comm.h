@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,8 @@ class Comm {
   virtual Request irecv(void* data, size_t bytes, int from, int tag) = 0;
   // Whether the request has completed (and then releases it); drives the transport.
   virtual bool test(Request& r) = 0;
+  // Drives the transport once (every message in flight moves on) without completing any.
+  virtual void progress() {}
   // Ends every process of the run at once (after a message was printed).
   [[noreturn]] virtual void abort(int code) = 0;
   // False when rank r is known to have ended (a process on this host that no longer exists);
@@ -81,13 +84,18 @@ class Pending {
   void add(Request r) { reqs_.push_back(r); }
   bool empty() const { return reqs_.empty(); }
   bool poll();  // true when every request completed
-  // Returns the seconds spent waiting.
-  double wait(double timeout_s, const std::string& what);
+  // Returns the seconds spent waiting; `meanwhile` runs between polls (more sends to post).
+  double wait(double timeout_s, const std::string& what, const std::function<void()>& meanwhile = {});
 
  private:
   Comm& c_;
   std::vector<Request> reqs_;
 };
+
+// Work every wait must keep doing while it polls (the data-parallel trainer's queue of value
+// sends: a rank waiting in any collective still feeds the ranks waiting for its values, or
+// the two would wait for each other). nullptr: none.
+void set_wait_hook(void (*hook)());
 
 // Sends `bytes` to every other rank and receives as much from each: all[r] is rank r's
 // (this rank's own copied in). The small per-step and per-run agreements use it.

@@ -9,6 +9,7 @@
 #include <fmt/core.h>
 
 #include "toy/autograd/grad_mode.h"
+#include "toy/core/kernel_gate.h"
 #include "toy/ops/ops.h"
 
 namespace toy::dist {
@@ -21,7 +22,23 @@ double now_s() { return std::chrono::duration<double>(Clock::now().time_since_ep
 // Message kinds (the tag's high bits; MPI promises tags up to 32767).
 enum Kind : int { kHeader = 1, kData, kRecord, kValues, kGrads, kMoments, kItems, kStart };
 
+// A value piece's size, in elements (256 KB).
+constexpr int64_t kPieceElements = 65536;
+// Sends of values in flight at once: few enough that they arrive in the order sent (the
+// forward pass's), enough to keep the link busy.
+constexpr size_t kSendWindow = 2;
+// The kernel gate drives the transport at most this often.
+constexpr double kPollEvery = 50e-6;
+
 DataParallel* g_active = nullptr;
+DataParallel* g_gated = nullptr;  // the one whose kernel gate is installed
+
+void gate_kernel(const Tensor* const* tensors, size_t n) {
+  if (g_gated) g_gated->before_kernel(tensors, n);
+}
+void keep_sending() {
+  if (g_gated) g_gated->pump_sends();
+}
 
 // Flattens j into "a.b.c" -> value text, in key order.
 void flatten(const nlohmann::json& j, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
@@ -77,8 +94,14 @@ DataParallel::DataParallel(Comm& c, ParamStore& params, DpOptions o) : c_(c), pa
     s.begin = s.first < int64_t(trainable_.size()) ? offset_[size_t(s.first)] : total;
     s.stop = s.end < int64_t(trainable_.size()) ? offset_[size_t(s.end)] : total;
   }
-  // Buckets in reverse parameter order, at most bucket_mb (a larger parameter alone), one owner each.
-  const int64_t limit = std::max<int64_t>(1, int64_t(o_.bucket_mb * 1024 * 1024 / 4));
+  // Buckets in reverse parameter order, one owner each, at most bucket_mb (a larger parameter
+  // alone) and at most an eighth of the largest shard (at least 256 KB): the bucket holding
+  // the first layers is sent only when backward has finished all of it, so a small model with
+  // few large buckets would send most of its gradients after backward.
+  int64_t largest = 0;
+  for (const Shard& s : shards_) largest = std::max(largest, s.stop - s.begin);
+  const int64_t limit = std::max<int64_t>(
+      1, std::min<int64_t>(int64_t(o_.bucket_mb * 1024 * 1024 / 4), std::max<int64_t>(kPieceElements, largest / 8)));
   bucket_of_.assign(trainable_.size(), -1);
   for (int64_t i = int64_t(trainable_.size()) - 1; i >= 0; --i) {
     const int64_t ne = trainable_[size_t(i)]->value.numel();
@@ -106,6 +129,36 @@ DataParallel::DataParallel(Comm& c, ParamStore& params, DpOptions o) : c_(c), pa
   has_sum_.assign(size_t(own().end - own().first), 0);
   // ZeRO-1: AdamW's moments only for the owned parameters.
   if (o_.zero == 1) params_.set_moment_range(own().begin, own().stop);
+  // Value pieces: runs of one owner's parameters in order, a few hundred KB each (a larger
+  // parameter alone): small enough that the next forward pass can start on the first ones,
+  // large enough that the messages' round trips do not add up.
+  for (int64_t i = 0; i < int64_t(trainable_.size()); ++i) {
+    const int64_t ne = trainable_[size_t(i)]->value.numel();
+    ValuePiece* v = pieces_.empty() ? nullptr : &pieces_.back();
+    if (!v || v->owner != owner[size_t(i)] || (v->stop - v->begin) + ne > kPieceElements) {
+      pieces_.push_back(ValuePiece{owner[size_t(i)], i, i, offset_[size_t(i)], offset_[size_t(i)]});
+      v = &pieces_.back();
+    }
+    v->end = i + 1;
+    v->stop = offset_[size_t(i)] + ne;
+  }
+  for (const ValuePiece& v : pieces_) piece_begin_.push_back(v.begin);
+  v_recv_.assign(pieces_.size(), Request{});
+  awaiting_.assign(pieces_.size(), 0);
+  main_thread_ = std::this_thread::get_id();
+  TOY_CHECK(g_gated == nullptr, "[dist] two data-parallel runs in one process");
+  g_gated = this;
+  set_kernel_gate(&gate_kernel);
+  set_wait_hook(&keep_sending);
+}
+
+DataParallel::~DataParallel() {
+  set_kernel_gate(nullptr);
+  set_wait_hook(nullptr);
+  g_gated = nullptr;
+  // Values still in flight when a run ends by an error: the receive buffer must outlive them
+  // (the process is about to end).
+  if (values_pending_) (void)staging_.release();
 }
 
 nlohmann::json DataParallel::shards_json() const {
@@ -295,24 +348,121 @@ std::vector<StepRecord> DataParallel::exchange(const StepRecord& mine) {
   return out;
 }
 
+// ---- sharing the updated values ----------------------------------------------------------------
+
 void DataParallel::share_values() {
   if (o_.zero == 0) return;  // every rank updated every parameter itself
-  const double t0 = now_s();
-  float* values = params_.arena()->values.data<float>();
-  Pending p(c_);
-  for (int r = 0; r < size(); ++r) {
-    const Shard& s = shards_[size_t(r)];
-    if (s.stop == s.begin) continue;
-    if (r == rank()) {
+  TOY_CHECK(!values_pending_, "[dist] the last step's values were still being shared");
+  values_start_ = now_s();
+  const ParamArena& a = *params_.arena();
+  values_storage_ = a.values.storage().get();
+  if (!staging_) staging_.reset(new float[size_t(std::max<int64_t>(1, a.numel()))]);
+  send_queue_.clear(), send_next_ = 0;
+  // Receives first, every other owner's pieces; sends in parameter order, each to every rank
+  // in turn (the order the forward pass reads them).
+  for (int64_t k = 0; k < int64_t(pieces_.size()); ++k) {
+    const ValuePiece& v = pieces_[size_t(k)];
+    if (v.owner == rank()) {
       for (int q = 0; q < size(); ++q)
-        if (q != rank()) p.add(c_.isend(values + s.begin, size_t(s.stop - s.begin) * 4, q, tag(kValues, 0)));
-    } else {
-      p.add(c_.irecv(values + s.begin, size_t(s.stop - s.begin) * 4, r, tag(kValues, 0)));
+        if (q != rank()) send_queue_.emplace_back(k, q);
+      continue;
     }
+    v_recv_[size_t(k)] = c_.irecv(staging_.get() + v.begin, size_t(v.stop - v.begin) * 4, v.owner, tag(kValues, k));
+    awaiting_[size_t(k)] = 1;
+    ++awaiting_count_;
   }
-  const double w = p.wait(o_.timeout_s, fmt::format("step {}: sharing the updated parameters", step_ + 1));
-  exposed_s_ += w;
-  comm_s_ += now_s() - t0;
+  values_pending_ = true;
+  pump_sends();
+  if (!o_.overlap) settle_values();
+}
+
+void DataParallel::pump_sends() {
+  size_t kept = 0;
+  for (Request& r : sending_)
+    if (!c_.test(r)) sending_[kept++] = r;
+  sending_.resize(kept);
+  if (send_next_ >= send_queue_.size()) return;
+  const float* values = params_.arena()->values.data<float>();
+  const size_t window = o_.overlap ? kSendWindow : send_queue_.size();
+  while (sending_.size() < window && send_next_ < send_queue_.size()) {
+    const auto [k, q] = send_queue_[send_next_++];
+    const ValuePiece& v = pieces_[size_t(k)];
+    sending_.push_back(c_.isend(values + v.begin, size_t(v.stop - v.begin) * 4, q, tag(kValues, k)));
+  }
+}
+
+void DataParallel::take_piece(int64_t k) {
+  const ValuePiece& v = pieces_[size_t(k)];
+  std::memcpy(params_.arena()->values.data<float>() + v.begin, staging_.get() + v.begin,
+              size_t(v.stop - v.begin) * 4);
+  awaiting_[size_t(k)] = 0;
+  --awaiting_count_;
+}
+
+void DataParallel::finish_values_if_done() {
+  if (!values_pending_ || awaiting_count_ > 0 || !sending_.empty() || send_next_ < send_queue_.size()) return;
+  values_pending_ = false;
+  comm_s_ += now_s() - values_start_;
+}
+
+void DataParallel::wait_piece(int64_t k) {
+  const ValuePiece& v = pieces_[size_t(k)];
+  Pending p(c_);
+  p.add(v_recv_[size_t(k)]);
+  exposed_s_ += p.wait(o_.timeout_s, fmt::format("step {}: receiving the updated {}{}", step_ + 1,
+                                                 trainable_[size_t(v.first)]->name, v.end - v.first > 1 ? " .." : ""));
+  take_piece(k);
+}
+
+void DataParallel::settle_values() {
+  if (!values_pending_) return;
+  for (int64_t k = 0; k < int64_t(pieces_.size()); ++k)
+    if (awaiting_[size_t(k)]) wait_piece(k);
+  const double t0 = now_s();
+  while (!sending_.empty() || send_next_ < send_queue_.size()) {
+    Pending p(c_);
+    for (const Request& r : sending_) p.add(r);
+    sending_.clear();
+    p.wait(o_.timeout_s, fmt::format("step {}: sending the updated parameters", step_ + 1));
+    pump_sends();
+  }
+  exposed_s_ += now_s() - t0;
+  finish_values_if_done();
+}
+
+void DataParallel::before_kernel(const Tensor* const* tensors, size_t n) {
+  if (!o_.overlap || (!values_pending_ && pending_.empty())) return;
+  if (std::this_thread::get_id() != main_thread_) {
+    // (Only the main thread may call MPI.) A kernel started elsewhere must not read a value
+    // still in flight.
+    for (size_t k = 0; k < n; ++k)
+      TOY_CHECK(!values_pending_ || !tensors[k] || tensors[k]->storage().get() != values_storage_,
+                "[dist] a kernel on another thread read the parameters while their new values were arriving");
+    return;
+  }
+  const double t = now_s();
+  if (t - last_poll_ >= kPollEvery) {
+    last_poll_ = t;
+    c_.progress();
+    if (values_pending_) pump_sends(), finish_values_if_done();
+  }
+  if (!values_pending_) return;
+  for (size_t a = 0; a < n; ++a) {
+    const Tensor* x = tensors[a];
+    if (!x || !x->defined() || x->storage().get() != values_storage_ || x->numel() == 0) continue;
+    // The elements the view covers: [offset, offset + the largest index reached].
+    int64_t lo = x->offset(), hi = x->offset();
+    for (int d = 0; d < x->ndim(); ++d) {
+      const int64_t span = (x->size(d) - 1) * x->stride(d);
+      (span < 0 ? lo : hi) += span;
+    }
+    // The pieces overlapping [lo, hi]: the last starting at or before lo, onwards.
+    auto first = std::upper_bound(piece_begin_.begin(), piece_begin_.end(), lo);
+    int64_t k = std::max<int64_t>(0, int64_t(first - piece_begin_.begin()) - 1);
+    for (; k < int64_t(pieces_.size()) && pieces_[size_t(k)].begin <= hi; ++k)
+      if (awaiting_[size_t(k)]) wait_piece(k);
+  }
+  finish_values_if_done();
 }
 
 // ---- checkpoints --------------------------------------------------------------------------------

@@ -25,6 +25,8 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <thread>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -61,6 +63,9 @@ struct StepRecord {
 class DataParallel {
  public:
   DataParallel(Comm& c, ParamStore& params, DpOptions o);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
   int rank() const { return c_.rank(); }
   int size() const { return c_.size(); }
   const DpOptions& options() const { return o_; }
@@ -85,8 +90,19 @@ class DataParallel {
   void finish_gradients();
   // Exchanges the step's records (all ranks, in rank order).
   std::vector<StepRecord> exchange(const StepRecord& mine);
-  // After AdamW updated the owned parameters (zero = 1): every rank gets every owner's values.
+  // After AdamW updated the owned parameters (zero = 1): sends them to every rank and posts
+  // the receives of the other owners' (a message per parameter, in forward order), and
+  // returns. The next forward pass waits, through the kernel gate, only for the parameters
+  // its kernels read, so the transfer overlaps it. --dp-overlap off: waits for all here.
   void share_values();
+  // Waits until every shared value has arrived and every send has gone: before the optimizer
+  // changes the values again, and before anything reads them outside a kernel (a checkpoint,
+  // the best weights, the output files).
+  void settle_values();
+  // The kernel gate (core/kernel_gate.h), installed while this object lives: moves the
+  // messages in flight along, and waits for the new values of the parameters the kernel's
+  // tensors cover.
+  void before_kernel(const Tensor* const* tensors, size_t n);
   double comm_seconds() const { return comm_s_; }
   double exposed_seconds() const { return exposed_s_; }
 
@@ -95,6 +111,8 @@ class DataParallel {
   // writer); restore() drops them again. A collective: every rank calls both.
   void gather_moments();
   void drop_gathered_moments();
+  // Posts the next value sends as the window frees (every wait calls it: set_wait_hook).
+  void pump_sends();
 
  private:
   struct Bucket {
@@ -112,6 +130,11 @@ class DataParallel {
   Tensor grad_of(int64_t trainable_index);
   int tag(int kind, int64_t index) const;
 
+  // The shared values in flight.
+  void wait_piece(int64_t k);
+  void take_piece(int64_t k);
+  void finish_values_if_done();
+
   Comm& c_;
   ParamStore& params_;
   DpOptions o_;
@@ -127,6 +150,28 @@ class DataParallel {
   int64_t step_ = 0;
   double comm_s_ = 0, exposed_s_ = 0;
   double round_start_ = -1;  // when the round's first bucket went (comm time)
+  // Values: the others' arrive in staging_ (arena-sized; only their ranges are touched) and
+  // are copied into the arena when a kernel needs them or at settle_values(), so a read that
+  // bypassed the gate would see the last step's values on every run (a test's bit-for-bit
+  // comparison catches it), not whatever the network had delivered.
+  struct ValuePiece {
+    int owner = 0;
+    int64_t first = 0, end = 0;   // trainable-parameter indices
+    int64_t begin = 0, stop = 0;  // arena elements
+  };
+  std::vector<ValuePiece> pieces_;      // in parameter order
+  std::vector<int64_t> piece_begin_;    // their first elements (for the gate's search)
+  std::unique_ptr<float[]> staging_;
+  std::vector<Request> v_recv_;         // per piece
+  std::vector<uint8_t> awaiting_;       // per piece: its new values are in flight
+  int64_t awaiting_count_ = 0;
+  std::vector<std::pair<int64_t, int>> send_queue_;  // (piece, rank) in sending order
+  size_t send_next_ = 0;
+  std::vector<Request> sending_;        // at most kSendWindow in flight, so they arrive in order
+  bool values_pending_ = false;
+  double values_start_ = 0, last_poll_ = 0;
+  const void* values_storage_ = nullptr;  // the arena's values' storage (a parameter is a view of it)
+  std::thread::id main_thread_;
 };
 
 // The run's DataParallel when one is active (for evaluations split over the ranks).

@@ -240,6 +240,7 @@ StepDone take_step(TrainTask& task, ParamStore& params, AdamW& opt, DynamicLossS
   if (s.dynamic_loss_scale && !loss_scale.update(std::isfinite(d.grad_norm))) d.skipped = true;
   if (!d.skipped && !std::isfinite(d.grad_norm)) refuse(fmt::format("the gradient norm became {}", d.grad_norm));
   if (!d.skipped) {
+    if (dp) dp->settle_values();  // (the last step's sends must be gone before the values change)
     if (s.schedule)
       opt.step_on_schedule(*s.schedule, device_step);
     else
@@ -317,11 +318,13 @@ void TrainLoop::add_run_start_fields(nlohmann::json& start) const {
 double TrainLoop::session_seconds() const { return since(session_start_); }
 
 bool TrainLoop::offer_best(double score, double tiebreak) {
+  if (dp_) dp_->settle_values();  // (the copy reads the values outside a kernel)
   return st_.best.offer(params_, st_.step, score, tiebreak);
 }
 
 void TrainLoop::checkpoint(const char* reason) {
   if (dp_) {
+    dp_->settle_values();
     // Rank 0 writes it with every rank's optimizer state (the one-process layout).
     dp_->gather_moments();
     try {
