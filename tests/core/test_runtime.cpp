@@ -26,6 +26,8 @@
 
 #include "helpers.h"
 #include "toy/core/allocator.h"
+#include "toy/backend/kernels.h"
+#include "toy/core/device_access.h"
 #include "toy/core/kernel_gate.h"
 #include "toy/core/pending_files.h"
 #include "toy/core/registry.h"
@@ -192,7 +194,8 @@ TEST(Registry, EveryOpHasACpuPath) {
   EXPECT_GE(ops.size(), 56u);
   for (const auto& op : ops) {
     EXPECT_TRUE(registry().supports(op, Device::CPU)) << op.name;
-    EXPECT_FALSE(registry().supports(op, Device::CUDA)) << op.name;
+    // (without the CUDA backend nothing runs on cuda)
+    if (!registry().has_backend(Device::CUDA)) EXPECT_FALSE(registry().supports(op, Device::CUDA)) << op.name;
   }
   EXPECT_THROW(registry().kernel("no_such_kernel", Device::CPU, typeid(void)), Error);
 }
@@ -394,4 +397,30 @@ TEST(KernelGate, SeesEachKernelsTensorsBeforeItRuns) {
     EXPECT_TRUE(g_seen.empty());
     EXPECT_EQ(e.to_f32_vector(), std::vector<float>(4, 3.0f));
   }
+}
+
+// Without a GPU (every CI machine), asking for one is a clear error naming why, never a crash:
+// at --device, at an allocation, at a copy.
+TEST(Device, CudaWithoutAGpuIsRefusedWithTheReason) {
+  using namespace toy;
+  const std::string why = device_unavailable(Device::CUDA);
+  if (why.empty()) GTEST_SKIP() << "a GPU is here: the gpu tests cover it";
+  EXPECT_TRUE(why.find("no GPU (") == 0 || why.find("toy was built without CUDA") == 0) << why;
+  const std::string e1 = error_of([] { select_device("cuda", "[test]"); });
+  EXPECT_NE(e1.find("[test] --device cuda: " + why), std::string::npos) << e1;
+  const std::string e2 = error_of([] { (void)empty(Shape{4}, DType::F32, Device::CUDA); });
+  EXPECT_NE(e2.find(why), std::string::npos) << e2;
+  const std::string e3 = error_of([] { (void)transfer(ones(Shape{4}), Device::CUDA); });
+  EXPECT_NE(e3.find(why), std::string::npos) << e3;
+  EXPECT_NE(error_of([] { select_device("cuda:x", "[test]"); }).find("[test] --device cuda:x"), std::string::npos);
+  EXPECT_NE(error_of([] { select_device("gpu", "[test]"); }).find("cpu, sim, cuda or cuda:N"), std::string::npos);
+}
+
+// A CUDA build registers the kernels its backend has ported (the op table's cuda column).
+TEST(Device, ACudaBuildRegistersItsKernels) {
+  using namespace toy;
+  if (!registry().has_backend(Device::CUDA)) GTEST_SKIP() << "toy was built without CUDA";
+  EXPECT_TRUE(KernelRef<kern::Fill>("fill").available(Device::CUDA));
+  EXPECT_TRUE(KernelRef<kern::Copy>("copy").available(Device::CUDA));
+  EXPECT_TRUE(KernelRef<kern::Binary>("binary").available(Device::CUDA));
 }

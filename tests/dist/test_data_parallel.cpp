@@ -526,6 +526,9 @@ TEST(DataParallelTwoHosts, ASlowLinkStillGivesTheOneProcessRun) {
   std::string why;
   if (!hosts_up(why)) GTEST_SKIP() << "skipped: cannot make network namespaces here (CAP_NET_ADMIN): " << why;
   ASSERT_EQ(run_program("/bin/bash", {kHosts, "rate", "20mbit"}).status, 0);
+  struct LiftRate {
+    ~LiftRate() { run_program("/bin/bash", {kHosts, "rate", "off"}); }
+  } lift;
   const std::string one = temp("slow_one");
   fs::remove_all(one);
   ProcResult a = run_toy(train_args(one, {"--accum", "2"}));
@@ -537,7 +540,6 @@ TEST(DataParallelTwoHosts, ASlowLinkStillGivesTheOneProcessRun) {
     EXPECT_EQ(b.status, 0) << describe(b);
     if (b.status == 0) expect_train_runs_equal(one, two);
   }
-  run_program("/bin/bash", {kHosts, "rate", "off"});
 }
 
 TEST(DataParallelTwoHosts, ANetworkThatGoesAwayEndsBothSidesAfterTheTimeout) {

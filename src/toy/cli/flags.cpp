@@ -6,6 +6,7 @@
 
 #include <fmt/core.h>
 
+#include "toy/core/device_access.h"
 #include "toy/core/text.h"
 
 namespace toy::cli {
@@ -119,10 +120,10 @@ bool same_path(const std::string& a, const std::string& b) {
 CLI::Option* add_device(CLI::App* cmd, Device& var) {
   return cmd
       ->add_option_function<std::string>(
-          "--device", [&var](const std::string& s) { var = parse_device(s, "[device]"); },
-          "Where tensors live and kernels run: cpu, or sim (a simulated device: memory host code may not touch, "
-          "every transfer counted; checks that a run is device-neutral; slower than cpu, bit-identical results)")
-      ->check(CLI::IsMember({"cpu", "sim"}))
+          "--device", [&var](const std::string& s) { var = select_device(s, "[device]"); },
+          "Where tensors live and kernels run: cpu; sim (a simulated device: memory host code may not touch, "
+          "every transfer counted; checks that a run is device-neutral; slower than cpu, bit-identical results); "
+          "cuda or cuda:N (an NVIDIA GPU; the CUDA backend is under way: `toy ops` lists what it runs)")
       ->default_str("cpu");
 }
 

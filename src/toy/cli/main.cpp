@@ -79,6 +79,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     return report(e.what(), kExitUsage, "Run 'toy --help' or 'toy COMMAND --help' for usage.");
+  } catch (const toy::Error& e) {  // a flag's own check (--device cuda without a GPU)
+    return report(e.what(), kExitUsage);
   }
   const std::string missing = toy::missing_cpu_features();
   if (!missing.empty()) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "toy/core/error.h"
+#include "toy/core/registry.h"
 
 namespace toy {
 
@@ -142,6 +143,7 @@ Allocator& allocator(Device d) {
   static CpuCachingAllocator* cpu = new CpuCachingAllocator(Device::CPU);
   static CpuCachingAllocator* sim = new CpuCachingAllocator(Device::SIM);  // host memory of its own, its own stats
   static MissingAllocator* missing = new MissingAllocator();
+  if (d == Device::CUDA && !g_allocators[int(d)]) (void)registry();  // (the CUDA backend installs its allocator)
   if (Allocator* a = g_allocators[int(d)]) return *a;
   if (d == Device::CPU) return *cpu;
   if (d == Device::SIM) return *sim;

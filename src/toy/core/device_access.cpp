@@ -2,7 +2,10 @@
 
 #include <atomic>
 
+#include <fmt/core.h>
+
 #include "toy/core/error.h"
+#include "toy/core/registry.h"
 
 namespace toy {
 
@@ -17,7 +20,42 @@ Device parse_device(const std::string& text, const char* who) {
   if (text == "cpu") return Device::CPU;
   if (text == "sim") return Device::SIM;
   if (text == "cuda" || text.rfind("cuda:", 0) == 0) return Device::CUDA;
-  fail("{} --device must be cpu or sim (or cuda when toy is built with CUDA), got '{}'", who, text);
+  fail("{} --device must be cpu, sim, cuda or cuda:N, got '{}'", who, text);
+}
+
+namespace {
+DeviceHooks g_hooks[kNumDevices];
+}
+
+void set_device_hooks(Device d, const DeviceHooks& h) { g_hooks[int(d)] = h; }
+const DeviceHooks& device_hooks(Device d) { return g_hooks[int(d)]; }
+
+std::string device_unavailable(Device d) {
+  if (d != Device::CUDA) return "";
+  (void)registry();  // (the backends install their hooks with the registry)
+  const DeviceHooks& h = g_hooks[int(d)];
+  if (!h.unavailable) return "toy was built without CUDA (configure it where nvcc is found, or with -DTOY_CUDA=ON)";
+  return h.unavailable();
+}
+
+Device select_device(const std::string& text, const char* who) {
+  const Device d = parse_device(text, who);
+  if (d != Device::CUDA) return d;
+  const std::string why = device_unavailable(d);
+  TOY_CHECK(why.empty(), "{} --device {}: {}", who, text, why);
+  int index = 0;
+  if (text.size() > 5) {
+    const std::string n = text.substr(5);
+    TOY_CHECK(!n.empty() && n.size() < 4 && n.find_first_not_of("0123456789") == std::string::npos,
+              "{} --device {}: the GPU's number must be a small whole number (cuda:0, cuda:1, ...)", who, text);
+    index = std::stoi(n);
+  }
+  const DeviceHooks& h = g_hooks[int(d)];
+  const int count = h.count ? h.count() : 0;
+  TOY_CHECK(index < count, "{} --device {}: this machine has {} GPU{} (cuda:0{})", who, text, count,
+            count == 1 ? "" : "s", count > 1 ? fmt::format(" .. cuda:{}", count - 1) : std::string());
+  if (h.select) h.select(index);
+  return d;
 }
 
 KernelScope::KernelScope(Device d) : counted_(!is_host(d)) {

@@ -5,7 +5,9 @@
 // devices count the bytes crossing the line, so a test can hold a training step to one read
 // back and a generated token to one.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "toy/core/device.h"
 
@@ -23,6 +25,23 @@ class KernelScope {
  private:
   bool counted_;
 };
+
+// What a device's backend tells the core (installed by backend/cuda; cpu and sim need none).
+struct DeviceHooks {
+  std::string (*unavailable)() = nullptr;  // why it cannot be used here ("" when it can)
+  int (*count)() = nullptr;                // devices of this kind
+  void (*select)(int index) = nullptr;     // the one this process uses (cuda:N)
+  // `bytes` across the host/device line, in order with the device's queued work.
+  void (*copy)(void* dst, Device to, const void* src, Device from, size_t bytes) = nullptr;
+};
+void set_device_hooks(Device d, const DeviceHooks& h);
+const DeviceHooks& device_hooks(Device d);
+// "" when d can be used here; else why not: no GPU (the driver's words), or toy was built
+// without the backend.
+std::string device_unavailable(Device d);
+// Parses "cpu", "sim", "cuda", "cuda:N" and checks the device can be used (N in range):
+// throws toy::Error "{who} --device cuda: no GPU (...)" otherwise, and selects GPU N.
+Device select_device(const std::string& text, const char* who);
 
 bool inside_kernel();
 // Throws toy::Error when host code may not touch memory of device d now.

@@ -51,7 +51,9 @@ void* Registry::kernel(std::string_view kernel, Device d, const std::type_info& 
   auto it = kernels_.find(kernel);
   TOY_CHECK(it != kernels_.end() && it->second[int(d)].fn != nullptr && !it->second[int(d)].withheld,
             "[{}] has no {} kernel{}", kernel, name(d),
-            d == Device::CUDA ? " (toy was built without CUDA, or the op is not ported yet)" : "");
+            d != Device::CUDA        ? ""
+            : has_backend(Device::CUDA) ? " (the CUDA backend has not ported it yet: `toy ops` lists what runs on cuda)"
+                                        : " (toy was built without CUDA)");
   const Entry& e = it->second[int(d)];
   TOY_CHECK(*e.sig == sig, "[registry] kernel '{}' was registered with a different signature", kernel);
   return e.fn;

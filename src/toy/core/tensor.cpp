@@ -162,13 +162,30 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device) {
 Tensor transfer(const Tensor& t, Device to) {
   TOY_CHECK(t.defined(), "[to] undefined tensor");
   if (t.device() == to) return t;
-  TOY_CHECK(t.device() != Device::CUDA && to != Device::CUDA, "[to] copies to or from cuda come with the CUDA backend");
   TOY_CHECK(t.is_contiguous(), "[to] a {} tensor crosses the host/device line contiguous (copy it on its device "
             "first), got strides of shape {}", name(t.device()), t.shape().str());
+  const bool gpu = t.device() == Device::CUDA || to == Device::CUDA;
+  const DeviceHooks& cuda = device_hooks(Device::CUDA);
+  if (gpu) {
+    const std::string why = device_unavailable(Device::CUDA);
+    TOY_CHECK(why.empty() && cuda.copy, "[to] a copy {} {}: {}", t.device() == Device::CUDA ? "from" : "to", "cuda",
+              why.empty() ? "the CUDA backend has no copy" : why);
+  }
   Tensor out = empty(t.shape(), t.dtype(), to);
   count_transfer(t.device(), to, int64_t(t.nbytes()));
-  KernelScope from(t.device()), into(to);  // (cpu and sim share host memory: a copy is a memcpy)
-  if (t.nbytes()) std::memcpy(out.raw_data(), t.raw_data(), t.nbytes());
+  if (gpu) {
+    // (cpu and sim are host memory: the backend copies between it and the GPU; the storage
+    // pointers are taken without the host accessors, which refuse device memory)
+    if (t.nbytes()) {
+      KernelScope from(t.device()), into(to);
+      cuda.copy(static_cast<char*>(out.storage()->data()) + byte_offset(out.dtype(), out.offset()), to,
+                static_cast<const char*>(t.storage()->data()) + byte_offset(t.dtype(), t.offset()), t.device(),
+                t.nbytes());
+    }
+  } else {
+    KernelScope from(t.device()), into(to);  // (cpu and sim share host memory: a copy is a memcpy)
+    if (t.nbytes()) std::memcpy(out.raw_data(), t.raw_data(), t.nbytes());
+  }
   out.set_name(t.name());
   out.impl()->ids_checked_below = t.impl()->ids_checked_below;
   out.impl()->ids_checked_ignore = t.impl()->ids_checked_ignore;
