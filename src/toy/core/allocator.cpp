@@ -1,10 +1,11 @@
 #include "toy/core/allocator.h"
 
+#include "toy/core/block_cache.h"
+
 #include <bit>
 #include <cstdlib>
 #include <mutex>
 #include <new>
-#include <unordered_map>
 #include <vector>
 
 #include "toy/core/error.h"
@@ -36,15 +37,7 @@ class CpuCachingAllocator final : public Allocator {
     {
       std::lock_guard<std::mutex> lock(mu_);
       reap_pending();
-      auto it = free_.find(cls);
-      if (it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        stats_.cache_hits++;
-        stats_.bytes_cached -= int64_t(cls);
-        note_use(cls);
-        return p;
-      }
+      if (void* p = cache_.take(cls)) return p;
     }
     void* p = std::aligned_alloc(64, cls);
     if (!p) {
@@ -54,8 +47,7 @@ class CpuCachingAllocator final : public Allocator {
       TOY_CHECK(p != nullptr, "[allocator] out of memory allocating {} bytes", cls);
     }
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.system_allocs++;
-    note_use(cls);
+    cache_.allocated(cls);
     return p;
   }
 
@@ -66,30 +58,24 @@ class CpuCachingAllocator final : public Allocator {
       for (StreamId s = 1; s < kMaxStreams; ++s)
         if (other_streams >> s & 1) pending.events.push_back(events->record(s));
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.bytes_in_use -= int64_t(capacity);
-    stats_.bytes_cached += int64_t(capacity);
+    cache_.released(capacity);
     if (pending.events.empty()) {
-      free_[capacity].push_back(p);
+      cache_.put(p, capacity);
     } else {
       pending_.push_back(std::move(pending));
-      stats_.blocks_awaiting_streams = int64_t(pending_.size());
+      cache_.stats().blocks_awaiting_streams = int64_t(pending_.size());
     }
   }
 
   AllocatorStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    return cache_.stats();
   }
 
   void empty_cache() override {
     std::lock_guard<std::mutex> lock(mu_);
     reap_pending();
-    for (auto& [cls, list] : free_)
-      for (void* p : list) std::free(p);
-    free_.clear();
-    int64_t waiting = 0;
-    for (const Pending& q : pending_) waiting += int64_t(q.capacity);
-    stats_.bytes_cached = waiting;  // blocks other streams may still read stay
+    cache_.empty([](void* p) { std::free(p); });  // (blocks other streams may still read stay pending)
   }
 
  private:
@@ -107,23 +93,17 @@ class CpuCachingAllocator final : public Allocator {
         ++i;
         continue;
       }
-      free_[pending_[i].capacity].push_back(pending_[i].p);
+      cache_.put(pending_[i].p, pending_[i].capacity);
       pending_[i] = std::move(pending_.back());
       pending_.pop_back();
     }
-    stats_.blocks_awaiting_streams = int64_t(pending_.size());
-  }
-
-  void note_use(size_t cls) {
-    stats_.bytes_in_use += int64_t(cls);
-    if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+    cache_.stats().blocks_awaiting_streams = int64_t(pending_.size());
   }
 
   Device device_;
   mutable std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
+  BlockCache cache_;
   std::vector<Pending> pending_;  // freed blocks other streams may still be reading
-  AllocatorStats stats_;
 };
 
 class MissingAllocator final : public Allocator {

@@ -6,14 +6,13 @@
 
 #include <mutex>
 #include <string>
-#include <unordered_map>
-#include <vector>
 
 #include <fmt/core.h>
 
 #include "toy/backend/cuda/cuda_launch.h"
 #include "toy/backend/kernels.h"
 #include "toy/core/allocator.h"
+#include "toy/core/block_cache.h"
 #include "toy/core/device_access.h"
 #include "toy/core/kernel_gate.h"
 #include "toy/core/registry.h"
@@ -74,61 +73,41 @@ class CudaCachingAllocator final : public Allocator {
     const size_t cls = allocation_size_class(bytes);
     *capacity = cls;
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = free_.find(cls); it != free_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      stats_.cache_hits++;
-      stats_.bytes_cached -= int64_t(cls);
-      note_use(cls);
-      return p;
-    }
+    if (void* p = cache_.take(cls)) return p;
     const std::string why = unavailable();
     TOY_CHECK(why.empty(), "[cuda] cannot allocate {} bytes of GPU memory: {}", bytes, why);
     void* p = nullptr;
     cudaError_t e = cudaMalloc(&p, cls);
     if (e != cudaSuccess) {  // give the cache back and try once more
       cudaGetLastError();
-      release_cached();
+      cache_.empty([](void* q) { cudaFree(q); });
       e = cudaMalloc(&p, cls);
     }
     if (e != cudaSuccess) {
       cudaGetLastError();
-      fail("[cuda] out of GPU memory allocating {} bytes ({} in use by toy's tensors): {}", cls, stats_.bytes_in_use,
-           cudaGetErrorString(e));
+      fail("[cuda] out of GPU memory allocating {} bytes ({} in use by toy's tensors): {}", cls,
+           cache_.stats().bytes_in_use, cudaGetErrorString(e));
     }
-    stats_.system_allocs++;
-    note_use(cls);
+    cache_.allocated(cls);
     return p;
   }
   void deallocate(void* p, size_t capacity, uint64_t) override {
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.bytes_in_use -= int64_t(capacity);
-    stats_.bytes_cached += int64_t(capacity);
-    free_[capacity].push_back(p);
+    cache_.released(capacity);
+    cache_.put(p, capacity);
   }
   AllocatorStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    return cache_.stats();
   }
   void empty_cache() override {
     std::lock_guard<std::mutex> lock(mu_);
-    release_cached();
+    cache_.empty([](void* p) { cudaFree(p); });
   }
 
  private:
-  void release_cached() {
-    for (auto& [cls, list] : free_)
-      for (void* p : list) cudaFree(p);
-    free_.clear();
-    stats_.bytes_cached = 0;
-  }
-  void note_use(size_t cls) {
-    stats_.bytes_in_use += int64_t(cls);
-    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-  }
   mutable std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  AllocatorStats stats_;
+  BlockCache cache_;
 };
 
 // ---- kernels ---------------------------------------------------------------------------------------
