@@ -76,8 +76,8 @@ class Timeout : public Error {
 // A set of requests waited for together. wait() polls them (yielding the CPU between polls)
 // until all complete or `timeout_s` passes, then throws Timeout naming `what` and the ranks
 // whose messages had not completed; a peer on this host whose process has ended is named
-// at once (within 0.1 s), not after the timeout. poll() only drives them (called from the backward pass
-// so that messages move while gradients are computed).
+// at once (within 0.1 s), not after the timeout. poll() tests each once and forgets the
+// completed ones (Comm::progress moves them along without testing each).
 class Pending {
  public:
   explicit Pending(Comm& c) : c_(c) {}

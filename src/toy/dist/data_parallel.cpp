@@ -221,7 +221,7 @@ void DataParallel::grad_ready(const Tensor& leaf) {
     Bucket& b = buckets_[size_t(bucket_of_[size_t(it->second)])];
     if (++b.ready == b.end - b.first) launch(b);
   }
-  pending_.poll();
+  // (The messages move on through the kernel gate between the backward pass's kernels.)
 }
 
 void DataParallel::launch(Bucket& b) {
