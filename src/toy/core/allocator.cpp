@@ -8,6 +8,7 @@
 #include <new>
 #include <vector>
 
+#include "toy/core/device_access.h"
 #include "toy/core/error.h"
 #include "toy/core/registry.h"
 
@@ -108,7 +109,8 @@ class CpuCachingAllocator final : public Allocator {
 
 class MissingAllocator final : public Allocator {
  public:
-  void* allocate(size_t, size_t*) override { fail("[allocator] toy was built without CUDA"); }
+  // (the same words --device cuda gives, so a user reads one reason wherever they meet it)
+  void* allocate(size_t, size_t*) override { fail("[allocator] {}", device_unavailable(Device::CUDA)); }
   void deallocate(void*, size_t, uint64_t) override {}
   AllocatorStats stats() const override { return {}; }
   void empty_cache() override {}
