@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/gpu_test_util.h"
 #include "toy/core/allocator.h"
 #include "toy/core/device_access.h"
 #include "toy/core/registry.h"
@@ -17,34 +18,7 @@
 
 using namespace toy;
 
-namespace {
-
-bool gpu_required() {
-  const char* v = std::getenv("TOY_REQUIRE_GPU");
-  return v && std::string(v) == "1";
-}
-
-#define REQUIRE_GPU()                                                                       \
-  do {                                                                                      \
-    const std::string why = device_unavailable(Device::CUDA);                               \
-    if (!why.empty()) {                                                                     \
-      if (gpu_required()) FAIL() << "TOY_REQUIRE_GPU=1 and " << why;                        \
-      GTEST_SKIP() << "skipped: " << why;                                                   \
-    }                                                                                       \
-  } while (0)
-
-Tensor on_gpu(const Tensor& t) { return transfer(t, Device::CUDA); }
-std::vector<float> back(const Tensor& t) { return transfer(t, Device::CPU).to_f32_vector(); }
-
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_FALSE(std::isnan(got[i])) << what << " [" << i << "]";
-    EXPECT_NEAR(got[i], want[i], rel * std::max(1.0, double(std::fabs(want[i])))) << what << " [" << i << "]";
-  }
-}
-
-}  // namespace
+using namespace toy::gpu_test;
 
 TEST(Cuda, TensorsCrossTheLineAndBackUnchanged) {
   REQUIRE_GPU();

@@ -1,53 +1,12 @@
 // Elementwise CUDA kernels: fill, copy (with conversion), binary. Each thread handles
 // elements of the row-major order in a grid-stride loop and finds their offsets from the
 // view's shape and strides, so any layout (broadcast zero strides included) works.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include "toy/backend/cuda/cuda_launch.h"
+#include "toy/backend/cuda/device_view.cuh"
 
 namespace toy::cuda {
 
 namespace {
-
-struct DeviceView {
-  char* data;
-  int32_t ndim;
-  int64_t shape[kMaxDims];
-  int64_t stride[kMaxDims];
-  bool contiguous;
-};
-
-DeviceView device_view(const View& v) {
-  DeviceView d{};
-  d.data = static_cast<char*>(v.data);
-  d.ndim = v.ndim;
-  d.contiguous = v.contiguous;
-  for (int i = 0; i < kMaxDims; ++i) d.shape[i] = v.shape[i], d.stride[i] = v.stride[i];
-  return d;
-}
-
-__device__ __forceinline__ int64_t offset_of(const DeviceView& v, int64_t i) {
-  if (v.contiguous) return i;
-  int64_t off = 0;
-  for (int d = v.ndim - 1; d >= 0; --d) {
-    const int64_t n = v.shape[d];
-    off += (i % n) * v.stride[d];
-    i /= n;
-  }
-  return off;
-}
-
-template <class T>
-__device__ __forceinline__ float load_f(const DeviceView& v, int64_t off) {
-  const T x = reinterpret_cast<const T*>(v.data)[off];
-  if constexpr (sizeof(T) == 2) return static_cast<float>(x); else return float(x);
-}
-template <class T>
-__device__ __forceinline__ void store_f(const DeviceView& v, int64_t off, float x) {
-  reinterpret_cast<T*>(v.data)[off] = static_cast<T>(x);
-}
 
 template <class T>
 __global__ void fill_kernel(DeviceView dst, int64_t n, T value) {
@@ -78,24 +37,6 @@ __global__ void binary_kernel(int op, DeviceView a, DeviceView b, T* out, int64_
     const float y = static_cast<float>(reinterpret_cast<const T*>(b.data)[offset_of(b, i)]);
     const float r = op == 0 ? x + y : op == 1 ? x - y : op == 2 ? x * y : x / y;
     out[i] = static_cast<T>(r);
-  }
-}
-
-constexpr int kThreads = 256;
-unsigned blocks_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return unsigned(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
-}
-cudaStream_t stream() { return static_cast<cudaStream_t>(compute_stream()); }
-
-// Calls f with a value of the C++ type of e.
-template <class F>
-void with_type(Elem e, F&& f) {
-  switch (e) {
-    case Elem::F32: f(float{}); break;
-    case Elem::F16: f(__half{}); break;
-    case Elem::BF16: f(__nv_bfloat16{}); break;
-    case Elem::I32: f(int32_t{}); break;
   }
 }
 

@@ -1,0 +1,25 @@
+// What the CUDA backend's glue files share (compiled by the C++ compiler): tensors turned into
+// the kernels' plain views, the launch check, and one registration function per concern
+// (glue_<concern>.cpp registers the kernels whose launchers live in <concern>.cu).
+#pragma once
+#include "toy/backend/cuda/cuda_launch.h"
+#include "toy/core/registry.h"
+#include "toy/core/tensor.h"
+
+namespace toy::cuda {
+
+// The tensor as a kernel walks it (F32, F16, BF16 and I32; block types are refused by name).
+View view_of(const Tensor& t);
+// The device address of a contiguous tensor's first element.
+void* data_of(const Tensor& t);
+// Throws "[cuda] the KERNEL kernel failed to launch: ..." when the last launch failed.
+void launched(const char* kernel);
+
+void register_elementwise(Registry& r);  // glue_elementwise.cpp: fill, copy, binary
+void register_unary(Registry& r);        // glue_unary.cpp: unary(+backward), swiglu*, dropout, random_fill, arange
+void register_reduce(Registry& r);       // glue_reduce.cpp: reduce, softmax(+backward), diag_mask_inf, norms, losses
+void register_matmul(Registry& r);       // glue_matmul.cpp: matmul, matmul_weight(_t) through cuBLASLt
+void register_train(Registry& r);        // glue_train.cpp: rows, rope, optimizers, clocks, sampling
+void register_attention(Registry& r);    // glue_attention.cpp: attention(+backward)
+
+}  // namespace toy::cuda

@@ -1,0 +1,110 @@
+// Sum and max over one axis of a strided tensor. The output's element t = (o, j) reduces the
+// L elements at offset_of(x, o L inner + j) + r * stride[axis], r < L. Two shapes of work:
+//  - inner == 1 (the reduced axis is the last logical one): a block per output, its threads
+//    striding over r, then a block reduction;
+//  - inner > 1: a 32 x 8 block per 32 neighbouring outputs (neighbouring j: coalesced loads
+//    for a contiguous x), the 8 rows of threads striding over r, then the 8 partials combined
+//    in row order through shared memory.
+// Sums accumulate in double, as the CPU's do; max keeps the first maximum (NaN first).
+#include <climits>
+#include <cmath>
+
+#include "toy/backend/cuda/block_reduce.cuh"
+#include "toy/backend/cuda/reduce_launch.h"
+
+namespace toy::cuda {
+
+namespace {
+
+using namespace red;
+
+constexpr int kColTile = 32;  // outputs per block (x threads) in the column kernel
+constexpr int kColRows = 8;   // thread rows striding over the reduced axis
+
+__device__ __forceinline__ MaxIdx no_max() { return MaxIdx{-INFINITY, INT_MAX}; }
+
+template <class T>
+__global__ void reduce_rows_kernel(RowView x, int64_t n_out, int64_t L, int64_t sa, bool is_max, T* out,
+                                   int32_t* index) {
+  for (int64_t o = blockIdx.x; o < n_out; o += gridDim.x) {
+    const T* p = reinterpret_cast<const T*>(x.data) + (L > 0 ? offset_of(x, o * L) : 0);
+    if (!is_max) {
+      double acc = 0.0;
+      for (int64_t r = threadIdx.x; r < L; r += blockDim.x) acc += double(to_f(p[r * sa]));
+      acc = block_reduce(acc, AddOp{});
+      if (threadIdx.x == 0) out[o] = from_f<T>(float(acc));
+    } else {
+      MaxIdx m = no_max();
+      for (int64_t r = threadIdx.x; r < L; r += blockDim.x) m = FirstMaxOp{}(m, MaxIdx{to_f(p[r * sa]), int32_t(r)});
+      m = block_reduce(m, FirstMaxOp{});
+      if (threadIdx.x == 0) {
+        out[o] = from_f<T>(m.v);  // (exact: m.v came from a T)
+        if (index) index[o] = m.i;
+      }
+    }
+  }
+}
+
+template <class T>
+__global__ void reduce_cols_kernel(RowView x, int64_t n_out, int64_t L, int64_t inner, int64_t sa, bool is_max,
+                                   T* out, int32_t* index) {
+  __shared__ double sums[kColRows][kColTile];
+  __shared__ MaxIdx maxes[kColRows][kColTile];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int64_t t0 = int64_t(blockIdx.x) * kColTile; t0 < n_out; t0 += int64_t(gridDim.x) * kColTile) {
+    const int64_t t = t0 + tx;
+    const bool live = t < n_out && L > 0;
+    const T* p = reinterpret_cast<const T*>(x.data);
+    if (live) p += offset_of(x, (t / inner) * L * inner + t % inner);
+    if (!is_max) {
+      double acc = 0.0;
+      if (live)
+        for (int64_t r = ty; r < L; r += kColRows) acc += double(to_f(p[r * sa]));
+      sums[ty][tx] = acc;
+    } else {
+      MaxIdx m = no_max();
+      if (live)
+        for (int64_t r = ty; r < L; r += kColRows) m = FirstMaxOp{}(m, MaxIdx{to_f(p[r * sa]), int32_t(r)});
+      maxes[ty][tx] = m;
+    }
+    __syncthreads();
+    if (ty == 0 && t < n_out) {
+      if (!is_max) {
+        double acc = sums[0][tx];
+        for (int k = 1; k < kColRows; ++k) acc += sums[k][tx];
+        out[t] = from_f<T>(float(acc));
+      } else {
+        MaxIdx m = maxes[0][tx];
+        for (int k = 1; k < kColRows; ++k) m = FirstMaxOp{}(m, maxes[k][tx]);
+        out[t] = from_f<T>(m.v);
+        if (index) index[t] = m.i;
+      }
+    }
+    __syncthreads();  // (the next tile overwrites the partials)
+  }
+}
+
+}  // namespace
+
+void launch_reduce(int op, const View& x, int axis, const View& out, int32_t* index) {
+  if (out.numel == 0) return;
+  int64_t L = x.shape[axis], inner = 1;
+  for (int d = axis + 1; d < x.ndim; ++d) inner *= x.shape[d];
+  const int64_t sa = x.stride[axis];
+  const bool is_max = op == 1;
+  const RowView xv = row_view(x);
+  with_float(x.elem, [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out.data);
+    if (inner == 1) {
+      reduce_rows_kernel<T><<<grid_for(out.numel), row_threads(L), 0, stream()>>>(xv, out.numel, L, sa, is_max, o,
+                                                                                 index);
+    } else {
+      const dim3 block(kColTile, kColRows);
+      reduce_cols_kernel<T><<<grid_for((out.numel + kColTile - 1) / kColTile), block, 0, stream()>>>(
+          xv, out.numel, L, inner, sa, is_max, o, index);
+    }
+  });
+}
+
+}  // namespace toy::cuda
