@@ -127,3 +127,21 @@ TEST(SimCli, VisionTrainOnSimWritesTheCpusModel) {
   expect_one_read_per_step(dir / "sim", true);  // the training accuracy comes with the step's read
   fs::remove_all(dir);
 }
+
+// `toy bench run --device sim` decodes with the argmax taken on the device (one 4-byte read per
+// token), never reading the logits on the host as the CPU path's shortcut does (that read is a
+// host/device line violation on sim, and on a GPU).
+TEST(SimCli, BenchRunOnSimDecodesWithoutTouchingDeviceMemory) {
+  const fs::path dir = fresh("bench-run");
+  const std::string model = (dir / "gpt2.gguf").string();
+  ASSERT_EQ(run_toy({"init", "--arch", "gpt2", "--shape", "tiny", "--out", model}).status, 0);
+  for (const char* device : {"cpu", "sim"}) {
+    ProcResult r = run_toy({"bench", "run", "-m", model, "--reps", "1", "-p", "8", "-n", "4", "--json", "--device", device});
+    ASSERT_EQ(r.status, 0) << device << ": " << describe(r);
+    const std::string out = r.out.substr(r.out.find('{'));
+    const nlohmann::json j = nlohmann::json::parse(out.substr(0, out.find('\n')));
+    EXPECT_EQ(j.at("tg_tokens").get<int>(), 4) << device;
+    EXPECT_GT(j.at("tg_tokens_per_s").get<double>(), 0.0) << device;
+  }
+  fs::remove_all(dir);
+}

@@ -26,6 +26,7 @@
 #include "toy/io/model_file.h"
 #include "toy/nn/kv_cache.h"
 #include "toy/obs/events.h"
+#include "toy/ops/ops.h"
 
 namespace toy::cli {
 
@@ -129,8 +130,12 @@ Run add_bench_run_command(CLI::App& bench) {
         const auto t = std::chrono::steady_clock::now();
         for (int64_t i = 0; i < f->tg; ++i) {
           const Tensor logits = m.decode(cache, id);
-          const float* z = logits.data<float>();
-          id = int32_t(std::max_element(z, z + V) - z);
+          if (is_host(logits.device())) {
+            const float* z = logits.data<float>();
+            id = int32_t(std::max_element(z, z + V) - z);
+          } else {  // argmax on the device: 4 bytes come back, not the logits
+            id = transfer(sample_token(logits, {}, SampleDraw{}), Device::CPU).to_i32_vector()[0];
+          }
         }
         if (r > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
       }
