@@ -12,10 +12,14 @@
 #                                    about 420): unpack, find cuBLAS/NCCL in the pip packages,
 #                                    run the GPU tests with TOY_REQUIRE_GPU=1, each stage under
 #                                    its own timeout; logs under $OUT
+# Run mode's stages, each under its own timeout (about 6 minutes at most in all): the GPU tests;
+# a 50-step tiny training run against the CPU's curve (computed here at --bundle, carried);
+# the greedy text of that model against the CPU's; `toy bench train --preset gpt2-124m`; and
+# `toy bench run` of GPT-2 124M in BF16 made there with `toy init`.
 # The last line is one JSON object: tests_passed, tests_failed, tests_skipped, measured, gpu,
-# driver, commit, train_tokens_per_s, mfu, peak_bytes, decode_tokens_per_s, stage_seconds
-# (null where a stage does not exist yet: the training and decoding benchmarks come with the
-# kernels they need).
+# driver, commit, train_tokens_per_s, mfu (against the H200's 989 TFLOP/s of dense BF16),
+# peak_bytes, decode_tokens_per_s, train_curve_max_rel_diff, generate_equal, stage_seconds
+# (null where a stage failed or did not run: its log under $OUT says why).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-run}
@@ -23,13 +27,25 @@ bundle=gpu-bundle.tar.gz
 out=${OUT:-/tmp/toy-gpu-check}
 mkdir -p "$out"
 declare -A stage_s
+# Measured values (null until a stage sets them).
+train_tps=null mfu=null peak_bytes=null decode_tps=null curve_diff=null generate_equal=null
 json() {  # measured passed failed skipped gpu driver
   local stages="{" k sep=""
   for k in "${!stage_s[@]}"; do stages+="$sep\"$k\": ${stage_s[$k]}"; sep=", "; done
   stages+="}"
-  printf '{"measured": %s, "tests_passed": %s, "tests_failed": %s, "tests_skipped": %s, "gpu": %s, "driver": %s, "commit": "%s", "train_tokens_per_s": null, "mfu": null, "peak_bytes": null, "decode_tokens_per_s": null, "stage_seconds": %s}\n' \
-    "$1" "$2" "$3" "$4" "$5" "$6" "$(cat gpu-bundle/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$stages"
+  printf '{"measured": %s, "tests_passed": %s, "tests_failed": %s, "tests_skipped": %s, "gpu": %s, "driver": %s, "commit": "%s", "train_tokens_per_s": %s, "mfu": %s, "peak_bytes": %s, "decode_tokens_per_s": %s, "train_curve_max_rel_diff": %s, "generate_equal": %s, "stage_seconds": %s}\n' \
+    "$1" "$2" "$3" "$4" "$5" "$6" "$(cat gpu-bundle/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+    "$train_tps" "$mfu" "$peak_bytes" "$decode_tps" "$curve_diff" "$generate_equal" "$stages"
 }
+# The tiny training run both sides make (the CPU's here, carried; the GPU's there).
+tiny_train=(--layers 2 --dim 64 --ctx 32 --batch 4 --steps 50 --eval-every 0 --eval-batches 2 --log-every 1
+            --seed 1337 --quiet)
+# A rehearsal here runs the stages on another device and recipe (TOY_GPU_CHECK_DEVICE=sim,
+# TOY_GPU_CHECK_PRESET=cpu-small): everything but the GPU itself.
+dev=${TOY_GPU_CHECK_DEVICE:-cuda}
+preset=${TOY_GPU_CHECK_PRESET:-gpt2-124m}
+# H200's dense BF16 tensor-core rate, the denominator of MFU as the issue states it.
+peak_flops=989e12
 # Libraries the GPU machine provides (the driver; cuBLAS and NCCL from pip's nvidia packages).
 provided='^(libcuda\.so|libcublas|libcublasLt|libnccl|libnvidia)'
 
@@ -40,6 +56,14 @@ make_bundle() {
   rm -rf gpu-bundle && mkdir -p gpu-bundle/lib
   cp build/toy build/tests/toy_gpu_tests gpu-bundle/
   git rev-parse --short HEAD >gpu-bundle/COMMIT 2>/dev/null || echo unknown >gpu-bundle/COMMIT
+  # The CPU's side of the parity stages: a 50-step training curve on a text both sides read,
+  # and the greedy continuation of its model.
+  cat /usr/share/common-licenses/* 2>/dev/null | head -c 300000 >gpu-bundle/text.txt
+  build/toy train --data gpu-bundle/text.txt --out gpu-bundle/cpu-train "${tiny_train[@]}" --device cpu ||
+    { echo "gpu-check: the CPU reference run failed" >&2; return 1; }
+  rm -f gpu-bundle/cpu-train/checkpoint.gguf gpu-bundle/cpu-train/report.html
+  build/toy generate -m gpu-bundle/cpu-train/model.gguf -p "The " --temp 0 -n 40 --device cpu \
+    >gpu-bundle/cpu-generate.txt 2>/dev/null || { echo "gpu-check: the CPU reference generation failed" >&2; return 1; }
   # Every library outside the base system (libc, libstdc++, libm, ...) travels.
   for bin in gpu-bundle/toy gpu-bundle/toy_gpu_tests; do
     ldd "$bin" | awk '/=> \// {print $1, $3}' | while read -r name path; do
@@ -83,7 +107,7 @@ case "$mode" in
     driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
     stage_s[unpack]=$((SECONDS - t0))
     t0=$SECONDS
-    TOY_REQUIRE_GPU=1 timeout 240 gpu-bundle/toy_gpu_tests --gtest_output=json:"$out/gpu_tests.json" \
+    TOY_REQUIRE_GPU=1 timeout 150 gpu-bundle/toy_gpu_tests --gtest_output=json:"$out/gpu_tests.json" \
       >"$out/gpu_tests.log" 2>&1
     stage_s[gpu_tests]=$((SECONDS - t0))
     read -r passed failed skipped < <(python3 - "$out/gpu_tests.json" <<'PY' 2>/dev/null || echo "0 0 0"
@@ -96,6 +120,50 @@ print(len(tests) - failed - skipped, failed, skipped)
 PY
 )
     tail -20 "$out/gpu_tests.log"
+    b=gpu-bundle/toy
+    # Parity of a whole run: the tiny training curve (step losses) and the greedy text.
+    t0=$SECONDS
+    if timeout 90 $b train --data gpu-bundle/text.txt --out "$out/cuda-train" "${tiny_train[@]}" --device "$dev" \
+         >"$out/train.log" 2>&1; then
+      curve_diff=$(python3 - gpu-bundle/cpu-train/events.jsonl "$out/cuda-train/events.jsonl" <<'PY' 2>/dev/null || echo null
+import json, sys
+def losses(p):
+    return {e["step"]: e["loss"] for e in map(json.loads, open(p)) if e.get("event") == "step"}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert a and a.keys() == b.keys()
+print(max(abs(a[k] - b[k]) / abs(a[k]) for k in a))
+PY
+)
+    fi
+    stage_s[train_parity]=$((SECONDS - t0))
+    t0=$SECONDS
+    if timeout 60 $b generate -m gpu-bundle/cpu-train/model.gguf -p "The " --temp 0 -n 40 --device "$dev" \
+         >"$out/cuda-generate.txt" 2>"$out/generate.log"; then
+      if cmp -s "$out/cuda-generate.txt" gpu-bundle/cpu-generate.txt; then generate_equal=true; else generate_equal=false; fi
+    fi
+    stage_s[generate_parity]=$((SECONDS - t0))
+    # Training speed: GPT-2 124M (f32 today: the bf16 training path is to come).
+    t0=$SECONDS
+    if timeout 150 $b bench train --preset "$preset" --device "$dev" --json --reps 1 --steps 5 --warmup 2 \
+         >"$out/bench_train.json" 2>"$out/bench_train.log"; then
+      read -r train_tps mfu peak_bytes < <(python3 - "$out/bench_train.json" "$peak_flops" <<'PY' 2>/dev/null || echo "null null null"
+import json, sys
+j = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
+print(j["tokens_per_s"], j["tokens_per_s"] * j["flops_per_token"] / float(sys.argv[2]), j["peak_bytes"])
+PY
+)
+    fi
+    stage_s[bench_train]=$((SECONDS - t0))
+    # Decoding speed: GPT-2 124M in BF16, batch 1.
+    t0=$SECONDS
+    if timeout 40 $b init --arch gpt2 --shape gpt2-124m --type bf16 --out "$out/gpt2.gguf" >/dev/null 2>&1 &&
+       timeout 60 $b bench run -m "$out/gpt2.gguf" --device "$dev" --json --reps 1 -p 128 -n 128 \
+         >"$out/bench_run.json" 2>"$out/bench_run.log"; then
+      decode_tps=$(python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["tg_tokens_per_s"])' \
+        "$out/bench_run.json" 2>/dev/null || echo null)
+    fi
+    rm -f "$out/gpt2.gguf"
+    stage_s[bench_run]=$((SECONDS - t0))
     json true "$passed" "$failed" "$skipped" "\"${gpu:-unknown}\"" "\"${driver:-unknown}\""
     ;;
   *) echo "usage: scripts/gpu-check.sh [--dry-run|--bundle]" >&2; exit 2 ;;
