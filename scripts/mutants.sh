@@ -1569,6 +1569,24 @@ toy_dist_tests
 ^DataParallel\.ASmallModelHasBucketsOfAnEighthOfAShard
 std::min<int64_t>(int64_t(o_.bucket_mb * 1024 * 1024 / 4), std::max<int64_t>(kPieceElements, largest / 8))
 std::min<int64_t>(int64_t(o_.bucket_mb * 1024 * 1024 / 4), std::max<int64_t>(kPieceElements, largest * 8))
+gpu-gelu-gradient-drops-the-cubic
+src/toy/backend/cuda/unary_math.h
+toy_op_tests
+^CudaMath\.
+      const float du2 = (2.0f * 0.7978845608028654f) * f_fma(3.0f * 0.044715f, x * x, 1.0f);
+      const float du2 = (2.0f * 0.7978845608028654f);
+gpu-adamw-without-bias-correction
+src/toy/backend/cuda/train_launch.h
+toy_op_tests
+^CudaTrainMath\.
+  c.step_size = div_rn(lr, bc1);
+  c.step_size = lr;
+bench-run-reads-device-logits-on-the-host
+src/toy/cli/bench_run.cpp
+toy toy_sim_tests
+^SimCli\.BenchRun
+          if (is_host(logits.device())) {
+          if (true) {
 kernel-gate-not-passed-on-cpu
 src/toy/backend/sim/sim_kernel.h
 toy_core_tests

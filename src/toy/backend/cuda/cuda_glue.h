@@ -21,5 +21,7 @@ void register_reduce(Registry& r);       // glue_reduce.cpp: reduce, softmax(+ba
 void register_matmul(Registry& r);       // glue_matmul.cpp: matmul, matmul_weight(_t) through cuBLASLt
 void register_train(Registry& r);        // glue_train.cpp: rows, rope, optimizers, clocks, sampling
 void register_attention(Registry& r);    // glue_attention.cpp: attention(+backward)
+void register_misc(Registry& r);         // glue_misc.cpp: im2col/col2im, ssm_conv, add_id, argsort, top_k, gdn_split_norm
+void register_scan(Registry& r);         // glue_scan.cpp: ssm_scan, gated_delta_rule, mul_mat_id (+backwards)
 
 }  // namespace toy::cuda

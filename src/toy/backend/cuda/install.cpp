@@ -137,6 +137,8 @@ bool install_cuda_backend(Registry& r) {
   cuda::register_matmul(r);
   cuda::register_attention(r);
   cuda::register_train(r);
+  cuda::register_misc(r);
+  cuda::register_scan(r);
   return true;
 }
 
