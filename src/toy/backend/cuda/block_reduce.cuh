@@ -14,41 +14,16 @@
 #include <type_traits>
 
 #include "toy/backend/cuda/cuda_launch.h"
+#include "toy/backend/cuda/device_view.cuh"
 
 namespace toy::cuda::red {
 namespace {
 
 // ---- views ---------------------------------------------------------------------------------------
 
-// A View as a kernel argument (no pointer to host memory inside).
-struct RowView {
-  char* data;
-  int32_t ndim;
-  int64_t shape[kMaxDims];
-  int64_t stride[kMaxDims];
-  bool contiguous;
-};
-
-inline RowView row_view(const View& v) {
-  RowView d{};
-  d.data = static_cast<char*>(v.data);
-  d.ndim = v.ndim;
-  d.contiguous = v.contiguous;
-  for (int i = 0; i < kMaxDims; ++i) d.shape[i] = v.shape[i], d.stride[i] = v.stride[i];
-  return d;
-}
-
-// The element offset of element i of the row-major order (i itself when contiguous).
-__device__ __forceinline__ int64_t offset_of(const RowView& v, int64_t i) {
-  if (v.contiguous) return i;
-  int64_t off = 0;
-  for (int d = v.ndim - 1; d >= 0; --d) {
-    const int64_t n = v.shape[d];
-    off += (i % n) * v.stride[d];
-    i /= n;
-  }
-  return off;
-}
+// The strided view of device_view.cuh (DeviceView, offset_of), under the name these files use.
+using RowView = DeviceView;
+inline RowView row_view(const View& v) { return device_view(v); }
 
 // The stride of the last dimension (0 for a scalar).
 __device__ __forceinline__ int64_t last_stride(const RowView& v) {
@@ -189,7 +164,7 @@ inline int row_threads(int64_t n) {
 inline unsigned grid_for(int64_t blocks) {
   return unsigned(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
-inline cudaStream_t stream() { return static_cast<cudaStream_t>(compute_stream()); }
+// (stream(): device_view.cuh's)
 
 // Calls f with a value of the C++ type of a float Elem (the glue refuses the others first).
 template <class F>

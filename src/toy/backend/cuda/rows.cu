@@ -12,44 +12,16 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "toy/backend/cuda/device_view.cuh"
 #include "toy/backend/cuda/train_launch.h"
 
 namespace toy::cuda {
 
 namespace {
 
-// A View as a kernel argument (own copy: each .cu file keeps its helpers to itself).
-struct RowsView {
-  char* data;
-  int32_t ndim;
-  int64_t shape[kMaxDims];
-  int64_t stride[kMaxDims];
-  bool contiguous;
-};
 
-RowsView rows_view(const View& v) {
-  RowsView d{};
-  d.data = static_cast<char*>(v.data);
-  d.ndim = v.ndim;
-  d.contiguous = v.contiguous;
-  for (int i = 0; i < kMaxDims; ++i) d.shape[i] = v.shape[i], d.stride[i] = v.stride[i];
-  return d;
-}
-
-// The element offset of element i of the row-major order.
-__device__ __forceinline__ int64_t rows_offset(const RowsView& v, int64_t i) {
-  if (v.contiguous) return i;
-  int64_t off = 0;
-  for (int d = v.ndim - 1; d >= 0; --d) {
-    const int64_t n = v.shape[d];
-    off += (i % n) * v.stride[d];
-    i /= n;
-  }
-  return off;
-}
-
-__device__ __forceinline__ int32_t id_at(const RowsView& ids, int64_t i) {
-  return reinterpret_cast<const int32_t*>(ids.data)[rows_offset(ids, i)];
+__device__ __forceinline__ int32_t id_at(const DeviceView& ids, int64_t i) {
+  return reinterpret_cast<const int32_t*>(ids.data)[offset_of(ids, i)];
 }
 
 // A [rows, cols] matrix's element (r, c), by its two strides.
@@ -73,12 +45,6 @@ __device__ __forceinline__ T from_f(float x) {
     return x;
 }
 
-constexpr int kThreads = 256;
-unsigned blocks_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return unsigned(b < 1 ? 1 : (b > (int64_t(1) << 20) ? (int64_t(1) << 20) : b));
-}
-cudaStream_t stream() { return static_cast<cudaStream_t>(compute_stream()); }
 
 template <class F>
 void with_float(Elem e, F&& f) {
@@ -94,7 +60,7 @@ void with_float(Elem e, F&& f) {
 
 // U: an unsigned type of the element's size (the bits are copied, as the CPU's memcpy).
 template <class U>
-__global__ void get_rows_kernel(Mat table, RowsView ids, U* out, int64_t N, int64_t D) {
+__global__ void get_rows_kernel(Mat table, DeviceView ids, U* out, int64_t N, int64_t D) {
   const U* t = reinterpret_cast<const U*>(table.data);
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < N * D; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = e / D, c = e % D;
@@ -103,7 +69,7 @@ __global__ void get_rows_kernel(Mat table, RowsView ids, U* out, int64_t N, int6
 }
 
 // Q8_0 blocks: a half scale d (little-endian) and 32 int8 q; x = d * q.
-__global__ void get_rows_q8_0_kernel(const uint8_t* table, int64_t row_bytes, RowsView ids, float* out, int64_t N,
+__global__ void get_rows_q8_0_kernel(const uint8_t* table, int64_t row_bytes, DeviceView ids, float* out, int64_t N,
                                      int64_t D) {
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < N * D; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = e / D, c = e % D;
@@ -116,7 +82,7 @@ __global__ void get_rows_q8_0_kernel(const uint8_t* table, int64_t row_bytes, Ro
 
 // ---- the sort of (id, position) pairs ---------------------------------------------------------
 
-__global__ void pairs_kernel(RowsView ids, int64_t N, uint32_t* keys, int32_t* pos) {
+__global__ void pairs_kernel(DeviceView ids, int64_t N, uint32_t* keys, int32_t* pos) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < N; i += int64_t(gridDim.x) * blockDim.x) {
     keys[i] = uint32_t(id_at(ids, i));
     pos[i] = int32_t(i);
@@ -132,7 +98,7 @@ struct Sorted {
 };
 Sorted sort_pairs(const View& ids, const RowSort& s) {
   const int64_t N = ids.numel;
-  pairs_kernel<<<blocks_for(N), kThreads, 0, stream()>>>(rows_view(ids), N, s.keys_in, s.pos_in);
+  pairs_kernel<<<blocks_for(N), kThreads, 0, stream()>>>(device_view(ids), N, s.keys_in, s.pos_in);
   if (N < 2) return {s.keys_in, s.pos_in, ""};
   size_t bytes = s.temp_bytes;
   const cudaError_t e = cub::DeviceRadixSort::SortPairs(s.temp, bytes, s.keys_in, s.keys_out, s.pos_in, s.pos_out,
@@ -194,10 +160,10 @@ void launch_get_rows(const View& table, const View& ids, const View& out) {
   if (N * D == 0) return;
   const Mat t = mat(table);
   if (table.elem == Elem::F32)
-    get_rows_kernel<uint32_t><<<blocks_for(N * D), kThreads, 0, stream()>>>(t, rows_view(ids),
+    get_rows_kernel<uint32_t><<<blocks_for(N * D), kThreads, 0, stream()>>>(t, device_view(ids),
                                                                            static_cast<uint32_t*>(out.data), N, D);
   else
-    get_rows_kernel<uint16_t><<<blocks_for(N * D), kThreads, 0, stream()>>>(t, rows_view(ids),
+    get_rows_kernel<uint16_t><<<blocks_for(N * D), kThreads, 0, stream()>>>(t, device_view(ids),
                                                                            static_cast<uint16_t*>(out.data), N, D);
 }
 
@@ -205,7 +171,7 @@ void launch_get_rows_q8_0(const void* table, int64_t row_bytes, const View& ids,
   const int64_t N = ids.numel;
   if (N * D == 0) return;
   get_rows_q8_0_kernel<<<blocks_for(N * D), kThreads, 0, stream()>>>(static_cast<const uint8_t*>(table), row_bytes,
-                                                                     rows_view(ids), out, N, D);
+                                                                     device_view(ids), out, N, D);
 }
 
 const char* launch_scatter_add_rows(const View& g, const View& ids, const View& dtable, const RowSort& s) {
