@@ -23,15 +23,6 @@ __device__ __forceinline__ float at(const DeviceView& v, int64_t i) {
   return load_f<T>(v, offset_of(v, i));
 }
 
-template <class T>
-__device__ __forceinline__ float to_float(T x) {
-  if constexpr (std::is_same_v<T, __half>)
-    return __half2float(x);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __bfloat162float(x);
-  else
-    return float(x);
-}
 
 // Calls f with a value of the C++ type of a float element type (the glue refuses others).
 template <class F>

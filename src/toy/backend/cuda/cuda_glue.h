@@ -15,6 +15,13 @@ void* data_of(const Tensor& t);
 // Throws "[cuda] the KERNEL kernel failed to launch: ..." when the last launch failed.
 void launched(const char* kernel);
 
+// Argument checks the glue files share. The CPU kernels dispatch on F32, F16 and BF16 and refuse
+// the rest; so do these ("[cuda] KERNEL needs a float WHAT ..."). out_view: an output the kernels
+// index by its flat position, so it must be contiguous.
+void need_float(const Tensor& t, const char* kernel, const char* what);
+void need_type(const Tensor& t, DType d, const char* kernel, const char* what);
+View out_view(const Tensor& t, const char* kernel, const char* what);
+
 void register_elementwise(Registry& r);  // glue_elementwise.cpp: fill, copy, binary
 void register_unary(Registry& r);        // glue_unary.cpp: unary(+backward), swiglu*, dropout, random_fill, arange
 void register_reduce(Registry& r);       // glue_reduce.cpp: reduce, softmax(+backward), diag_mask_inf, norms, losses

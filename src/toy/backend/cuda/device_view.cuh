@@ -47,15 +47,19 @@ __device__ __forceinline__ int64_t offset_of(const DeviceView& v, int64_t i) {
 
 // Element `off` of a float view as f32, and an f32 stored there rounded to nearest even (as
 // the CPU's from_f32).
+// A value of a float element type as f32.
 template <class T>
-__device__ __forceinline__ float load_f(const DeviceView& v, int64_t off) {
-  const T x = reinterpret_cast<const T*>(v.data)[off];
+__device__ __forceinline__ float to_float(T x) {
   if constexpr (std::is_same_v<T, __half>)
     return __half2float(x);
   else if constexpr (std::is_same_v<T, __nv_bfloat16>)
     return __bfloat162float(x);
   else
     return float(x);
+}
+template <class T>
+__device__ __forceinline__ float load_f(const DeviceView& v, int64_t off) {
+  return to_float(reinterpret_cast<const T*>(v.data)[off]);
 }
 template <class T>
 __device__ __forceinline__ T elem_of(float x) {

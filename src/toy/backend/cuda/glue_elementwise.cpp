@@ -33,6 +33,20 @@ void launched(const char* kernel) {
   TOY_CHECK(*e == '\0', "[cuda] the {} kernel failed to launch: {}", kernel, e);
 }
 
+void need_float(const Tensor& t, const char* kernel, const char* what) {
+  TOY_CHECK(is_float(t.dtype()), "[cuda] {} needs a float {} (f32, f16, bf16), got {}", kernel, what,
+            name(t.dtype()));
+}
+
+void need_type(const Tensor& t, DType d, const char* kernel, const char* what) {
+  TOY_CHECK(t.dtype() == d, "[cuda] {}: {} must be {}, got {}", kernel, what, name(d), name(t.dtype()));
+}
+
+View out_view(const Tensor& t, const char* kernel, const char* what) {
+  TOY_CHECK(t.is_contiguous(), "[cuda] {}: the output {} must be contiguous", kernel, what);
+  return view_of(t);
+}
+
 namespace {
 
 void fill(Tensor& dst, double value) {

@@ -15,22 +15,6 @@ namespace toy::cuda {
 
 namespace {
 
-bool is_float_type(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16; }
-
-// The CPU kernels dispatch on F32, F16 and BF16 (dispatch_float) and refuse the rest: so do these.
-void need_float(const Tensor& t, const char* kernel, const char* what) {
-  TOY_CHECK(is_float_type(t.dtype()), "[cuda] {} needs a float {} (f32, f16, bf16), got {}", kernel, what,
-            name(t.dtype()));
-}
-void need_type(const Tensor& t, DType d, const char* kernel, const char* what) {
-  TOY_CHECK(t.dtype() == d, "[cuda] {}: {} must be {}, got {}", kernel, what, name(d), name(t.dtype()));
-}
-// An output the kernels write by its flat index.
-View out_view(const Tensor& t, const char* kernel, const char* what) {
-  TOY_CHECK(t.is_contiguous(), "[cuda] {}: the output {} must be contiguous", kernel, what);
-  return view_of(t);
-}
-
 // ---- conv ----------------------------------------------------------------------------------------
 
 // x's shape [N, C, H, W] with the op's arguments (OH, OW as the CPU's conv_geom).

@@ -17,13 +17,6 @@ namespace toy::cuda {
 
 namespace {
 
-bool is_float_type(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16; }
-
-// The CPU kernels dispatch on F32, F16 and BF16 and refuse the rest: so do these.
-void need_float(const Tensor& t, const char* kernel, const char* what) {
-  TOY_CHECK(is_float_type(t.dtype()), "[cuda] {} needs a float {} (f32, f16, bf16), got {}", kernel, what,
-            name(t.dtype()));
-}
 // Tensors the kernel reads or writes as x's element type.
 void same_type(const Tensor& t, const Tensor& x, const char* kernel, const char* what) {
   TOY_CHECK(t.dtype() == x.dtype(), "[cuda] {}: {} is {} but x is {}", kernel, what, name(t.dtype()), name(x.dtype()));
@@ -34,10 +27,6 @@ void same_types(const Tensor& x, const char* kernel,
   for (const auto& [what, t] : args)
     if (t->defined()) same_type(*t, x, kernel, what);
 }
-void need_type(const Tensor& t, DType d, const char* kernel, const char* what) {
-  TOY_CHECK(t.dtype() == d, "[cuda] {}: {} must be {}, got {}", kernel, what, name(d), name(t.dtype()));
-}
-
 // An optional tensor's view (data null when undefined).
 View opt_view(const Tensor& t) { return t.defined() ? view_of(t) : View{}; }
 
@@ -54,12 +43,6 @@ float* f32_ptr(const Tensor& t, const char* kernel, const char* what) {
 }
 int32_t* i32_ptr(const Tensor& t, const char* kernel, const char* what) {
   return ptr<int32_t>(t, DType::I32, kernel, what);
-}
-
-// A contiguous output's view (the launchers index some outputs directly).
-View out_view(const Tensor& t, const char* kernel, const char* what) {
-  TOY_CHECK(t.is_contiguous(), "[cuda] {}: the output {} must be contiguous", kernel, what);
-  return view_of(t);
 }
 
 // Scratch for a norm backward's partial weight gradients (null when the gradient is not wanted).

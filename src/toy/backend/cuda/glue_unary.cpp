@@ -25,9 +25,7 @@ static_assert(same_op(kern::UnaryOp::Neg, umath::Op::Neg) && same_op(kern::Unary
               "umath::Op must list kern::UnaryOp in order");
 
 // These kernels compute in f32 from F32, F16 or BF16 tensors (the CPU's dispatch_float).
-void require_float(const Tensor& t, const char* kernel) {
-  TOY_CHECK(is_float(t.dtype()), "[cuda] {} needs a float tensor (f32, f16, bf16), got {}", kernel, name(t.dtype()));
-}
+void require_float(const Tensor& t, const char* kernel) { need_float(t, kernel, "tensor"); }
 
 PhiloxArgs philox(uint64_t seed, uint64_t stream, uint64_t counter) {
   PhiloxArgs p;

@@ -31,21 +31,6 @@ struct Mat {
 };
 Mat mat(const View& v) { return Mat{static_cast<char*>(v.data), v.stride[0], v.ndim > 1 ? v.stride[1] : 1}; }
 
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-// Round to nearest even, as the CPU's from_f32.
-template <class T>
-__device__ __forceinline__ T from_f(float x) {
-  if constexpr (std::is_same_v<T, __half>)
-    return __float2half_rn(x);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __float2bfloat16_rn(x);
-  else
-    return x;
-}
-
-
 template <class F>
 void with_float(Elem e, F&& f) {
   switch (e) {
@@ -119,7 +104,7 @@ __global__ void scatter_add_kernel(const uint32_t* keys, const int32_t* pos, int
     T* dst = reinterpret_cast<T*>(dt.data) + int64_t(id) * dt.s0 + c * dt.s1;
     const T* gp = reinterpret_cast<const T*>(g.data);
     T acc = *dst;
-    for (int64_t j = s; j < N && keys[j] == id; ++j) acc = from_f<T>(to_f(acc) + to_f(gp[pos[j] * g.s0 + c * g.s1]));
+    for (int64_t j = s; j < N && keys[j] == id; ++j) acc = elem_of<T>(to_float(acc) + to_float(gp[pos[j] * g.s0 + c * g.s1]));
     *dst = acc;
   }
 }
@@ -139,7 +124,7 @@ __global__ void set_rows_kernel(const uint32_t* keys, const int32_t* pos, int64_
     if constexpr (std::is_same_v<S, T>)
       *out = x;
     else
-      *out = from_f<T>(to_f(x));
+      *out = elem_of<T>(to_float(x));
   }
 }
 
