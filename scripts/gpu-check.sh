@@ -12,6 +12,8 @@
 #                                    about 420): unpack, find cuBLAS/NCCL in the pip packages,
 #                                    run the GPU tests with TOY_REQUIRE_GPU=1, each stage under
 #                                    its own timeout; logs under $OUT
+#   scripts/gpu-check.sh --profile   there: where the time goes (bench train with and without
+#                                    TF32; ncu's kernel times of a training step and a decode)
 # Run mode's stages, each under its own timeout (about 6 minutes at most in all): the GPU tests;
 # a 50-step tiny training run against the CPU's curve (computed here at --bundle, carried);
 # the greedy text of that model against the CPU's; `toy bench train --preset gpt2-124m`; and
@@ -90,6 +92,44 @@ check_bundle() {
   echo "gpu-check: ldd closure complete (only the driver, cuBLAS and NCCL come from the machine)"
 }
 
+unpack() {  # there: unpack the bundle and point the loader at the machine's cuBLAS
+  tar -xzf "$bundle" || { echo "gpu-check: no $bundle (carry it)" >&2; return 1; }
+  # cuBLAS(Lt) from the machine: its PyTorch's pip packages (wherever that python keeps its
+  # site-packages), else a CUDA toolkit's lib64.
+  local libs d
+  libs=$(python3 - <<'PY' 2>/dev/null
+import glob, os, site, sys
+roots = set(site.getsitepackages() + [site.getusersitepackages()] + [p for p in sys.path if p.endswith("-packages")])
+dirs = sorted({os.path.dirname(f) for r in roots
+               for f in glob.glob(os.path.join(r, "nvidia", "**", "libcublasLt.so*"), recursive=True)})
+print(":".join(dirs))
+PY
+)
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -d "$d" ] && libs+=":$d"; done
+  export LD_LIBRARY_PATH="$PWD/gpu-bundle/lib:${libs#:}:${LD_LIBRARY_PATH:-}"
+}
+
+# Kernel time by name from an ncu CSV (gpu__time_duration per launch): the top rows, and the
+# total beside the wall time the caller measured.
+ncu_table() {
+  python3 - "$1" <<'PY'
+import csv, collections, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]; rows = rows[1:]
+ki, vi, ui = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
+scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3}
+t = collections.defaultdict(float); n = collections.Counter()
+for r in rows:
+    try: v = float(r[vi].replace(",", "")) * scale.get(r[ui], 1e-3)
+    except ValueError: continue
+    name = r[ki].split("(")[0][:70]; t[name] += v; n[name] += 1
+total = sum(t.values())
+print(f"{sys.argv[1]}: {sum(n.values())} launches, {total/1e3:.2f} ms of kernel time")
+for k, v in sorted(t.items(), key=lambda kv: -kv[1])[:22]:
+    print(f"{v/1e3:9.3f} ms {100*v/total:5.1f}% {n[k]:6d}x  {k}")
+PY
+}
+
 case "$mode" in
   --bundle) make_bundle ;;
   --dry-run)
@@ -97,12 +137,42 @@ case "$mode" in
     check_bundle || exit 1
     json false null null null null null
     ;;
+  --profile)
+    # There: where the time goes. bench train with and without TF32, then ncu's kernel times of
+    # one training step and of a short decode (gpu__time_duration only: one pass, no replay).
+    unpack || exit 1
+    b=gpu-bundle/toy work=/tmp/toy-gpu-work && rm -rf "$work" && mkdir -p "$work"
+    for tf in 0 1; do
+      TOY_TF32=$tf timeout 100 $b bench train --preset "$preset" --device "$dev" --json --reps 1 --steps 5 --warmup 2 \
+        2>&1 | grep '^{' | sed "s/^/tf32=$tf /" | tee -a "$out/bench.jsonl"
+    done
+    timeout 40 $b init --arch gpt2 --shape gpt2-124m --type bf16 --out "$work/gpt2.gguf" >/dev/null 2>&1
+    TOY_TRACE=$work/decode_trace.json timeout 60 $b bench run -m "$work/gpt2.gguf" --device "$dev" --json --reps 1 -p 128 -n 64 \
+      2>&1 | grep '^{' | tee -a "$out/bench.jsonl"
+    gzip -c "$work/decode_trace.json" >"$out/decode_trace.json.gz"
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    if [ -n "$ncu" ]; then
+      timeout 150 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$out/ncu_train.csv" \
+        $b bench train --preset "$preset" --device "$dev" --json --reps 1 --steps 1 --warmup 1 >"$work/ncu_train.out" 2>&1
+      tail -3 "$work/ncu_train.out"; ncu_table "$out/ncu_train.csv"
+      timeout 90 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$out/ncu_decode.csv" \
+        $b bench run -m "$work/gpt2.gguf" --device "$dev" --json --reps 1 -p 16 -n 16 >"$work/ncu_decode.out" 2>&1
+      tail -3 "$work/ncu_decode.out"; ncu_table "$out/ncu_decode.csv"
+    else
+      echo "gpu-check: no ncu on this machine"
+    fi
+    ;;
   run)
+    # $OUT brings back at most 8 files: gpu_tests.json, gpu_tests.log, stages.log (every other
+    # stage's log, appended), train_events.jsonl, bench.jsonl, sanitizer.log.
     t0=$SECONDS
-    tar -xzf "$bundle" || { echo "gpu-check: no $bundle (carry it)" >&2; exit 1; }
-    libs=$(ls -d /usr/local/lib/python3*/dist-packages/nvidia/*/lib /usr/lib/python3*/site-packages/nvidia/*/lib \
-             /usr/local/lib/python3*/site-packages/nvidia/*/lib 2>/dev/null | tr '\n' ':')
-    export LD_LIBRARY_PATH="$PWD/gpu-bundle/lib:${libs}${LD_LIBRARY_PATH:-}"
+    unpack || exit 1
+    log=$out/stages.log
+    {
+      echo "== environment"; nvidia-smi 2>&1 | head -15; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+      ldd gpu-bundle/toy | grep -E 'cuda|cublas|not found'
+      nproc; grep -m1 'model name' /proc/cpuinfo
+    } >"$log" 2>&1
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
     driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
     stage_s[unpack]=$((SECONDS - t0))
@@ -119,13 +189,16 @@ skipped = sum(1 for t in tests if t.get("result") == "SKIPPED")
 print(len(tests) - failed - skipped, failed, skipped)
 PY
 )
-    tail -20 "$out/gpu_tests.log"
+    grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/gpu_tests.log" | sort -u | tail -25
     b=gpu-bundle/toy
+    work=/tmp/toy-gpu-work && rm -rf "$work" && mkdir -p "$work"
     # Parity of a whole run: the tiny training curve (step losses) and the greedy text.
     t0=$SECONDS
-    if timeout 90 $b train --data gpu-bundle/text.txt --out "$out/cuda-train" "${tiny_train[@]}" --device "$dev" \
-         >"$out/train.log" 2>&1; then
-      curve_diff=$(python3 - gpu-bundle/cpu-train/events.jsonl "$out/cuda-train/events.jsonl" <<'PY' 2>/dev/null || echo null
+    echo "== train ($dev)" >>"$log"
+    if timeout 90 $b train --data gpu-bundle/text.txt --out "$work/cuda-train" "${tiny_train[@]}" --device "$dev" \
+         >>"$log" 2>&1; then
+      cp "$work/cuda-train/events.jsonl" "$out/train_events.jsonl"
+      curve_diff=$(python3 - gpu-bundle/cpu-train/events.jsonl "$work/cuda-train/events.jsonl" <<'PY' 2>>"$log" || echo null
 import json, sys
 def losses(p):
     return {e["step"]: e["loss"] for e in map(json.loads, open(p)) if e.get("event") == "step"}
@@ -137,16 +210,20 @@ PY
     fi
     stage_s[train_parity]=$((SECONDS - t0))
     t0=$SECONDS
+    echo "== generate ($dev)" >>"$log"
     if timeout 60 $b generate -m gpu-bundle/cpu-train/model.gguf -p "The " --temp 0 -n 40 --device "$dev" \
-         >"$out/cuda-generate.txt" 2>"$out/generate.log"; then
-      if cmp -s "$out/cuda-generate.txt" gpu-bundle/cpu-generate.txt; then generate_equal=true; else generate_equal=false; fi
+         >"$work/cuda-generate.txt" 2>>"$log"; then
+      if cmp -s "$work/cuda-generate.txt" gpu-bundle/cpu-generate.txt; then generate_equal=true; else
+        generate_equal=false; { echo "cpu:"; cat gpu-bundle/cpu-generate.txt; echo "gpu:"; cat "$work/cuda-generate.txt"; } >>"$log"; fi
     fi
     stage_s[generate_parity]=$((SECONDS - t0))
     # Training speed: GPT-2 124M (f32 today: the bf16 training path is to come).
     t0=$SECONDS
+    echo "== bench train ($dev, $preset)" >>"$log"
     if timeout 150 $b bench train --preset "$preset" --device "$dev" --json --reps 1 --steps 5 --warmup 2 \
-         >"$out/bench_train.json" 2>"$out/bench_train.log"; then
-      read -r train_tps mfu peak_bytes < <(python3 - "$out/bench_train.json" "$peak_flops" <<'PY' 2>/dev/null || echo "null null null"
+         >"$work/bench_train.json" 2>>"$log"; then
+      cat "$work/bench_train.json" >>"$out/bench.jsonl"
+      read -r train_tps mfu peak_bytes < <(python3 - "$work/bench_train.json" "$peak_flops" <<'PY' 2>>"$log" || echo "null null null"
 import json, sys
 j = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
 print(j["tokens_per_s"], j["tokens_per_s"] * j["flops_per_token"] / float(sys.argv[2]), j["peak_bytes"])
@@ -156,15 +233,30 @@ PY
     stage_s[bench_train]=$((SECONDS - t0))
     # Decoding speed: GPT-2 124M in BF16, batch 1.
     t0=$SECONDS
-    if timeout 40 $b init --arch gpt2 --shape gpt2-124m --type bf16 --out "$out/gpt2.gguf" >/dev/null 2>&1 &&
-       timeout 60 $b bench run -m "$out/gpt2.gguf" --device "$dev" --json --reps 1 -p 128 -n 128 \
-         >"$out/bench_run.json" 2>"$out/bench_run.log"; then
+    echo "== bench run ($dev)" >>"$log"
+    if timeout 40 $b init --arch gpt2 --shape gpt2-124m --type bf16 --out "$work/gpt2.gguf" >>"$log" 2>&1 &&
+       timeout 60 $b bench run -m "$work/gpt2.gguf" --device "$dev" --json --reps 1 -p 128 -n 128 \
+         >"$work/bench_run.json" 2>>"$log"; then
+      cat "$work/bench_run.json" >>"$out/bench.jsonl"
       decode_tps=$(python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["tg_tokens_per_s"])' \
-        "$out/bench_run.json" 2>/dev/null || echo null)
+        "$work/bench_run.json" 2>>"$log" || echo null)
     fi
-    rm -f "$out/gpt2.gguf"
     stage_s[bench_run]=$((SECONDS - t0))
+    # Out-of-bounds accesses and shared-memory races the parity tests might not show: the GPU
+    # tests under compute-sanitizer (where the machine's runtime allows it), as time permits.
+    t0=$SECONDS
+    if [ "$dev" = cuda ] && command -v compute-sanitizer >/dev/null; then
+      TOY_REQUIRE_GPU=1 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        gpu-bundle/toy_gpu_tests --gtest_brief=1 >"$out/sanitizer.log" 2>&1
+      echo "memcheck exit $?" >>"$out/sanitizer.log"
+      TOY_REQUIRE_GPU=1 timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 \
+        gpu-bundle/toy_gpu_tests --gtest_brief=1 --gtest_filter='CudaAttention.*:CudaUnary.*:CudaScan.*:CudaEdges.*' \
+        >>"$out/sanitizer.log" 2>&1
+      echo "racecheck exit $?" >>"$out/sanitizer.log"
+      tail -4 "$out/sanitizer.log"
+    fi
+    stage_s[sanitizer]=$((SECONDS - t0))
     json true "$passed" "$failed" "$skipped" "\"${gpu:-unknown}\"" "\"${driver:-unknown}\""
     ;;
-  *) echo "usage: scripts/gpu-check.sh [--dry-run|--bundle]" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu-check.sh [--dry-run|--bundle|--profile]" >&2; exit 2 ;;
 esac
