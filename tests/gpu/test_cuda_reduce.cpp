@@ -172,6 +172,36 @@ TEST(CudaRows, MaxTakesTheFirstMaximumAndTheFirstNan) {
   }
 }
 
+// A few outputs over a long axis (a gradient norm's whole-parameter sum) are reduced in chunks
+// of 16384 and the chunks' partials combined: the sum, the first maximum across chunks (ties
+// at both ends of the axis, one in the last, partial chunk) and a NaN in a late chunk.
+TEST(CudaRows, LongAxesReducedInChunksEqualTheCpu) {
+  REQUIRE_GPU();
+  const int64_t L = 3 * 16384 + 77;
+  for (DType t : kFloatTypes) {
+    Generator g(33);
+    std::vector<float> v = randn(Shape{2, L}, g).to_f32_vector();
+    for (float& e : v) e = std::round(e * 4.0f) / 4.0f;
+    v[5] = v[L - 3] = 9.0f;              // row 0: the maximum twice, in the first and last chunk
+    v[L + 40000] = NAN;                  // row 1: a NaN in the third chunk wins the max
+    const Tensor x = cast(from_vector(v, Shape{2, L}), t), gx = on_gpu(x);
+    const std::vector<float> sums = back(sum(gx, 1)), want = sum(x, 1).to_f32_vector();
+    expect_close({sums[0]}, {want[0]}, tol(t), ("chunked sum " + type_name(t)).c_str());
+    EXPECT_TRUE(std::isnan(sums[1])) << "a NaN in a chunk makes the sum NaN";
+    EXPECT_EQ(transfer(argmax(gx, 1), Device::CPU).to_i32_vector(), (std::vector<int32_t>{5, int32_t(40000)}))
+        << type_name(t);
+    const std::vector<float> maxes = back(max(gx, 1));
+    EXPECT_EQ(maxes[0], 9.0f) << type_name(t);
+    EXPECT_TRUE(std::isnan(maxes[1])) << "the NaN is the maximum";
+    // The whole tensor (one output over 2L), and a strided long axis (the transpose's axis 0).
+    const Tensor clean = cast(randn(Shape{L, 3}, g), t);
+    expect_close(back(sum(on_gpu(clean))), sum(clean).to_f32_vector(), tol(t), ("chunked sum all " + type_name(t)).c_str());
+    const Tensor strided = transpose(clean, 0, 1);
+    expect_close(back(sum(transpose(on_gpu(clean), 0, 1), 1)), sum(strided, 1).to_f32_vector(), tol(t),
+                 ("chunked strided sum " + type_name(t)).c_str());
+  }
+}
+
 TEST(CudaRows, SumOverAnEmptyAxisIsZeroAndEmptyOutputsAreFine) {
   REQUIRE_GPU();
   for (DType t : kFloatTypes) {

@@ -4,7 +4,11 @@
 //    striding over r, then a block reduction;
 //  - inner > 1: a 32 x 8 block per 32 neighbouring outputs (neighbouring j: coalesced loads
 //    for a contiguous x), the 8 rows of threads striding over r, then the 8 partials combined
-//    in row order through shared memory.
+//    in row order through shared memory;
+//  - a few long outputs (a whole-tensor sum: the gradient norm's sum of squares of each
+//    parameter): one block would read millions of elements alone, so the axis is cut into
+//    chunks of kSplitRows (a function of the shape alone), a block per (output, chunk) writes
+//    a partial, and a second kernel combines each output's partials in chunk order.
 // Sums accumulate in double, as the CPU's do; max keeps the first maximum (NaN first).
 #include <climits>
 #include <cmath>
@@ -20,6 +24,9 @@ using namespace red;
 
 constexpr int kColTile = 32;  // outputs per block (x threads) in the column kernel
 constexpr int kColRows = 8;   // thread rows striding over the reduced axis
+// A split reduction's chunk (elements of the axis per block) and the most outputs it serves.
+constexpr int64_t kSplitRows = 16384;
+constexpr int64_t kSplitMaxOutputs = 64;
 
 __device__ __forceinline__ MaxIdx no_max() { return MaxIdx{-INFINITY, INT_MAX}; }
 
@@ -41,6 +48,49 @@ __global__ void reduce_rows_kernel(RowView x, int64_t n_out, int64_t L, int64_t 
         out[o] = from_f<T>(m.v);  // (exact: m.v came from a T)
         if (index) index[o] = m.i;
       }
+    }
+  }
+}
+
+// One (output, chunk) per block: the chunk's partial (a double sum, or the first maximum with
+// its position on the whole axis) into partial[o * chunks + c].
+template <class T>
+__global__ void reduce_chunks_kernel(RowView x, int64_t n_out, int64_t L, int64_t sa, int64_t chunks, bool is_max,
+                                     double* sums, MaxIdx* maxes) {
+  const int64_t o = blockIdx.x / chunks, c = blockIdx.x % chunks;
+  if (o >= n_out) return;
+  const T* p = reinterpret_cast<const T*>(x.data) + offset_of(x, o * L);
+  const int64_t r0 = c * kSplitRows, r1 = r0 + kSplitRows < L ? r0 + kSplitRows : L;
+  if (!is_max) {
+    double acc = 0.0;
+    for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) acc += double(to_f(p[r * sa]));
+    acc = block_reduce(acc, AddOp{});
+    if (threadIdx.x == 0) sums[blockIdx.x] = acc;
+  } else {
+    MaxIdx m = no_max();
+    for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) m = FirstMaxOp{}(m, MaxIdx{to_f(p[r * sa]), int32_t(r)});
+    m = block_reduce(m, FirstMaxOp{});
+    if (threadIdx.x == 0) maxes[blockIdx.x] = m;
+  }
+}
+
+// One output per block: its chunks' partials combined (a fixed tree over chunk order).
+template <class T>
+__global__ void reduce_combine_kernel(int64_t n_out, int64_t chunks, bool is_max, const double* sums,
+                                      const MaxIdx* maxes, T* out, int32_t* index) {
+  const int64_t o = blockIdx.x;
+  if (!is_max) {
+    double acc = 0.0;
+    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) acc += sums[o * chunks + c];
+    acc = block_reduce(acc, AddOp{});
+    if (threadIdx.x == 0) out[o] = from_f<T>(float(acc));
+  } else {
+    MaxIdx m = no_max();
+    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) m = FirstMaxOp{}(m, maxes[o * chunks + c]);
+    m = block_reduce(m, FirstMaxOp{});
+    if (threadIdx.x == 0) {
+      out[o] = from_f<T>(m.v);
+      if (index) index[o] = m.i;
     }
   }
 }
@@ -86,10 +136,35 @@ __global__ void reduce_cols_kernel(RowView x, int64_t n_out, int64_t L, int64_t 
 
 }  // namespace
 
-void launch_reduce(int op, const View& x, int axis, const View& out, int32_t* index) {
+int64_t reduce_split_chunks(const View& x, int axis) {
+  int64_t n_out = 1, inner = 1;
+  for (int d = 0; d < x.ndim; ++d)
+    if (d != axis) n_out *= x.shape[d];
+  for (int d = axis + 1; d < x.ndim; ++d) inner *= x.shape[d];
+  const int64_t L = x.shape[axis];
+  if (inner != 1 || n_out == 0 || n_out > kSplitMaxOutputs || L < 2 * kSplitRows) return 0;
+  return (L + kSplitRows - 1) / kSplitRows;
+}
+
+void launch_reduce(int op, const View& x, int axis, const View& out, int32_t* index, void* scratch) {
   if (out.numel == 0) return;
   int64_t L = x.shape[axis], inner = 1;
   for (int d = axis + 1; d < x.ndim; ++d) inner *= x.shape[d];
+  if (const int64_t chunks = reduce_split_chunks(x, axis); chunks > 0) {
+    const int64_t sa = x.stride[axis];
+    const bool is_max = op == 1;
+    const RowView xv = row_view(x);
+    with_float(x.elem, [&](auto tag) {
+      using T = decltype(tag);
+      auto* sums = static_cast<double*>(scratch);
+      auto* maxes = static_cast<MaxIdx*>(scratch);
+      reduce_chunks_kernel<T><<<unsigned(out.numel * chunks), 256, 0, stream()>>>(xv, out.numel, L, sa, chunks,
+                                                                                   is_max, sums, maxes);
+      reduce_combine_kernel<T><<<unsigned(out.numel), 256, 0, stream()>>>(
+          out.numel, chunks, is_max, sums, maxes, static_cast<T*>(out.data), index);
+    });
+    return;
+  }
   const int64_t sa = x.stride[axis];
   const bool is_max = op == 1;
   const RowView xv = row_view(x);
