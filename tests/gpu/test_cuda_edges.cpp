@@ -64,6 +64,12 @@ TEST(CudaEdges, AttentionEdgeCases) {
       {1, 9, 9, 3, 1, 48, 48, true, 0, false, 0.37f, "scale 0.37"},
       {1, 1, 1, 1, 1, 64, 64, true, 0, false, 0, "one query, one key"},
       {3, 33, 33, 1, 1, 32, 32, true, 0, false, 0, "rows not a multiple of 4 warps"},
+      // Rows spanning several of the tiled kernels' 32-key tiles (the online softmax rescales
+      // between tiles; dk/dv walk query tiles of every head in a group).
+      {2, 100, 100, 4, 2, 64, 64, true, 0, false, 0, "100 rows, gqa, tiles"},
+      {1, 70, 150, 2, 1, 40, 24, true, 45, false, 0, "a prompt after a cache, a window across tiles"},
+      {1, 90, 90, 2, 2, 16, 16, true, 0, true, 0, "segments across tiles"},
+      {1, 65, 97, 3, 3, 64, 64, false, 0, false, 0, "non-causal cross attention, tiles"},
   };
   for (const Case& c : cases) {
     Tensor q = randn(Shape{c.B, c.T, c.H, c.D}, g), k = randn(Shape{c.B, c.S, c.Hkv, c.D}, g);

@@ -1,8 +1,9 @@
-// Fused attention on the GPU, first form: one warp per query row (forward, dq) or per key row
-// (dk, dv), an online softmax over the visible keys, scores never stored. Lane l holds the
+// Fused attention on the GPU, the general form: one warp per query row (forward, dq) or per key
+// row (dk, dv), an online softmax over the visible keys, scores never stored. Lane l holds the
 // head elements l, l + 32, ... (E of them, E = ceil(head / 32), a template parameter). Simple
-// and exact (expf/logf, f32 throughout, the CPU's visibility rules); tiled tensor-core
-// kernels replace it where the time goes, checked against this one.
+// and exact (expf/logf, f32 throughout, the CPU's visibility rules). Heads of at most 64
+// elements take the tiled kernels of attention_tiled.cu instead (faster: a warp reduction per
+// score is what this form pays).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -225,6 +226,7 @@ void with_slots(int64_t n, F&& f) {
 void launch_attention(const AttentionGeometry& g, float* out, float* lse) {
   const int64_t rows = g.B * g.H * g.T;
   if (rows == 0) return;
+  if (attention_tiled_fits(g)) return launch_attention_tiled(g, out, lse);
   with_slots(g.D > g.Dv ? g.D : g.Dv, [&](auto e) {
     attention_forward<decltype(e)::value><<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, stream()>>>(g, out, lse);
   });
@@ -236,8 +238,11 @@ void launch_attention_backward(const AttentionGeometry& g, const float* out, con
   const int64_t qrows = g.B * g.H * g.T, krows = g.B * g.Hkv * g.S;
   with_slots(g.D > g.Dv ? g.D : g.Dv, [&](auto e) {
     constexpr int E = decltype(e)::value;
-    if (qrows > 0) {
+    if (qrows > 0)
       attention_delta<E><<<blocks_for_rows(qrows), 32 * kWarpsPerBlock, 0, stream()>>>(g, out, dout, delta);
+    if (attention_tiled_fits(g))
+      return launch_attention_backward_tiled(g, lse, dout, delta, dq, dq_s, dk, dk_s, dv, dv_s);
+    if (qrows > 0) {
       attention_dq<E><<<blocks_for_rows(qrows), 32 * kWarpsPerBlock, 0, stream()>>>(g, lse, dout, delta, dq, dq_s[0],
                                                                                     dq_s[1], dq_s[2]);
     }

@@ -31,4 +31,13 @@ void launch_attention_backward(const AttentionGeometry& g, const float* out, con
                                float* delta, float* dq, const int64_t dq_s[3], float* dk, const int64_t dk_s[3],
                                float* dv, const int64_t dv_s[3]);
 
+// The tiled kernels (attention_tiled.cu), which the launchers above choose for heads of at
+// most 64 elements (D and Dv); larger heads take the warp-per-row kernels (attention.cu).
+bool attention_tiled_fits(const AttentionGeometry& g);
+void launch_attention_tiled(const AttentionGeometry& g, float* out, float* lse);
+// dq, dk, dv as launch_attention_backward's, delta already computed.
+void launch_attention_backward_tiled(const AttentionGeometry& g, const float* lse, const float* dout,
+                                     const float* delta, float* dq, const int64_t dq_s[3], float* dk,
+                                     const int64_t dk_s[3], float* dv, const int64_t dv_s[3]);
+
 }  // namespace toy::cuda

@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <unordered_map>
@@ -110,14 +111,13 @@ struct AlgoKeyHash {
   }
 };
 
-// The heuristic's first answer for each shape, looked up once (it costs tens of microseconds).
-std::mutex g_algo_mu;
-std::unordered_map<AlgoKey, cublasLtMatmulAlgo_t, AlgoKeyHash> g_algos;
-
 struct LtDescs {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
+  LtDescs() = default;
+  LtDescs(const LtDescs&) = delete;
+  LtDescs& operator=(const LtDescs&) = delete;
   ~LtDescs() {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (c) cublasLtMatrixLayoutDestroy(c);
@@ -126,6 +126,18 @@ struct LtDescs {
     if (op) cublasLtMatmulDescDestroy(op);
   }
 };
+
+// Everything a matmul of one key needs but its pointers: the descriptors and the heuristic's
+// first algorithm, made once per shape. Creating them costs tens of microseconds per call,
+// more than a decode step's small GEMM takes on the GPU.
+struct LtPlan {
+  LtDescs d;
+  cublasLtMatmulAlgo_t algo{};
+};
+std::mutex g_plan_mu;
+std::unordered_map<AlgoKey, std::unique_ptr<LtPlan>, AlgoKeyHash> g_plans;
+// (prompts of every length each make a plan: past this many the cache starts again)
+constexpr size_t kMaxPlans = 4096;
 
 cublasLtMatrixLayout_t layout(cudaDataType t, int64_t rows, int64_t cols, int64_t ld, int64_t batches,
                               int64_t batch_stride) {
@@ -153,26 +165,28 @@ void lt_gemm(const Mat& a, const Mat& b, const Mat& c, int64_t batches, float al
   const cublasComputeType_t compute = f32 && tf32_allowed() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   // Row-major c = a b is column-major c^T = b^T a^T: cuBLASLt's A is b, its B is a.
   const cublasOperation_t opA = ob.trans ? CUBLAS_OP_T : CUBLAS_OP_N, opB = oa.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-  LtDescs d;
-  check_lt(cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F), "descriptor");
-  check_lt(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof opA), "transa");
-  check_lt(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB), "transb");
-  d.a = layout(ab, ob.rows, ob.cols, ob.ld, batches, b.batch_stride);
-  d.b = layout(ab, oa.rows, oa.cols, oa.ld, batches, a.batch_stride);
-  d.c = layout(ct, N, M, c.rs, batches, c.batch_stride);
-
   const uint32_t al_a = alignment(b.p, b.batch_stride, b.type, batches);
   const uint32_t al_b = alignment(a.p, a.batch_stride, a.type, batches);
   const uint32_t al_c = alignment(c.p, c.batch_stride, c.type, batches);
-  AlgoKey key{{M, N, K, batches, int64_t(ab), int64_t(ct), int64_t(compute), int64_t(opA), int64_t(opB), ob.ld, oa.ld,
-               c.rs, b.batch_stride, a.batch_stride, c.batch_stride, al_a, al_b, al_c, beta != 0.0f, 0}};
-  cublasLtMatmulAlgo_t algo;
+  const AlgoKey key{{M, N, K, batches, int64_t(ab), int64_t(ct), int64_t(compute), int64_t(opA), int64_t(opB), ob.ld,
+                     oa.ld, c.rs, b.batch_stride, a.batch_stride, c.batch_stride, al_a, al_b, al_c, beta != 0.0f, 0}};
+  // (held through the launch: a full cache is cleared under it)
+  std::lock_guard<std::mutex> lock(g_plan_mu);
+  LtPlan* plan = nullptr;
   {
-    std::lock_guard<std::mutex> lock(g_algo_mu);
-    auto it = g_algos.find(key);
-    if (it != g_algos.end()) {
-      algo = it->second;
+    auto it = g_plans.find(key);
+    if (it != g_plans.end()) {
+      plan = it->second.get();
     } else {
+      if (g_plans.size() >= kMaxPlans) g_plans.clear();
+      auto p = std::make_unique<LtPlan>();
+      LtDescs& d = p->d;
+      check_lt(cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F), "descriptor");
+      check_lt(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof opA), "transa");
+      check_lt(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB), "transb");
+      d.a = layout(ab, ob.rows, ob.cols, ob.ld, batches, b.batch_stride);
+      d.b = layout(ab, oa.rows, oa.cols, oa.ld, batches, a.batch_stride);
+      d.c = layout(ct, N, M, c.rs, batches, c.batch_stride);
       check_lt(cublasLtMatmulPreferenceCreate(&d.pref), "preference");
       const uint64_t ws = lt().workspace_bytes;
       check_lt(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
@@ -192,12 +206,13 @@ void lt_gemm(const Mat& a, const Mat& b, const Mat& c, int64_t batches, float al
                "heuristic");
       TOY_CHECK(found > 0, "[cuda] cuBLASLt has no algorithm for a {}x{}x{} matmul of {} (batches {})", M, N, K,
                 name(a.type), batches);
-      algo = result.algo;
-      g_algos.emplace(key, algo);
+      p->algo = result.algo;
+      plan = g_plans.emplace(key, std::move(p)).first->second.get();
     }
   }
+  const LtDescs& d = plan->d;
   check_lt(cublasLtMatmul(lt().handle, d.op, &alpha, b.p, d.a, a.p, d.b, &beta, c.p, d.c, const_cast<void*>(c.p), d.c,
-                          &algo, data_of(lt().workspace), lt().workspace_bytes,
+                          &plan->algo, data_of(lt().workspace), lt().workspace_bytes,
                           static_cast<cudaStream_t>(compute_stream())),
            "matmul");
 }
