@@ -15,13 +15,16 @@
 #   scripts/gpu-check.sh --profile   there: where the time goes (bench train with and without
 #                                    TF32; ncu's kernel times of a training step and a decode)
 # Run mode's stages, each under its own timeout (about 6 minutes at most in all): the GPU tests;
-# a 50-step tiny training run against the CPU's curve (computed here at --bundle, carried);
-# the greedy text of that model against the CPU's; `toy bench train --preset gpt2-124m`; and
-# `toy bench run` of GPT-2 124M in BF16 made there with `toy init`.
+# 50-step tiny training runs in f32 and in bf16 against the CPU's curves (computed here at
+# --bundle, carried); the greedy text of the f32 model against the CPU's; `toy bench train
+# --preset gpt2-124m` in f32 and in bf16 (the bf16 run reported, its kernel times profiled by
+# TOY_CUDA_PROFILE=1); `toy bench run` of GPT-2 124M in BF16 made there with `toy init`; the
+# GPU tests again under compute-sanitizer (memcheck, racecheck).
 # The last line is one JSON object: tests_passed, tests_failed, tests_skipped, measured, gpu,
-# driver, commit, train_tokens_per_s, mfu (against the H200's 989 TFLOP/s of dense BF16),
-# peak_bytes, decode_tokens_per_s, train_curve_max_rel_diff, generate_equal, stage_seconds
-# (null where a stage failed or did not run: its log under $OUT says why).
+# driver, commit, train_tokens_per_s and mfu (bf16; MFU against the H200's 989 TFLOP/s of
+# dense BF16), peak_bytes, decode_tokens_per_s, train_curve_max_rel_diff (f32),
+# train_curve_bf16_max_rel_diff, generate_equal, stage_seconds (null where a stage failed or
+# did not run: its log under $OUT says why).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-run}
@@ -30,14 +33,14 @@ out=${OUT:-/tmp/toy-gpu-check}
 mkdir -p "$out"
 declare -A stage_s
 # Measured values (null until a stage sets them).
-train_tps=null mfu=null peak_bytes=null decode_tps=null curve_diff=null generate_equal=null
+train_tps=null mfu=null peak_bytes=null decode_tps=null curve_diff=null curve_diff_bf16=null generate_equal=null
 json() {  # measured passed failed skipped gpu driver
   local stages="{" k sep=""
   for k in "${!stage_s[@]}"; do stages+="$sep\"$k\": ${stage_s[$k]}"; sep=", "; done
   stages+="}"
-  printf '{"measured": %s, "tests_passed": %s, "tests_failed": %s, "tests_skipped": %s, "gpu": %s, "driver": %s, "commit": "%s", "train_tokens_per_s": %s, "mfu": %s, "peak_bytes": %s, "decode_tokens_per_s": %s, "train_curve_max_rel_diff": %s, "generate_equal": %s, "stage_seconds": %s}\n' \
+  printf '{"measured": %s, "tests_passed": %s, "tests_failed": %s, "tests_skipped": %s, "gpu": %s, "driver": %s, "commit": "%s", "train_tokens_per_s": %s, "mfu": %s, "peak_bytes": %s, "decode_tokens_per_s": %s, "train_curve_max_rel_diff": %s, "train_curve_bf16_max_rel_diff": %s, "generate_equal": %s, "stage_seconds": %s}\n' \
     "$1" "$2" "$3" "$4" "$5" "$6" "$(cat gpu-bundle/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-    "$train_tps" "$mfu" "$peak_bytes" "$decode_tps" "$curve_diff" "$generate_equal" "$stages"
+    "$train_tps" "$mfu" "$peak_bytes" "$decode_tps" "$curve_diff" "$curve_diff_bf16" "$generate_equal" "$stages"
 }
 # The tiny training run both sides make (the CPU's here, carried; the GPU's there).
 tiny_train=(--layers 2 --dim 64 --ctx 32 --batch 4 --steps 50 --eval-every 0 --eval-batches 2 --log-every 1
@@ -64,6 +67,9 @@ make_bundle() {
   build/toy train --data gpu-bundle/text.txt --out gpu-bundle/cpu-train "${tiny_train[@]}" --device cpu ||
     { echo "gpu-check: the CPU reference run failed" >&2; return 1; }
   rm -f gpu-bundle/cpu-train/checkpoint.gguf gpu-bundle/cpu-train/report.html
+  build/toy train --data gpu-bundle/text.txt --out gpu-bundle/cpu-train-bf16 "${tiny_train[@]}" --precision bf16 \
+    --device cpu || { echo "gpu-check: the CPU's bf16 reference run failed" >&2; return 1; }
+  rm -f gpu-bundle/cpu-train-bf16/*.gguf gpu-bundle/cpu-train-bf16/report.html gpu-bundle/cpu-train-bf16/tokens.bin
   build/toy generate -m gpu-bundle/cpu-train/model.gguf -p "The " --temp 0 -n 40 --device cpu \
     >gpu-bundle/cpu-generate.txt 2>/dev/null || { echo "gpu-check: the CPU reference generation failed" >&2; return 1; }
   # Every library outside the base system (libc, libstdc++, libm, ...) travels.
@@ -90,6 +96,17 @@ check_bundle() {
   done | sort -u | grep -Ev "$provided" || true)
   [ -z "$missing" ] || { echo "gpu-check: the bundle misses $missing" >&2; return 1; }
   echo "gpu-check: ldd closure complete (only the driver, cuBLAS and NCCL come from the machine)"
+}
+
+curve_diff() {  # the largest relative difference of two runs' step losses (null when they differ in steps)
+  python3 - "$1" "$2" <<'PY' 2>>"${log:-/dev/null}" || echo null
+import json, sys
+def losses(p):
+    return {e["step"]: e["loss"] for e in map(json.loads, open(p)) if e.get("event") == "step"}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert a and a.keys() == b.keys()
+print(max(abs(a[k] - b[k]) / abs(a[k]) for k in a))
+PY
 }
 
 unpack() {  # there: unpack the bundle and point the loader at the machine's cuBLAS
@@ -198,15 +215,12 @@ PY
     if timeout 90 $b train --data gpu-bundle/text.txt --out "$work/cuda-train" "${tiny_train[@]}" --device "$dev" \
          >>"$log" 2>&1; then
       cp "$work/cuda-train/events.jsonl" "$out/train_events.jsonl"
-      curve_diff=$(python3 - gpu-bundle/cpu-train/events.jsonl "$work/cuda-train/events.jsonl" <<'PY' 2>>"$log" || echo null
-import json, sys
-def losses(p):
-    return {e["step"]: e["loss"] for e in map(json.loads, open(p)) if e.get("event") == "step"}
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert a and a.keys() == b.keys()
-print(max(abs(a[k] - b[k]) / abs(a[k]) for k in a))
-PY
-)
+      curve_diff=$(curve_diff gpu-bundle/cpu-train/events.jsonl "$work/cuda-train/events.jsonl")
+    fi
+    echo "== train bf16 ($dev)" >>"$log"
+    if timeout 90 $b train --data gpu-bundle/text.txt --out "$work/cuda-train-bf16" "${tiny_train[@]}" --precision bf16 \
+         --device "$dev" >>"$log" 2>&1; then
+      curve_diff_bf16=$(curve_diff gpu-bundle/cpu-train-bf16/events.jsonl "$work/cuda-train-bf16/events.jsonl")
     fi
     stage_s[train_parity]=$((SECONDS - t0))
     t0=$SECONDS
@@ -217,12 +231,16 @@ PY
         generate_equal=false; { echo "cpu:"; cat gpu-bundle/cpu-generate.txt; echo "gpu:"; cat "$work/cuda-generate.txt"; } >>"$log"; fi
     fi
     stage_s[generate_parity]=$((SECONDS - t0))
-    # Training speed: GPT-2 124M (f32 today: the bf16 training path is to come).
+    # Training speed: GPT-2 124M in f32 (logged) and in bf16 (the numbers reported), the bf16
+    # run under TOY_CUDA_PROFILE=1 (its table of kernel times goes to the log and the output).
     t0=$SECONDS
-    echo "== bench train ($dev, $preset)" >>"$log"
-    if timeout 150 $b bench train --preset "$preset" --device "$dev" --json --reps 1 --steps 5 --warmup 2 \
-         >"$work/bench_train.json" 2>>"$log"; then
-      cat "$work/bench_train.json" >>"$out/bench.jsonl"
+    echo "== bench train ($dev, $preset, f32)" >>"$log"
+    timeout 120 $b bench train --preset "$preset" --device "$dev" --json --reps 1 --steps 5 --warmup 2 \
+      2>>"$log" | grep '^{' >>"$out/bench.jsonl"
+    echo "== bench train ($dev, $preset, bf16)" >>"$log"
+    if TOY_CUDA_PROFILE=1 timeout 120 $b bench train --preset "$preset" --device "$dev" --precision bf16 --json --reps 1 \
+         --steps 5 --warmup 2 >"$work/bench_train.json" 2>"$work/bench_train.log"; then
+      grep '^{' "$work/bench_train.json" >>"$out/bench.jsonl"
       read -r train_tps mfu peak_bytes < <(python3 - "$work/bench_train.json" "$peak_flops" <<'PY' 2>>"$log" || echo "null null null"
 import json, sys
 j = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
@@ -230,6 +248,8 @@ print(j["tokens_per_s"], j["tokens_per_s"] * j["flops_per_token"] / float(sys.ar
 PY
 )
     fi
+    cat "$work/bench_train.log" >>"$log" 2>/dev/null
+    grep -A16 '^toy cuda profile' "$work/bench_train.log" 2>/dev/null
     stage_s[bench_train]=$((SECONDS - t0))
     # Decoding speed: GPT-2 124M in BF16, batch 1.
     t0=$SECONDS

@@ -242,13 +242,15 @@ TEST(Recompute, SameLossGradientsAndDropoutMasks) {
 }
 
 // Mixed precision: a projection computing in BF16/F16 multiplies the rounded weight by the
-// rounded activations, and the gradient reaches the F32 master in F32.
+// rounded activations, the backward's two products take the rounded output gradient (as
+// PyTorch's autocast rounds), and the gradient reaches the F32 master in F32.
 TEST(MixedPrecision, GradientReachesTheF32Master) {
   for (DType dt : {DType::BF16, DType::F16}) {
     SCOPED_TRACE(std::string(name(dt)));
     Tensor w = randn(Shape{6, 64}, *std::make_unique<Generator>(3, 1), 0.0f, 0.3f);
     w.requires_grad_();
     Tensor x = randn(Shape{5, 64}, *std::make_unique<Generator>(3, 2));
+    x.requires_grad_();
     nn::Linear lin{w, Tensor()};
     lin.compute = dt;
     Tensor y = lin(x);
@@ -261,9 +263,14 @@ TEST(MixedPrecision, GradientReachesTheF32Master) {
     const std::vector<float> want_y = matmul(round(x), round(w), false, true).to_f32_vector();
     const std::vector<float> got_y = y.to_f32_vector();
     for (size_t i = 0; i < want_y.size(); ++i) EXPECT_NEAR(got_y[i], want_y[i], 1e-4) << i;
-    const std::vector<float> want_g = matmul(g, round(x), true, false).to_f32_vector();
+    const std::vector<float> want_g = matmul(round(g), round(x), true, false).to_f32_vector();
     const std::vector<float> got_g = w.grad().to_f32_vector();
     for (size_t i = 0; i < want_g.size(); ++i) EXPECT_NEAR(got_g[i], want_g[i], 1e-4) << i;
+    ASSERT_TRUE(x.grad().defined());
+    EXPECT_EQ(x.grad().dtype(), DType::F32);
+    const std::vector<float> want_dx = matmul(round(g), round(w)).to_f32_vector();
+    const std::vector<float> got_dx = x.grad().to_f32_vector();
+    for (size_t i = 0; i < want_dx.size(); ++i) EXPECT_NEAR(got_dx[i], want_dx[i], 1e-4) << i;
   }
 }
 

@@ -84,6 +84,7 @@ struct TrainBenchOptions {
   int reps = 3;
   int threads = 0;  // toy's threads; 0: all cores
   Device device = Device::CPU;
+  std::string precision = "f32";  // or bf16: toy train's --precision
   std::string python = "/usr/bin/python3";
   std::string peer_script;  // empty: bench/peers/train_gpt_peer.py in the source tree
   bool no_peer = false;
@@ -117,11 +118,12 @@ int64_t rank_batch(const TrainRecipe& r) {
 class ToyTrainer {
  public:
   explicit ToyTrainer(const TrainRecipe& r, const std::string& kinds = "", Device device = Device::CPU,
-                      const LoopOptions* dp = nullptr)
+                      const LoopOptions* dp = nullptr, DType compute = DType::F32)
       : recipe_(r), tokens_(token_stream(kStreamTokens, r.vocab, kSeed)), model_(make_config(r, kinds)),
         sampler_(&tokens_, r.ctx, rank_batch(r), "benchmark"), data_gen_(kSeed, 1), dropout_gen_(kSeed, 2) {
     model_.init(kSeed);
     model_.params().move_to(device);
+    model_.set_mixed_precision(compute);
     opt_ = std::make_unique<AdamW>(model_.params(), AdamWConfig{kBeta1, kBeta2, 1e-8f, kWeightDecay});
     if (dist::world().size() > 1) {
       check_data_parallel(*dp, "[bench]");
@@ -261,7 +263,8 @@ struct TrainBenchResult {
 TrainBenchResult bench_hybrid(const TrainRecipe& r, const TrainBenchOptions& o) {
   const int steps = o.steps > 0 ? o.steps : r.steps;
   const int warmup = o.warmup >= 0 ? o.warmup : r.warmup;
-  ToyTrainer hybrid(r, r.kinds, o.device), attention(r, "a", o.device);
+  const DType compute = o.precision == "bf16" ? DType::BF16 : DType::F32;
+  ToyTrainer hybrid(r, r.kinds, o.device, nullptr, compute), attention(r, "a", o.device, nullptr, compute);
   for (int i = 0; i < warmup; ++i) hybrid.step(), attention.step();
   std::vector<double> h, a;
   for (int rep = 0; rep < o.reps; ++rep) {
@@ -283,7 +286,7 @@ TrainBenchResult bench_recipe(const TrainRecipe& r, const TrainBenchOptions& o, 
   if (*r.kinds) return bench_hybrid(r, o);
   const int steps = o.steps > 0 ? o.steps : r.steps;
   const int warmup = o.warmup >= 0 ? o.warmup : r.warmup;
-  ToyTrainer toy(r, "", o.device, &o.dp);
+  ToyTrainer toy(r, "", o.device, &o.dp, o.precision == "bf16" ? DType::BF16 : DType::F32);
   for (int i = 0; i < warmup; ++i) toy.step();
   const double comm0 = toy.comm_seconds(), exposed0 = toy.exposed_seconds();
   const int64_t steps0 = toy.steps_taken();
@@ -374,7 +377,7 @@ void print_train_result(const TrainBenchResult& r, const TrainBenchOptions& o) {
                         {"exposed_comm_s", r.exposed_comm_s},
                         {"overlap_fraction", r.comm_s > 0 ? 1.0 - r.exposed_comm_s / r.comm_s : 0.0},
                         {"device", name(o.device)},
-                        {"precision", "f32"},
+                        {"precision", o.precision},
                         {"flops_per_token", r.flops_per_token},
                         {"peak_bytes", r.peak_bytes}};
     if (dist::world().size() > 1) j["rank_batch"] = r.recipe->batch / dist::world().size();
@@ -417,6 +420,8 @@ int run_train_bench(TrainBenchOptions o) {
   std::string peer_error = many ? std::string() : peer_unavailable(o, script);
   if (peer_error.empty() && !is_host(o.device))  // (the peer is a CPU script: no device counterpart)
     peer_error = fmt::format("the PyTorch peer runs on the CPU only, toy on --device {}", name(o.device));
+  if (peer_error.empty() && o.precision != "f32")  // (a ratio between two precisions would mislead)
+    peer_error = fmt::format("the PyTorch peer trains in f32, toy in {}", o.precision);
   bool warned = false;
   if (!o.json)
     std::printf("toy bench train: tokens per second of a full training step (fwd + loss + bwd + clip + AdamW), "
@@ -459,6 +464,10 @@ Run add_bench_train_command(CLI::App& bench) {
   add_int(cmd, "--reps", o->reps, 1, 1000, "Repetitions of toy and of the peer (medians reported)");
   add_int(cmd, "--threads", o->threads, 1, kMaxThreads, "toy's threads (default: all cores)")->default_str("");
   add_device(cmd, o->device);
+  cmd->add_option("--precision", o->precision, "f32, or bf16: the projections multiply in BF16 over F32 masters "
+                  "(toy train's --precision)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--python", o->python, "Python with torch for the peer")->capture_default_str();
   cmd->add_option("--peer-script", o->peer_script, "The peer script (default: bench/peers/train_gpt_peer.py in the "
                                                    "source tree)");

@@ -124,6 +124,7 @@ const std::map<std::string, ResumeRule>& resume_rules() {
       {"--log-every", may_change([](TrainOptions& s, const TrainOptions& g) { s.log_every = g.log_every; })},
       {"--save-every", may_change([](TrainOptions& s, const TrainOptions& g) { s.save_every = g.save_every; })},
       {"--save-minutes", may_change([](TrainOptions& s, const TrainOptions& g) { s.save_minutes = g.save_minutes; })},
+      {"--precision", may_change([](TrainOptions& s, const TrainOptions& g) { s.precision = g.precision; })},
       {"--keep", may_change([](TrainOptions& s, const TrainOptions& g) { s.keep = g.keep; })},
       {"--quiet", may_change([](TrainOptions& s, const TrainOptions& g) { s.quiet = g.quiet; })},
       {"--allow-data-change",
@@ -213,6 +214,11 @@ Run add_train_command(CLI::App& app) {
   add_int(cmd, "--save-every", o.save_every, 0, int64_t(1) << 40, "Write a checkpoint every N steps (0 = off)");
   add_real(cmd, "--save-minutes", o.save_minutes, {0, 1e6},
            "Write a checkpoint at least every M minutes of training (0 = off)");
+  cmd->add_option("--precision", o.precision,
+                  "f32, or bf16: the projections multiply in BF16 with f32 accumulation over F32 master weights "
+                  "(on a GPU their products run on the tensor cores)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--keep", o.keep, "What model.gguf holds: best (validation; last.gguf has the last step) or last "
                   "(best.gguf has the best)")
       ->capture_default_str()

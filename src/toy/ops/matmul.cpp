@@ -121,13 +121,29 @@ Tensor linear_stored(const Tensor& x, const Tensor& w, const Tensor& b) {
     record("linear", y, {x, w, b}, [x, x2, w, b](const Tensor& g_in) -> Grads {
       Grads r(3);
       Tensor g = contiguous_nograd(reshape(g_in, Shape{-1, w.size(0)}));
-      if (wants_grad(x)) {
+      if (w.requires_grad()) {
+        // Mixed precision (w the rounding of an F32 master): both backward products take
+        // operands rounded to the weight's type with an f32 accumulator and f32 results, as
+        // the forward's did (PyTorch's autocast rounds the same way): dx = round(g) W and
+        // dW = round(g)^T round(x). On a GPU all three products run on the tensor cores.
+        NoGradGuard ng;
+        const Tensor gr = cast(g, w.dtype());
+        if (wants_grad(x)) {
+          Tensor dx = empty(Shape{g.size(0), w.size(1)}, DType::F32, g.device());
+          k_matmul(g.device())(gr, w, dx, 1.0f, 0.0f);  // [N, out] @ [out, in]
+          r[0] = reshape(dx, x.shape());
+        }
+        if (wants_grad(w)) {
+          Tensor dw = empty(w.shape(), DType::F32, g.device());
+          k_matmul(g.device())(t_view(gr), cast(x2, w.dtype()), dw, 1.0f, 0.0f);  // [out, N] @ [N, in]
+          r[1] = dw;
+        }
+      } else if (wants_grad(x)) {
+        // A frozen stored weight (a LoRA base): widened tile by tile, never as a whole.
         Tensor dx = empty(Shape{g.size(0), w.size(1)}, DType::F32, g.device());
         k_matmul_weight_t(g.device())(g, w, dx);
         r[0] = reshape(dx, x.shape());
       }
-      // dW in f32 from the activations as the forward rounded them to the weight's type.
-      if (wants_grad(w)) r[1] = matmul_nd(t_view(g), cast(cast(x2, w.dtype()), DType::F32));  // [out, in]
       if (wants_grad(b)) r[2] = sum(g, 0);
       return r;
     });

@@ -58,6 +58,8 @@ void TrainOptions::validate() const {
   TOY_CHECK(eval_every >= 0, "[train] --eval-every must be >= 0, got {}", eval_every);
   TOY_CHECK(sample_every >= 0, "[train] --sample-every must be >= 0, got {}", sample_every);
   TOY_CHECK(keep == "best" || keep == "last", "[train] --keep must be best or last, got '{}'", printable(keep));
+  TOY_CHECK(precision == "f32" || precision == "bf16", "[train] --precision must be f32 or bf16, got '{}'",
+            printable(precision));
   TOY_CHECK(eval_batches > 0 && eval_batches <= 1 << 20, "[train] --eval-batches must be in 1..1048576, got {}",
             eval_batches);
   TOY_CHECK(sample_tokens >= 0, "[train] --sample-tokens must be >= 0, got {}", sample_tokens);
@@ -84,7 +86,8 @@ nlohmann::json TrainOptions::to_json() const {
                       {"sample_tokens", sample_tokens},
                       {"val_fraction", val_fraction},
                       {"threads", threads},
-                      {"keep", keep}};
+                      {"keep", keep},
+                      {"precision", precision}};
   loop_to_json(j);
   return j;
 }
@@ -111,6 +114,8 @@ TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string&
   TOY_CHECK(threads >= 0 && threads <= kMaxThreads, "{}: threads {} is outside 0..{}", where, threads, kMaxThreads);
   o.threads = int(threads);
   o.keep = get_string(j, "keep", where);
+  // (runs made before mixed precision have no such field: they trained in f32)
+  o.precision = j.contains("precision") ? get_string(j, "precision", where) : "f32";
   try {
     o.validate();
   } catch (const Error& e) {
@@ -363,6 +368,7 @@ void agree_on_start(const Run& r) {
 TrainResult run_loop(Run& r, bool resumed) {
   const TrainOptions& o = r.o;
   r.model->set_moe_aux_loss(o.moe_aux_loss);
+  r.model->set_mixed_precision(o.precision == "bf16" ? DType::BF16 : DType::F32);
   BatchSampler train_s(&r.split.train, o.model.ctx, o.batch, "training");
   ScratchTask task(r, train_s);
   LoopSetup setup;

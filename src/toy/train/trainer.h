@@ -37,6 +37,9 @@ struct TrainOptions : LoopOptions {
   double val_fraction = 0.1;
   int threads = 0;
   std::string keep = "best";  // model.gguf holds the best-validation weights (best) or the last step's (last)
+  // f32, or bf16: the projections' products take operands rounded to BF16 (f32 accumulation,
+  // F32 master weights, AdamW in f32); the output head, norms and attention stay f32.
+  std::string precision = "f32";
   // Not saved with the run: it applies to one invocation.
   bool allow_data_change = false;  // a resume may continue on a corpus that changed
 

@@ -14,6 +14,9 @@ View view_of(const Tensor& t);
 void* data_of(const Tensor& t);
 // Throws "[cuda] the KERNEL kernel failed to launch: ..." when the last launch failed.
 void launched(const char* kernel);
+// TOY_CUDA_PROFILE=1: marks the end of `kernel`'s work on the stream (profile.cpp); a no-op
+// otherwise. launched() calls it; so does each cuBLASLt product.
+void profile_mark(const char* kernel);
 
 // Argument checks the glue files share. The CPU kernels dispatch on F32, F16 and BF16 and refuse
 // the rest; so do these ("[cuda] KERNEL needs a float WHAT ..."). out_view: an output the kernels

@@ -31,6 +31,7 @@ void* data_of(const Tensor& t) {
 void launched(const char* kernel) {
   const char* e = last_launch_error();
   TOY_CHECK(*e == '\0', "[cuda] the {} kernel failed to launch: {}", kernel, e);
+  profile_mark(kernel);
 }
 
 void need_float(const Tensor& t, const char* kernel, const char* what) {

@@ -215,6 +215,9 @@ void lt_gemm(const Mat& a, const Mat& b, const Mat& c, int64_t batches, float al
                           &plan->algo, data_of(lt().workspace), lt().workspace_bytes,
                           static_cast<cudaStream_t>(compute_stream())),
            "matmul");
+  profile_mark(a.type == DType::BF16 ? "cublasLt bf16"
+               : a.type == DType::F16 ? "cublasLt f16"
+               : compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? "cublasLt tf32" : "cublasLt f32");
 }
 
 Mat last_two(const Tensor& t, int64_t batch_stride) {
