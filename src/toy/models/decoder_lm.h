@@ -111,10 +111,12 @@ class DecoderLM {
   // The blocks' projections, each with the GGUF name of its weight ("blk.3.attn_q.weight"),
   // in parameter order: where LoRA adapters attach.
   std::vector<std::pair<std::string, nn::Linear*>> projections();
-  // Mixed precision for training from scratch: every F32 projection multiplies in `compute`
-  // (BF16 or F16) over its F32 master (nn::Linear::compute); F32 turns it off.
+  // Mixed precision for training from scratch: every F32 projection and the output head
+  // multiply in `compute` (BF16 or F16) over their F32 masters (nn::Linear::compute); F32
+  // turns it off. (A tied head rounds the embedding table for the head's product only.)
   void set_mixed_precision(DType compute) {
     for (auto& [name, lin] : projections()) lin->compute = compute;
+    head_.compute = compute;
   }
   // A mixture's expert tensors (ffn_gate_exps, ffn_up_exps, ffn_down_exps: [E, N, K]) with
   // their adapters, by GGUF name in parameter order: where expert LoRA attaches.
