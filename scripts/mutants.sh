@@ -1581,6 +1581,30 @@ toy_op_tests
 ^CudaTrainMath\.
   c.step_size = div_rn(lr, bc1);
   c.step_size = lr;
+mixed-precision-backward-leaves-the-gradient-unrounded
+src/toy/ops/matmul.cpp
+toy_finetune_tests
+^MixedPrecision\.
+        const Tensor gr = rounded(g);
+        const Tensor gr = g;
+train-precision-flag-ignored
+src/toy/train/trainer.cpp
+toy toy_sim_tests
+^SimCli\.TrainInBf16
+  r.model->set_mixed_precision(o.precision == "bf16" ? DType::BF16 : DType::F32);
+  r.model->set_mixed_precision(DType::F32);
+mixed-precision-skips-the-head
+src/toy/models/decoder_lm.h
+toy_model_tests
+^DecoderLM\.MixedPrecisionCoversTheOutputHead
+    head_.compute = compute;
+    head_.compute = DType::F32;
+chunked-loss-head-not-rounded
+src/toy/models/decoder_lm.cpp
+toy_model_tests
+^DecoderLM\.MixedPrecisionCoversTheOutputHead
+        linear_cross_entropy(h, head_w, targets_d,
+        linear_cross_entropy(h, head_.weight, targets_d,
 bench-run-reads-device-logits-on-the-host
 src/toy/cli/bench_run.cpp
 toy toy_sim_tests

@@ -599,3 +599,38 @@ TEST(Moe, ExpertLoraIsTheMergedModelAndTrains) {
     EXPECT_TRUE(close(m.logits(ids), adapted, 1e-4, 1e-4)) << "merged vs adapted";
   }
 }
+
+// set_mixed_precision(BF16) rounds the output head's product too, in the one-pass loss and in
+// the chunked one (past 4M logits): each loss moves when the head joins the projections, and
+// the gradient still reaches the F32 table.
+TEST(DecoderLM, MixedPrecisionCoversTheOutputHead) {
+  ModelConfig c = ModelConfig::from_preset("gpt");
+  c.vocab = 512, c.dim = 16, c.layers = 1, c.heads = 2, c.kv_heads = 2, c.ctx = 1024;
+  DecoderLM m(c);
+  m.init(9);
+  for (int64_t rows : {int64_t(64), int64_t(9216)}) {  // 64 x 512 logits: one pass; 9216 x 512: chunks
+    SCOPED_TRACE(rows);
+    const int64_t B = rows / 64 > 0 ? rows / 64 : 1;
+    std::vector<int32_t> ids = token_ids(B * 64, c.vocab), next = token_ids(B * 64 + 1, c.vocab);
+    next.erase(next.begin());
+    const Tensor x = from_vector(ids, Shape{B, 64}), t = from_vector(next, Shape{B, 64});
+    auto loss_with = [&](bool head) {
+      m.set_mixed_precision(head ? DType::BF16 : DType::F32);
+      for (auto& [name, lin] : m.projections()) lin->compute = DType::BF16;
+      NoGradGuard ng;
+      return double(m.loss(x, t).item());
+    };
+    const double projections_only = loss_with(false), with_head = loss_with(true);
+    EXPECT_NE(with_head, projections_only) << "the head's product was not rounded";
+    EXPECT_NEAR(with_head, projections_only, 1e-2 * std::fabs(projections_only));
+  }
+  // The gradient of the tied table (rounded for the head only) reaches the F32 master.
+  m.set_mixed_precision(DType::BF16);
+  const std::vector<int32_t> ids = token_ids(64, c.vocab);
+  backward(m.loss(from_vector(ids, Shape{1, 64}), from_vector(ids, Shape{1, 64})));
+  const Tensor& table = m.head_weight();
+  ASSERT_TRUE(table.requires_grad());
+  ASSERT_TRUE(table.grad().defined());
+  EXPECT_EQ(table.grad().dtype(), DType::F32);
+  m.set_mixed_precision(DType::F32);
+}

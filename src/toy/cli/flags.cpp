@@ -123,7 +123,7 @@ CLI::Option* add_device(CLI::App* cmd, Device& var) {
           "--device", [&var](const std::string& s) { var = select_device(s, "[device]"); },
           "Where tensors live and kernels run: cpu; sim (a simulated device: memory host code may not touch, "
           "every transfer counted; checks that a run is device-neutral; slower than cpu, bit-identical results); "
-          "cuda or cuda:N (an NVIDIA GPU; the CUDA backend is under way: `toy ops` lists what it runs)")
+          "cuda or cuda:N (an NVIDIA GPU)")
       ->default_str("cpu");
 }
 

@@ -126,16 +126,26 @@ Tensor linear_stored(const Tensor& x, const Tensor& w, const Tensor& b) {
         // operands rounded to the weight's type with an f32 accumulator and f32 results, as
         // the forward's did (PyTorch's autocast rounds the same way): dx = round(g) W and
         // dW = round(g)^T round(x). On a GPU all three products run on the tensor cores.
+        // The rounded operands in the form each device multiplies fastest — the weight's type
+        // for a GPU's tensor cores, its f32 widening for the CPU's BLAS (the same values; only
+        // the order of the sums differs, as it does between devices anyway).
         NoGradGuard ng;
-        const Tensor gr = cast(g, w.dtype());
+        const bool half_operands = g.device() == Device::CUDA;
+        auto rounded = [&](const Tensor& t) {
+          return half_operands ? cast(t, w.dtype()) : cast(cast(t, w.dtype()), DType::F32);
+        };
+        const Tensor gr = rounded(g);
         if (wants_grad(x)) {
           Tensor dx = empty(Shape{g.size(0), w.size(1)}, DType::F32, g.device());
-          k_matmul(g.device())(gr, w, dx, 1.0f, 0.0f);  // [N, out] @ [out, in]
+          if (half_operands)
+            k_matmul(g.device())(gr, w, dx, 1.0f, 0.0f);  // [N, out] @ [out, in]
+          else
+            k_matmul_weight_t(g.device())(gr, w, dx);  // (the weight widened tile by tile)
           r[0] = reshape(dx, x.shape());
         }
         if (wants_grad(w)) {
           Tensor dw = empty(w.shape(), DType::F32, g.device());
-          k_matmul(g.device())(t_view(gr), cast(x2, w.dtype()), dw, 1.0f, 0.0f);  // [out, N] @ [N, in]
+          k_matmul(g.device())(t_view(gr), rounded(x2), dw, 1.0f, 0.0f);  // [out, N] @ [N, in]
           r[1] = dw;
         }
       } else if (wants_grad(x)) {
