@@ -249,7 +249,7 @@ PY
 )
     fi
     cat "$work/bench_train.log" >>"$log" 2>/dev/null
-    grep -A16 '^toy cuda profile' "$work/bench_train.log" 2>/dev/null
+    grep -A40 '^toy cuda profile' "$work/bench_train.log" 2>/dev/null
     stage_s[bench_train]=$((SECONDS - t0))
     # Decoding speed: GPT-2 124M in BF16, batch 1.
     t0=$SECONDS

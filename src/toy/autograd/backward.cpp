@@ -244,6 +244,7 @@ void run(const Tensor& root, const Tensor& grad_output, BackwardOptions opts,
     if (!g.is_contiguous()) g = contiguous_copy(g);
     Grads gin;
     {
+      trace::ScopeGuard scope(node->op, true);
       trace::Span span(node->op, "backward");
       gin = node->backward(g);
     }

@@ -21,6 +21,29 @@ void close();
 int64_t now_us();
 void emit(const char* name, const char* category, int64_t start_us, int64_t dur_us, const std::string& args_json);
 
+// The outermost op or backward rule running on this thread (OpSpan and the backward engine
+// set it; null outside any): what TOY_CUDA_PROFILE names a kernel's launch after, so that a
+// copy inside linear's backward reads "linear (backward): copy".
+struct Scope {
+  const char* name = nullptr;
+  bool backward = false;
+};
+inline thread_local Scope t_scope;
+class ScopeGuard {
+ public:
+  ScopeGuard(const char* name, bool backward) : owner_(t_scope.name == nullptr) {
+    if (owner_) t_scope = {name, backward};
+  }
+  ~ScopeGuard() {
+    if (owner_) t_scope = {};
+  }
+  ScopeGuard(const ScopeGuard&) = delete;
+  ScopeGuard& operator=(const ScopeGuard&) = delete;
+
+ private:
+  bool owner_;
+};
+
 class Span {
  public:
   explicit Span(const char* name, const char* category = "op") {

@@ -75,7 +75,7 @@ Tensor contiguous_f32_nograd(const Tensor& x) {
   return contiguous_nograd(x.dtype() == DType::F32 ? x : cast(x, DType::F32));
 }
 
-OpSpan::OpSpan(const char* op, std::initializer_list<const Tensor*> inputs) : span_(op) {
+OpSpan::OpSpan(const char* op, std::initializer_list<const Tensor*> inputs) : scope_(op, false), span_(op) {
   if (!span_.active()) return;
   std::string args = "\"inputs\": \"";
   bool first = true;

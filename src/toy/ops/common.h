@@ -42,6 +42,7 @@ class OpSpan {
   OpSpan(const char* op, std::initializer_list<const Tensor*> inputs);
 
  private:
+  trace::ScopeGuard scope_;
   trace::Span span_;
 };
 

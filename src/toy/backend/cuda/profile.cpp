@@ -1,7 +1,9 @@
 // TOY_CUDA_PROFILE=1: where a GPU run's time goes, without a profiler. Every launch the glue
 // checks (launched()) and every cuBLASLt product records a CUDA event after it on the compute
-// stream; at exit the time between consecutive events is charged to the kernel that ended
-// the interval, and a table of the largest totals goes to stderr. The stream runs its work
+// stream, labelled with the outermost op or backward rule running (trace::t_scope; "(engine)"
+// for the backward engine's own gradient sums and copies); at exit the time between
+// consecutive events is charged to the label that ended the interval, and a table of the
+// largest totals goes to stderr. The stream runs its work
 // in order, so for a GPU-bound run (training) an interval is that kernel's time; where the
 // host is the bottleneck (batch-1 decoding) an interval also holds the GPU's idle wait.
 #include <cuda_runtime.h>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "toy/backend/cuda/cuda_glue.h"
+#include "toy/core/trace.h"
 
 namespace toy::cuda {
 
@@ -25,7 +28,7 @@ constexpr size_t kMaxEvents = 1 << 20;
 
 struct Profile {
   std::mutex mu;
-  std::vector<std::pair<const char*, cudaEvent_t>> marks;
+  std::vector<std::pair<std::string, cudaEvent_t>> marks;  // "op: kernel" (the outermost op)
   bool full = false;
 };
 
@@ -53,7 +56,7 @@ void report() {
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
   std::fprintf(stderr, "toy cuda profile: %zu launches, %.2f ms between the first and the last%s\n",
                p->marks.size(), total, p->full ? " (stopped recording at the cap)" : "");
-  for (size_t i = 0; i < rows.size() && i < 30; ++i)
+  for (size_t i = 0; i < rows.size() && i < 40; ++i)
     std::fprintf(stderr, "%10.3f ms %5.1f%% %8lld x %9.1f us  %s\n", rows[i].second.first,
                  total > 0 ? 100.0 * rows[i].second.first / total : 0.0, (long long)rows[i].second.second,
                  1e3 * rows[i].second.first / double(rows[i].second.second), rows[i].first.c_str());
@@ -74,7 +77,10 @@ void profile_mark(const char* kernel) {
   cudaEventRecord(e, static_cast<cudaStream_t>(compute_stream()));
   // (registered after the CUDA runtime started: runs before its own teardown)
   if (p->marks.empty()) std::atexit(report);
-  p->marks.emplace_back(kernel, e);
+  const trace::Scope& s = trace::t_scope;
+  p->marks.emplace_back(s.name ? std::string(s.name) + (s.backward ? " (backward): " : ": ") + kernel
+                               : std::string("(engine): ") + kernel,
+                        e);
 }
 
 }  // namespace toy::cuda
