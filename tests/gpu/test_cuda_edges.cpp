@@ -157,6 +157,36 @@ TEST(CudaEdges, UnaryOnABroadcastViewAndCopiesOfIntegers) {
   EXPECT_EQ(back(wide), want);
 }
 
+// The flat four-a-thread forms of copy and binary: contiguous casts between every type, a row
+// broadcast down an output (a bias; rows of 44 and of 45, which takes the general form), a
+// source one element off its alignment (general form), and binary ops on contiguous operands.
+TEST(CudaEdges, FlatCopiesCastsBroadcastRowsAndBinaryOps) {
+  REQUIRE_GPU();
+  Generator g(8);
+  const DType types[] = {DType::F32, DType::F16, DType::BF16};
+  for (DType from : types)
+    for (DType to : types) {
+      const Tensor x = cast(randn(Shape{6, 44}, g), from);
+      EXPECT_EQ(back(cast(on_gpu(x), to)), cast(x, to).to_f32_vector()) << name(from) << " -> " << name(to);
+      for (int64_t width : {int64_t(44), int64_t(45)}) {
+        const Tensor row = cast(randn(Shape{1, width}, g), from);
+        EXPECT_EQ(back(cast(contiguous(expand(on_gpu(row), Shape{7, width})), to)),
+                  cast(contiguous(expand(row, Shape{7, width})), to).to_f32_vector())
+            << "row of " << width << " " << name(from) << " -> " << name(to);
+      }
+    }
+  const Tensor long_row = randn(Shape{97}, g);
+  const Tensor off = slice(on_gpu(long_row), 0, 1, 97);  // (96 elements, 4 bytes past an aligned start)
+  EXPECT_EQ(back(contiguous_copy(off)), contiguous_copy(slice(long_row, 0, 1, 97)).to_f32_vector());
+  for (DType t : types) {
+    const Tensor a = cast(randn(Shape{5, 36}, g), t), b = cast(randn(Shape{5, 36}, g, 1.0f, 0.5f), t);
+    EXPECT_EQ(back(add(on_gpu(a), on_gpu(b))), add(a, b).to_f32_vector()) << name(t);
+    EXPECT_EQ(back(mul(on_gpu(a), on_gpu(b))), mul(a, b).to_f32_vector()) << name(t);
+    EXPECT_EQ(back(div(on_gpu(a), on_gpu(b))), div(a, b).to_f32_vector()) << name(t);
+    EXPECT_EQ(back(sub(on_gpu(a), on_gpu(b))), sub(a, b).to_f32_vector()) << name(t);
+  }
+}
+
 TEST(CudaEdges, OptimizersPastTheCappedGrid) {
   REQUIRE_GPU();
   Generator g(8);

@@ -199,6 +199,15 @@ TEST(CudaRows, LongAxesReducedInChunksEqualTheCpu) {
     const Tensor strided = transpose(clean, 0, 1);
     expect_close(back(sum(transpose(on_gpu(clean), 0, 1), 1)), sum(strided, 1).to_f32_vector(), tol(t),
                  ("chunked strided sum " + type_name(t)).c_str());
+    // Sums down long columns (a bias gradient) in chunks of 1024 rows: 2-D, 3-D with an outer
+    // dimension, and down a transposed (strided) input; the max keeps the one-pass form.
+    const Tensor cols = cast(randn(Shape{5000, 70}, g), t), cube = cast(randn(Shape{3, 2500, 10}, g), t);
+    expect_close(back(sum(on_gpu(cols), 0)), sum(cols, 0).to_f32_vector(), tol(t), ("column sums " + type_name(t)).c_str());
+    expect_close(back(sum(on_gpu(cube), 1)), sum(cube, 1).to_f32_vector(), tol(t), ("3-d column sums " + type_name(t)).c_str());
+    const Tensor colst = transpose(cast(randn(Shape{40, 3000}, g), t), 0, 1);  // [3000, 40], strides (1, 3000)
+    expect_close(back(sum(transpose(on_gpu(transpose(colst, 0, 1)), 0, 1), 0)), sum(colst, 0).to_f32_vector(), tol(t),
+                 ("strided column sums " + type_name(t)).c_str());
+    EXPECT_EQ(back(max(on_gpu(cols), 0)), max(cols, 0).to_f32_vector()) << type_name(t);
   }
 }
 

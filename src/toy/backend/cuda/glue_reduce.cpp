@@ -68,10 +68,11 @@ void reduce(kern::ReduceOp op, const Tensor& x, int axis, Tensor& out, Tensor* i
   TOY_CHECK(axis >= 0 && axis < x.ndim(), "[cuda] reduce: axis {} of a {}-d tensor", axis, x.ndim());
   int32_t* idx = op == kern::ReduceOp::Max && index ? i32_ptr(*index, k, "index") : nullptr;
   const View xv = view_of(x);
-  const int64_t chunks = reduce_split_chunks(xv, axis);
+  const int op_code = op == kern::ReduceOp::Max ? 1 : 0;
+  const int64_t chunks = reduce_split_chunks(op_code, xv, axis);
   // 8-byte partials (double sums, or float-and-position maxima), as pairs of F32.
   const Tensor scratch = chunks > 0 ? empty(Shape{2 * chunks * out.numel()}, DType::F32, x.device()) : Tensor();
-  launch_reduce(op == kern::ReduceOp::Max ? 1 : 0, xv, axis, out_view(out, k, "out"), idx,
+  launch_reduce(op_code, xv, axis, out_view(out, k, "out"), idx,
                 chunks > 0 ? data_of(scratch) : nullptr);
   launched(k);
 }

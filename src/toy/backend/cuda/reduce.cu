@@ -8,7 +8,9 @@
 //  - a few long outputs (a whole-tensor sum: the gradient norm's sum of squares of each
 //    parameter): one block would read millions of elements alone, so the axis is cut into
 //    chunks of kSplitRows (a function of the shape alone), a block per (output, chunk) writes
-//    a partial, and a second kernel combines each output's partials in chunk order.
+//    a partial, and a second kernel combines each output's partials in chunk order;
+//  - sums down long columns (a bias gradient: [16384, 768] summed over its rows) the same way:
+//    a block per (32 outputs, kColChunkRows rows), partials combined in chunk order.
 // Sums accumulate in double, as the CPU's do; max keeps the first maximum (NaN first).
 #include <climits>
 #include <cmath>
@@ -27,6 +29,7 @@ constexpr int kColRows = 8;   // thread rows striding over the reduced axis
 // A split reduction's chunk (elements of the axis per block) and the most outputs it serves.
 constexpr int64_t kSplitRows = 16384;
 constexpr int64_t kSplitMaxOutputs = 64;
+constexpr int64_t kColChunkRows = 1024;  // rows of the reduced axis per block of a split column sum
 
 __device__ __forceinline__ MaxIdx no_max() { return MaxIdx{-INFINITY, INT_MAX}; }
 
@@ -95,6 +98,39 @@ __global__ void reduce_combine_kernel(int64_t n_out, int64_t chunks, bool is_max
   }
 }
 
+// Block (tile, chunk): the sums of 32 neighbouring outputs over rows [chunk * kColChunkRows, ...)
+// into partial[chunk * n_out + t] (8 thread rows, combined in row order as reduce_cols_kernel).
+template <class T>
+__global__ void reduce_cols_chunks_kernel(RowView x, int64_t n_out, int64_t L, int64_t inner, int64_t sa,
+                                          double* partial) {
+  __shared__ double sums[kColRows][kColTile];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t tiles = (n_out + kColTile - 1) / kColTile;
+  const int64_t c = blockIdx.x / tiles, t = (blockIdx.x % tiles) * kColTile + tx;
+  const int64_t r0 = c * kColChunkRows, r1 = r0 + kColChunkRows < L ? r0 + kColChunkRows : L;
+  double acc = 0.0;
+  if (t < n_out) {
+    const T* p = reinterpret_cast<const T*>(x.data) + offset_of(x, (t / inner) * L * inner + t % inner);
+    for (int64_t r = r0 + ty; r < r1; r += kColRows) acc += double(to_f(p[r * sa]));
+  }
+  sums[ty][tx] = acc;
+  __syncthreads();
+  if (ty == 0 && t < n_out) {
+    double s = sums[0][tx];
+    for (int k = 1; k < kColRows; ++k) s += sums[k][tx];
+    partial[c * n_out + t] = s;
+  }
+}
+
+template <class T>
+__global__ void reduce_cols_combine_kernel(int64_t n_out, int64_t chunks, const double* partial, T* out) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n_out; t += int64_t(gridDim.x) * blockDim.x) {
+    double s = 0.0;
+    for (int64_t c = 0; c < chunks; ++c) s += partial[c * n_out + t];
+    out[t] = from_f<T>(float(s));
+  }
+}
+
 template <class T>
 __global__ void reduce_cols_kernel(RowView x, int64_t n_out, int64_t L, int64_t inner, int64_t sa, bool is_max,
                                    T* out, int32_t* index) {
@@ -136,13 +172,15 @@ __global__ void reduce_cols_kernel(RowView x, int64_t n_out, int64_t L, int64_t 
 
 }  // namespace
 
-int64_t reduce_split_chunks(const View& x, int axis) {
+int64_t reduce_split_chunks(int op, const View& x, int axis) {
   int64_t n_out = 1, inner = 1;
   for (int d = 0; d < x.ndim; ++d)
     if (d != axis) n_out *= x.shape[d];
   for (int d = axis + 1; d < x.ndim; ++d) inner *= x.shape[d];
   const int64_t L = x.shape[axis];
-  if (inner != 1 || n_out == 0 || n_out > kSplitMaxOutputs || L < 2 * kSplitRows) return 0;
+  if (n_out == 0) return 0;
+  if (inner > 1) return op == 0 && L >= 2 * kColChunkRows ? (L + kColChunkRows - 1) / kColChunkRows : 0;
+  if (n_out > kSplitMaxOutputs || L < 2 * kSplitRows) return 0;
   return (L + kSplitRows - 1) / kSplitRows;
 }
 
@@ -150,7 +188,21 @@ void launch_reduce(int op, const View& x, int axis, const View& out, int32_t* in
   if (out.numel == 0) return;
   int64_t L = x.shape[axis], inner = 1;
   for (int d = axis + 1; d < x.ndim; ++d) inner *= x.shape[d];
-  if (const int64_t chunks = reduce_split_chunks(x, axis); chunks > 0) {
+  const int64_t chunks = reduce_split_chunks(op, x, axis);
+  if (chunks > 0 && inner > 1) {
+    const RowView xv = row_view(x);
+    const int64_t tiles = (out.numel + kColTile - 1) / kColTile;
+    with_float(x.elem, [&](auto tag) {
+      using T = decltype(tag);
+      auto* partial = static_cast<double*>(scratch);
+      reduce_cols_chunks_kernel<T><<<unsigned(tiles * chunks), dim3(kColTile, kColRows), 0, stream()>>>(
+          xv, out.numel, L, inner, x.stride[axis], partial);
+      reduce_cols_combine_kernel<T><<<grid_for((out.numel + 255) / 256), 256, 0, stream()>>>(
+          out.numel, chunks, partial, static_cast<T*>(out.data));
+    });
+    return;
+  }
+  if (chunks > 0) {
     const int64_t sa = x.stride[axis];
     const bool is_max = op == 1;
     const RowView xv = row_view(x);

@@ -15,10 +15,11 @@ namespace toy::cuda {
 // ---- reductions (reduce.cu) ---------------------------------------------------------------------
 // out (contiguous, x's shape without `axis`) = sum (op 0, accumulated in double) or max (op 1)
 // of x (any strides) over `axis`; for max, index (contiguous I32, or null) gets the position of
-// the first maximum, a NaN counting as the maximum (the first NaN wins). A few long outputs are
-// reduced in chunks: scratch is then reduce_split_chunks(x, axis) * out.numel 8-byte partials
-// (0 chunks: no split, scratch may be null).
-int64_t reduce_split_chunks(const View& x, int axis);
+// the first maximum, a NaN counting as the maximum (the first NaN wins). A few long outputs,
+// and sums down long columns, are reduced in chunks (a function of the shape and op alone):
+// scratch is then reduce_split_chunks(op, x, axis) * out.numel 8-byte partials (0 chunks: no
+// split, scratch may be null).
+int64_t reduce_split_chunks(int op, const View& x, int axis);
 void launch_reduce(int op, const View& x, int axis, const View& out, int32_t* index, void* scratch);
 
 // ---- softmax (softmax.cu) -------------------------------------------------------------------------
