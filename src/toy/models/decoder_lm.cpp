@@ -441,11 +441,12 @@ Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets, bool training, 
   // gradient into the head's (GPT-2 124M, 16K rows: 198 chunks of 83 rows took 40% of a
   // bf16 step on an H200; 4 chunks are a few per cent).
   const int64_t chunk_elements = device() == Device::CUDA ? int64_t(1) << 28 : int64_t(1) << 22;
-  // Mixed precision (set_mixed_precision): the head multiplies in the projections' type too.
-  const Tensor head_w = head_.compute != DType::F32 && head_.weight.dtype() == DType::F32
-                            ? cast(head_.weight, head_.compute)
-                            : head_.weight;
   if (rows * cfg_.vocab > chunk_elements && cfg_.logit_softcap == 0.0f && cfg_.logit_scale == 0.0f) {
+    // Mixed precision (set_mixed_precision): the head multiplies in the projections' type too
+    // (head_logits below rounds through nn::Linear itself).
+    const Tensor head_w = head_.compute != DType::F32 && head_.weight.dtype() == DType::F32
+                              ? cast(head_.weight, head_.compute)
+                              : head_.weight;
     // The batch's count of counted targets, from the host copy when there is one (a device
     // run then reads nothing back for it).
     CrossEntropyOptions o;

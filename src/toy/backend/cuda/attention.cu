@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "toy/backend/cuda/attention_launch.h"
+#include "toy/backend/cuda/attention_rules.cuh"
 #include "toy/backend/cuda/cuda_launch.h"
 
 namespace toy::cuda {
@@ -30,25 +31,6 @@ __device__ __forceinline__ const float* krow(const AttentionGeometry& g, int64_t
 }
 __device__ __forceinline__ const float* vrow(const AttentionGeometry& g, int64_t b, int64_t s, int64_t hk) {
   return g.v + b * g.vs[0] + s * g.vs[1] + hk * g.vs[2];
-}
-
-__device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
-
-// Keys [first, end) may be visible to query i (causal and window bounds); segments are tested
-// per key.
-__device__ __forceinline__ void key_range(const AttentionGeometry& g, int64_t i, int64_t* first, int64_t* end) {
-  const int64_t off = g.S - g.T;
-  *end = g.causal ? imin(g.S, i + off + 1) : g.S;
-  *first = (g.causal && g.window > 0) ? imax(0, i + off - g.window + 1) : 0;
-  if (*end < *first) *end = *first;
-}
-// Queries [first, end) may see key j (the inverse of key_range).
-__device__ __forceinline__ void query_range(const AttentionGeometry& g, int64_t j, int64_t* first, int64_t* end) {
-  const int64_t off = g.S - g.T;
-  *first = g.causal ? imax(0, j - off) : 0;
-  *end = (g.causal && g.window > 0) ? imin(g.T, j - off + g.window) : g.T;
-  if (*end < *first) *end = *first;
 }
 
 template <int E>

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "toy/backend/cuda/attention_launch.h"
+#include "toy/backend/cuda/attention_rules.cuh"
 #include "toy/backend/cuda/cuda_launch.h"
 
 namespace toy::cuda {
@@ -25,9 +26,6 @@ constexpr int kRow = kHead + 1;    // shared row stride: column reads across tx 
 constexpr int kPRow = kTile + 1;   // shared stride of a score tile's rows
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
-
 // The sum and max over the 16 threads (tx) sharing a row: lanes 0-15 and 16-31 of a warp are
 // two rows' groups, so the butterfly stays inside each half.
 __device__ __forceinline__ float row_max(float x) {
@@ -37,21 +35,6 @@ __device__ __forceinline__ float row_max(float x) {
 __device__ __forceinline__ float row_sum(float x) {
   for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
-}
-
-// Keys [first, end) query i may see (causal and window bounds; segments are tested per key).
-__device__ __forceinline__ void key_range(const AttentionGeometry& g, int64_t i, int64_t* first, int64_t* end) {
-  const int64_t off = g.S - g.T;
-  *end = g.causal ? imin(g.S, i + off + 1) : g.S;
-  *first = (g.causal && g.window > 0) ? imax(0, i + off - g.window + 1) : 0;
-  if (*end < *first) *end = *first;
-}
-// Queries [first, end) that may see key j (the inverse of key_range).
-__device__ __forceinline__ void query_range(const AttentionGeometry& g, int64_t j, int64_t* first, int64_t* end) {
-  const int64_t off = g.S - g.T;
-  *first = g.causal ? imax(0, j - off) : 0;
-  *end = (g.causal && g.window > 0) ? imin(g.T, j - off + g.window) : g.T;
-  if (*end < *first) *end = *first;
 }
 
 // Rows [r0, r0 + kTile) of a [rows, n]-shaped operand into tile[kTile][kRow]: row r at
@@ -90,6 +73,54 @@ __device__ __forceinline__ void tile_accumulate(const float* p, const float* m, 
   }
 }
 
+// A thread's two rows (2ty, 2ty + 1 of the tile at r0): which exist, the range of the other
+// side each may see (keys of a query, or queries of a key in dk/dv), and each one's segment.
+struct RowPair {
+  bool valid[2];
+  int64_t first[2], end[2];
+  int32_t seg[2];
+};
+template <bool kKeyRows>
+__device__ __forceinline__ RowPair row_pair(const AttentionGeometry& g, int64_t b, int64_t r0, int ty) {
+  RowPair p;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = r0 + 2 * ty + r;
+    p.valid[r] = i < (kKeyRows ? g.S : g.T);
+    p.first[r] = p.end[r] = 0;
+    if (p.valid[r]) {
+      if constexpr (kKeyRows)
+        query_range(g, i, &p.first[r], &p.end[r]);
+      else
+        key_range(g, i, &p.first[r], &p.end[r]);
+    }
+    p.seg[r] = g.seg && p.valid[r] ? g.seg[b * g.T + i] : 0;
+  }
+  return p;
+}
+
+// The keys a tile of queries at i0 may see: from its first row's first visible key to its
+// last row's end (the bounds grow with the row); and the queries a tile of keys at j0 may
+// be seen by.
+__device__ __forceinline__ void tile_keys(const AttentionGeometry& g, int64_t i0, int64_t* first, int64_t* end) {
+  int64_t unused;
+  key_range(g, i0, first, &unused);
+  key_range(g, imin(i0 + kTile, g.T) - 1, &unused, end);
+}
+__device__ __forceinline__ void tile_queries(const AttentionGeometry& g, int64_t j0, int64_t* first, int64_t* end) {
+  int64_t unused;
+  query_range(g, j0, first, &unused);
+  query_range(g, imin(j0 + kTile, g.S) - 1, &unused, end);
+}
+
+// The keys [j0, j0 + kTile) of head hk into Ks and Vs (zeros from kend on), and their segments.
+__device__ __forceinline__ void load_key_tile(const AttentionGeometry& g, int64_t b, int64_t hk, int64_t j0,
+                                              int64_t kend, float* Ks, float* Vs, int32_t* seg_k) {
+  load_tile(Ks, g.k + b * g.ks[0] + hk * g.ks[2], g.ks[1], j0, kend, g.D);
+  load_tile(Vs, g.v + b * g.vs[0] + hk * g.vs[2], g.vs[1], j0, kend, g.Dv);
+  if (threadIdx.x < kTile) seg_k[threadIdx.x] = g.seg && j0 + threadIdx.x < kend ? g.seg[b * g.T + j0 + threadIdx.x] : 0;
+}
+
 __global__ void __launch_bounds__(kThreads) attention_forward_tiled(AttentionGeometry g, float* out, float* lse) {
   __shared__ float Qs[kTile * kRow], Ks[kTile * kRow], Vs[kTile * kRow], Ps[kTile * kPRow];
   __shared__ int32_t seg_k[kTile];
@@ -99,33 +130,20 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tiled(AttentionGeo
   const int64_t b = bh / g.H, h = bh % g.H, hk = h / (g.H / g.Hkv);
   load_tile(Qs, g.q + b * g.qs[0] + h * g.qs[2], g.qs[1], i0, g.T, g.D);
 
-  bool valid[2];
-  int64_t first[2], end[2];
-  int32_t seg[2];
+  const RowPair rows = row_pair<false>(g, b, i0, ty);
   float m[2], l[2], acc[2][4];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t i = i0 + 2 * ty + r;
-    valid[r] = i < g.T;
-    first[r] = end[r] = 0;
-    if (valid[r]) key_range(g, i, &first[r], &end[r]);
-    seg[r] = g.seg && valid[r] ? g.seg[b * g.T + i] : 0;
     m[r] = -INFINITY, l[r] = 0.0f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[r][e] = 0.0f;
   }
-  // The block's keys: from its first row's first visible key to its last row's end.
-  int64_t kfirst, kend, unused;
-  key_range(g, i0, &kfirst, &unused);
-  key_range(g, imin(i0 + kTile, g.T) - 1, &unused, &kend);
+  int64_t kfirst, kend;
+  tile_keys(g, i0, &kfirst, &kend);
 
-  const float* kbase = g.k + b * g.ks[0] + hk * g.ks[2];
-  const float* vbase = g.v + b * g.vs[0] + hk * g.vs[2];
   for (int64_t j0 = kfirst; j0 < kend; j0 += kTile) {
     __syncthreads();  // (the last tile's readers are done)
-    load_tile(Ks, kbase, g.ks[1], j0, kend, g.D);
-    load_tile(Vs, vbase, g.vs[1], j0, kend, g.Dv);
-    if (threadIdx.x < kTile) seg_k[threadIdx.x] = g.seg && j0 + threadIdx.x < kend ? g.seg[b * g.T + j0 + threadIdx.x] : 0;
+    load_key_tile(g, b, hk, j0, kend, Ks, Vs, seg_k);
     __syncthreads();
     float s[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
     tile_dots(Qs, Ks, ty, tx, s);
@@ -134,7 +152,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tiled(AttentionGeo
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int64_t j = j0 + 2 * tx + c;
-        const bool vis = valid[r] && j >= first[r] && j < end[r] && (!g.seg || seg_k[2 * tx + c] == seg[r]);
+        const bool vis = rows.valid[r] && j >= rows.first[r] && j < rows.end[r] && (!g.seg || seg_k[2 * tx + c] == rows.seg[r]);
         s[r][c] = vis ? s[r][c] * g.scale : -INFINITY;
       }
       const float m_new = fmaxf(m[r], row_max(fmaxf(s[r][0], s[r][1])));
@@ -154,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tiled(AttentionGeo
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (!valid[r]) continue;
+    if (!rows.valid[r]) continue;
     const int64_t i = i0 + 2 * ty + r;
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
     float* o = out + ((b * g.T + i) * g.H + h) * g.Dv;
@@ -178,33 +196,22 @@ __global__ void __launch_bounds__(kThreads)
   load_tile(Qs, g.q + b * g.qs[0] + h * g.qs[2], g.qs[1], i0, g.T, g.D);
   load_tile(Gs, dout + (b * g.T * g.H + h) * g.Dv, g.H * g.Dv, i0, g.T, g.Dv);
 
-  bool valid[2];
-  int64_t first[2], end[2];
-  int32_t seg[2];
+  const RowPair rows = row_pair<false>(g, b, i0, ty);
   float L[2], dl[2], acc[2][4];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t i = i0 + 2 * ty + r;
-    valid[r] = i < g.T;
-    first[r] = end[r] = 0;
-    if (valid[r]) key_range(g, i, &first[r], &end[r]);
-    seg[r] = g.seg && valid[r] ? g.seg[b * g.T + i] : 0;
-    L[r] = valid[r] ? lse[(b * g.H + h) * g.T + i] : -INFINITY;
-    dl[r] = valid[r] ? delta[(b * g.H + h) * g.T + i] : 0.0f;
+    L[r] = rows.valid[r] ? lse[(b * g.H + h) * g.T + i] : -INFINITY;
+    dl[r] = rows.valid[r] ? delta[(b * g.H + h) * g.T + i] : 0.0f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[r][e] = 0.0f;
   }
-  int64_t kfirst, kend, unused;
-  key_range(g, i0, &kfirst, &unused);
-  key_range(g, imin(i0 + kTile, g.T) - 1, &unused, &kend);
+  int64_t kfirst, kend;
+  tile_keys(g, i0, &kfirst, &kend);
 
-  const float* kbase = g.k + b * g.ks[0] + hk * g.ks[2];
-  const float* vbase = g.v + b * g.vs[0] + hk * g.vs[2];
   for (int64_t j0 = kfirst; j0 < kend; j0 += kTile) {
     __syncthreads();
-    load_tile(Ks, kbase, g.ks[1], j0, kend, g.D);
-    load_tile(Vs, vbase, g.vs[1], j0, kend, g.Dv);
-    if (threadIdx.x < kTile) seg_k[threadIdx.x] = g.seg && j0 + threadIdx.x < kend ? g.seg[b * g.T + j0 + threadIdx.x] : 0;
+    load_key_tile(g, b, hk, j0, kend, Ks, Vs, seg_k);
     __syncthreads();
     float s[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, dp[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
     tile_dots(Qs, Ks, ty, tx, s);
@@ -214,8 +221,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int64_t j = j0 + 2 * tx + c;
-        const bool vis = valid[r] && L[r] != -INFINITY && j >= first[r] && j < end[r] &&
-                         (!g.seg || seg_k[2 * tx + c] == seg[r]);
+        const bool vis = rows.valid[r] && L[r] != -INFINITY && j >= rows.first[r] && j < rows.end[r] &&
+                         (!g.seg || seg_k[2 * tx + c] == rows.seg[r]);
         const float p = vis ? expf(s[r][c] * g.scale - L[r]) : 0.0f;
         Ds[(2 * ty + r) * kPRow + 2 * tx + c] = p * (dp[r][c] - dl[r]);
       }
@@ -224,7 +231,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (!valid[r]) continue;
+    if (!rows.valid[r]) continue;
     float* o = dq + b * s0 + (i0 + 2 * ty + r) * s1 + h * s2;
 #pragma unroll
     for (int e = 0; e < 4; ++e)
@@ -247,24 +254,15 @@ __global__ void __launch_bounds__(kThreads)
   load_tile(Ks, g.k + b * g.ks[0] + hk * g.ks[2], g.ks[1], j0, g.S, g.D);
   load_tile(Vs, g.v + b * g.vs[0] + hk * g.vs[2], g.vs[1], j0, g.S, g.Dv);
 
-  bool valid[2];
-  int64_t first[2], end[2];
-  int32_t seg[2];
+  const RowPair rows = row_pair<true>(g, b, j0, ty);
   float ak[2][4], av[2][4];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t j = j0 + 2 * ty + r;
-    valid[r] = j < g.S;
-    first[r] = end[r] = 0;
-    if (valid[r]) query_range(g, j, &first[r], &end[r]);
-    seg[r] = g.seg && valid[r] ? g.seg[b * g.T + j] : 0;
 #pragma unroll
     for (int e = 0; e < 4; ++e) ak[r][e] = av[r][e] = 0.0f;
   }
-  // The block's queries: from its first key's first to its last key's end.
-  int64_t qfirst, qend, unused;
-  query_range(g, j0, &qfirst, &unused);
-  query_range(g, imin(j0 + kTile, g.S) - 1, &unused, &qend);
+  int64_t qfirst, qend;
+  tile_queries(g, j0, &qfirst, &qend);
 
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
     for (int64_t i0 = qfirst; i0 < qend; i0 += kTile) {
@@ -289,8 +287,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int c = 0; c < 2; ++c) {
           const int q = 2 * tx + c;
           const int64_t i = i0 + q;
-          const bool vis = valid[r] && Lq[q] != -INFINITY && i >= first[r] && i < end[r] &&
-                           (!g.seg || seg_q[q] == seg[r]);
+          const bool vis = rows.valid[r] && Lq[q] != -INFINITY && i >= rows.first[r] && i < rows.end[r] &&
+                           (!g.seg || seg_q[q] == rows.seg[r]);
           const float p = vis ? expf(s[r][c] * g.scale - Lq[q]) : 0.0f;
           Ps[(2 * ty + r) * kPRow + q] = p;
           Ds[(2 * ty + r) * kPRow + q] = p * (dp[r][c] - Dq[q]);
@@ -302,7 +300,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (!valid[r]) continue;
+    if (!rows.valid[r]) continue;
     const int64_t j = j0 + 2 * ty + r;
     float* ok = dk + b * k0 + j * k1 + hk * k2;
     float* ov = dv + b * v0 + j * v1 + hk * v2;
