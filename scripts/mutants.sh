@@ -1591,7 +1591,7 @@ train-precision-flag-ignored
 src/toy/train/trainer.cpp
 toy toy_sim_tests
 ^SimCli\.TrainInBf16
-  r.model->set_mixed_precision(o.precision == "bf16" ? DType::BF16 : DType::F32);
+  r.model->set_mixed_precision(precision_type(o.precision));
   r.model->set_mixed_precision(DType::F32);
 mixed-precision-skips-the-head
 src/toy/models/decoder_lm.h

@@ -263,7 +263,7 @@ struct TrainBenchResult {
 TrainBenchResult bench_hybrid(const TrainRecipe& r, const TrainBenchOptions& o) {
   const int steps = o.steps > 0 ? o.steps : r.steps;
   const int warmup = o.warmup >= 0 ? o.warmup : r.warmup;
-  const DType compute = o.precision == "bf16" ? DType::BF16 : DType::F32;
+  const DType compute = precision_type(o.precision);
   ToyTrainer hybrid(r, r.kinds, o.device, nullptr, compute), attention(r, "a", o.device, nullptr, compute);
   for (int i = 0; i < warmup; ++i) hybrid.step(), attention.step();
   std::vector<double> h, a;
@@ -286,7 +286,7 @@ TrainBenchResult bench_recipe(const TrainRecipe& r, const TrainBenchOptions& o, 
   if (*r.kinds) return bench_hybrid(r, o);
   const int steps = o.steps > 0 ? o.steps : r.steps;
   const int warmup = o.warmup >= 0 ? o.warmup : r.warmup;
-  ToyTrainer toy(r, "", o.device, &o.dp, o.precision == "bf16" ? DType::BF16 : DType::F32);
+  ToyTrainer toy(r, "", o.device, &o.dp, precision_type(o.precision));
   for (int i = 0; i < warmup; ++i) toy.step();
   const double comm0 = toy.comm_seconds(), exposed0 = toy.exposed_seconds();
   const int64_t steps0 = toy.steps_taken();

@@ -165,7 +165,7 @@ void build_finetune_model(FinetuneRun& r) {
   m.set_moe_aux_loss(o.moe_aux_loss);
   // Mixed precision: trainable projections multiply in BF16/F16 over their F32 masters; a
   // frozen F32 base (LoRA) is stored in that type outright (half the memory).
-  const DType compute = o.precision == "bf16" ? DType::BF16 : o.precision == "f16" ? DType::F16 : DType::F32;
+  const DType compute = precision_type(o.precision);
   if (compute != DType::F32) {
     for (auto& [name, lin] : m.projections()) {
       if (m.params().record(name).trainable)

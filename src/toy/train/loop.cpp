@@ -285,6 +285,13 @@ TrainLoop::~TrainLoop() {
 
 bool writes_run_files() { return dist::world().rank() == 0; }
 
+DType precision_type(const std::string& precision) {
+  if (precision == "bf16") return DType::BF16;
+  if (precision == "f16") return DType::F16;
+  TOY_CHECK(precision == "f32", "[train] --precision must be f32, bf16 or f16, got '{}'", printable(precision));
+  return DType::F32;
+}
+
 void check_data_parallel(const LoopOptions& o, const char* who) {
   const int n = dist::world().size();
   if (n == 1) return;

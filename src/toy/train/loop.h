@@ -258,6 +258,8 @@ class TrainLoop {
 // Whether this process writes the run's files and speaks for it (rank 0 of a data-parallel
 // run; always, alone).
 bool writes_run_files();
+// The type a --precision option names products in: f32 (mixed precision off), bf16 or f16.
+DType precision_type(const std::string& precision);
 // Refuses a data-parallel launch the options cannot run (a device other than the CPU).
 void check_data_parallel(const LoopOptions& o, const char* who);
 // The micro-batches per process that keep a resumed run's global batch (accum x the

@@ -368,7 +368,7 @@ void agree_on_start(const Run& r) {
 TrainResult run_loop(Run& r, bool resumed) {
   const TrainOptions& o = r.o;
   r.model->set_moe_aux_loss(o.moe_aux_loss);
-  r.model->set_mixed_precision(o.precision == "bf16" ? DType::BF16 : DType::F32);
+  r.model->set_mixed_precision(precision_type(o.precision));
   BatchSampler train_s(&r.split.train, o.model.ctx, o.batch, "training");
   ScratchTask task(r, train_s);
   LoopSetup setup;
