@@ -244,7 +244,7 @@ toy_op_tests
                   int(in), accumulate ? 1.0f : 0.0f, yp + r0, int(out));
                   int(in), accumulate ? 1.0f : 0.0f, yp, int(out));
 gemv-q5_0-fifth-bit
-src/toy/backend/cpu/gemv_blocks.cpp
+src/toy/backend/cpu/quant_products.cpp
 toy_op_tests
 ^Forward\.LinearDecodePath
     const __m256i clear = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(16));
@@ -537,12 +537,18 @@ toy_vision_tests
 ^Images\.BadIdx
   TOY_CHECK(di[0] == dl[0],
   TOY_CHECK(true,
-q8-rows-tail-accumulator
-src/toy/backend/cpu/gemv_blocks.cpp
+toy-cpu-avx2-ignored
+src/toy/core/cpu_features.cpp
+toy_cli_tests
+^CliBench\.KernelVariant
+  if (v == "avx2") return {KernelVariant::Avx2, true};
+  if (v == "avx2") return {has512 ? KernelVariant::Avx512 : KernelVariant::Avx2, true};
+quant-512-tile-skips-the-last-block
+src/toy/backend/cpu/quant_products.cpp
 toy_op_tests
-^Forward\.LinearDecodePath
-_mm256_cvtepi32_ps(dot_i8(w0, load32(x.q + 32 * b))),\n                           acc0);
-_mm256_cvtepi32_ps(dot_i8(w0, load32(x.q + 32 * b))),\n                           acc1);
+^QuantGaps\.BlockProducts
+  for (int64_t b = 0; b < nb; ++b) {\n    __m512i u[RW];
+  for (int64_t b = 0; b + 1 < nb; ++b) {\n    __m512i u[RW];
 step-positions-from-zero
 src/toy/models/decoder_lm.cpp
 toy_serve_tests
@@ -586,7 +592,7 @@ toy_serve_tests
               if (include_usage) {
               if (false) {
 vnni-start-sums
-src/toy/backend/cpu/gemv_blocks.cpp
+src/toy/backend/cpu/quant_products.cpp
 toy_op_tests
 ^Forward\.Q8_0ProductsWithVnni
 _mm256_slli_epi32(sums, 7)
@@ -1024,11 +1030,23 @@ toy_vision_tests
 return add(scale(ce, 1.0f - label_smoothing), scale(uniform, label_smoothing));
 return add(ce, scale(uniform, label_smoothing));
 q8-hsum-order
-src/toy/backend/cpu/gemv_blocks.cpp
+src/toy/backend/cpu/simd.h
 toy_op_tests
-^QuantGaps\.Q8_0DecodeProducts
-s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-s = _mm_add_ps(s, _mm_shuffle_ps(s, s, 0x1B));
+^QuantGaps\.BlockProducts
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ps(lo, _mm_shuffle_ps(lo, lo, 0x1B));
+quant-512-odd-row-takes-its-partner
+src/toy/backend/cpu/quant_products.cpp
+toy_op_tests
+^QuantGaps\.BlockProducts
+              const float v = res[i * 2 * p + j];
+              const float v = res[i * 2 * p + (j & ~1)];
+quant-second-row-of-a-pair-misread
+src/toy/backend/cpu/quant_products.cpp
+toy_op_tests
+^QuantGaps\.BlockProducts
+(j / 2) * nb * kPairBlock + (j % 2) * 32;
+(j / 2) * nb * kPairBlock;
 q8k-nan-block-scale-zero
 src/toy/backend/cpu/gemv_blocks.cpp
 toy_op_tests

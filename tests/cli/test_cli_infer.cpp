@@ -23,6 +23,8 @@ namespace fs = std::filesystem;
 using namespace toy;
 using toy::test::describe;
 using toy::test::run_toy;
+using toy::test::ProcOptions;
+using toy::test::read_all;
 
 namespace {
 std::string temp(const std::string& name) { return (fs::path(::testing::TempDir()) / ("toy_infer_" + name)).string(); }
@@ -287,4 +289,41 @@ TEST(CliBench, RunTimesGenerationAtTheDepthsAsked) {
   EXPECT_GT(rows[1].at("kv_read_ms_per_token").get<double>(), 0.0);  // 40 positions of cache to read
   EXPECT_EQ(rows[0].at("kv_read_ms_per_token").get<double>(), 0.0);
   EXPECT_NE(run_toy({"bench", "run", "-m", m, "--depths", "-1"}).status, 0);
+}
+
+// TOY_CPU picks the CPU kernel variant (issue 27): every benchmark line names it; forcing the
+// AVX2 forms gives a quantized model's logits bit for bit as the default variant does (the
+// block products' sums are exact integers in every form, and their float steps the same); a
+// value toy does not know is refused by name, before anything runs.
+TEST(CliBench, KernelVariantIsNamedForcedAndGivesTheSameNumbers) {
+  for (const char* type : {"q8_0", "q4_0"}) {
+    SCOPED_TRACE(type);
+    const std::string m = init_tiny("llama", type);
+    auto r = run_toy({"bench", "run", "-m", m, "--threads", "1", "--reps", "1", "-p", "16", "-n", "4", "--json"},
+                     ProcOptions{{"TOY_CPU=avx2"}});
+    ASSERT_EQ(r.status, 0) << describe(r);
+    EXPECT_EQ(nlohmann::json::parse(r.out).at("kernel_variant"), "avx2");
+    r = run_toy({"bench", "run", "-m", m, "--threads", "1", "--reps", "1", "-p", "16", "-n", "4", "--json"},
+                ProcOptions{{"TOY_CPU=avx512"}});
+    if (r.status == 0)
+      EXPECT_EQ(nlohmann::json::parse(r.out).at("kernel_variant"), "avx512");
+    else
+      EXPECT_NE(r.err.find("TOY_CPU=avx512, but this CPU lacks AVX-512"), std::string::npos) << describe(r);
+    // 37 tokens: one prompt of an odd row count (pairs and a lone row), then the logits of
+    // every position, under each variant.
+    std::string ids;
+    for (int i = 0; i < 37; ++i) ids += (i ? "," : "") + std::to_string((i * 53 + 11) % 250);
+    const std::string want = temp(std::string("variant_default_") + type + ".bin");
+    const std::string avx2 = temp(std::string("variant_avx2_") + type + ".bin");
+    r = run_toy({"eval", "-m", m, "--tokens", ids, "--dump-logits", want});
+    ASSERT_EQ(r.status, 0) << describe(r);
+    r = run_toy({"eval", "-m", m, "--tokens", ids, "--dump-logits", avx2}, ProcOptions{{"TOY_CPU=avx2"}});
+    ASSERT_EQ(r.status, 0) << describe(r);
+    const std::string a = read_all(want), b = read_all(avx2);
+    ASSERT_GT(a.size(), 37u * 4);
+    EXPECT_TRUE(a == b) << "the forced AVX2 forms give other logits than the default variant";
+  }
+  const auto bad = run_toy({"eval", "-m", init_tiny("llama", "q8_0"), "--tokens", "1,2"}, ProcOptions{{"TOY_CPU=sse9"}});
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("TOY_CPU='sse9': expected avx2 or avx512"), std::string::npos) << describe(bad);
 }

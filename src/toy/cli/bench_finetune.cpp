@@ -123,7 +123,7 @@ int run_finetune_bench(const FinetuneBenchOptions& o) {
   if (!o.json)
     std::printf("toy bench finetune: %s %s (dim %lld, %lld layers), ctx %lld, batch %lld, %lld steps, %d threads, %s\n",
                 o.arch.c_str(), o.shape.c_str(), (long long)cfg.dim, (long long)cfg.layers, (long long)o.ctx,
-                (long long)o.batch, (long long)o.steps, threads, cpu_name().c_str());
+                (long long)o.batch, (long long)o.steps, threads, cpu_label().c_str());
   if (!o.json && o.device != Device::CPU) std::printf("toy's fine-tunes on device %s\n", std::string(name(o.device)).c_str());
   struct Mode {
     std::string name, base, method, precision;
@@ -136,7 +136,7 @@ int run_finetune_bench(const FinetuneBenchOptions& o) {
   nlohmann::json results = nlohmann::json::object();
   auto emit = [&](const nlohmann::json& j) {
     if (o.json) {
-      std::printf("%s\n", j.dump().c_str());
+      std::printf("%s\n", bench_line(j).c_str());
     } else {
       std::printf("%-16s %10.1f tok/s   peak RSS %8.1f MB\n", j["mode"].get<std::string>().c_str(),
                   j["tokens_per_s"].get<double>(), j["peak_rss_mb"].get<double>());
@@ -197,7 +197,7 @@ int run_finetune_bench(const FinetuneBenchOptions& o) {
       results["lora_q8_0_base"]["peak_rss_mb"].get<double>() / results["full_f32"]["peak_rss_mb"].get<double>();
   summary["lora_q8_0_rss_vs_full_f32_target"] = 0.4;
   if (o.json) {
-    std::printf("%s\n", summary.dump().c_str());
+    std::printf("%s\n", bench_line(summary).c_str());
   } else {
     if (summary.contains("lora_f32_base_vs_peer"))
       std::printf("LoRA (F32 base) / PyTorch peer: %.2fx tokens/s (target >= 1.3)\n",

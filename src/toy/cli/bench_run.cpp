@@ -196,11 +196,11 @@ Run add_bench_run_command(CLI::App& bench) {
     }
     if (!f->depths.empty()) j["tg_by_depth"] = by_depth;
     if (f->json) {
-      std::printf("%s\n", j.dump().c_str());
+      std::printf("%s\n", bench_line(j).c_str());
       return 0;
     }
     std::printf("model %s (%s), %d threads, %s\n", printable(f->model).c_str(), lm.arch.c_str(), num_threads(),
-                j.value("cpu", std::string("?")).c_str());
+                cpu_label().c_str());
     if (j.contains("active_params"))
       std::printf("parameters %.3g, active per token %.3g (%lld of %lld experts)\n", j["params"].get<double>(),
                   j["active_params"].get<double>(), static_cast<long long>(m.config().moe.used),

@@ -264,9 +264,9 @@ int run_serve_bench(const ServeBenchFlags& f) {
     j["vs_llama_server"] = median(many) / median(peer_many);
   }
   if (f.json) {
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", bench_line(j).c_str());
   } else {
-    std::printf("toy serve, %s, %d threads, %s: medians of %d rounds\n", f.model.c_str(), threads, cpu_name().c_str(),
+    std::printf("toy serve, %s, %d threads, %s: medians of %d rounds\n", f.model.c_str(), threads, cpu_label().c_str(),
                 f.rounds);
     std::printf("  %d clients: %.1f tok/s, time to first token %.0f ms (median)\n", f.clients, median(many),
                 median(ttft));

@@ -92,7 +92,7 @@ Run add_bench_structured_command(CLI::App& bench) {
       if (!f->json)
         std::printf("(%lld constrained tokens, %lld unconstrained, vocabulary %d, %s)\n",
                     static_cast<long long>(tokens[1]), static_cast<long long>(tokens[0]), tok.vocab_size(),
-                    cpu_name().c_str());
+                    cpu_label().c_str());
     }
     engine.shutdown("done");
     return 0;

@@ -344,7 +344,7 @@ void print_hybrid_result(const TrainBenchResult& r, const TrainBenchOptions& o) 
                         {"layers", r.recipe->layers},      {"heads", r.recipe->heads},
                         {"dim", r.recipe->dim},            {"ctx", r.recipe->ctx},
                         {"batch", r.recipe->batch},        {"vocab", r.recipe->vocab}};
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", bench_line(j).c_str());
   } else {
     std::printf("%-11s %9.0f tok/s (%s, %d thr)   all-attention %9.0f tok/s   ratio %.2f\n", r.recipe->name,
                 r.toy_tps, r.recipe->kinds, r.toy_threads, r.attention_tps, ratio);
@@ -389,7 +389,7 @@ void print_train_result(const TrainBenchResult& r, const TrainBenchOptions& o) {
       j["peer_tokens_per_s_by_threads"] = r.peer_by_threads;
       j["peer_blas"] = r.peer_blas;
     }
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", bench_line(j).c_str());
   } else {
     std::string peer = "-", ratio_s = "-", verdict;
     if (has_peer) {
@@ -425,7 +425,7 @@ int run_train_bench(TrainBenchOptions o) {
   bool warned = false;
   if (!o.json)
     std::printf("toy bench train: tokens per second of a full training step (fwd + loss + bwd + clip + AdamW), "
-                "medians of %d reps, %s\n", o.reps, cpu_name().c_str());
+                "medians of %d reps, %s\n", o.reps, cpu_label().c_str());
   for (const TrainRecipe& r : kRecipes) {
     const bool named = std::find(o.presets.begin(), o.presets.end(), r.name) != o.presets.end();
     if (o.presets.empty() ? r.on_request : !named) continue;

@@ -11,12 +11,22 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "toy/core/runtime.h"
 #include "toy/obs/events.h"
 
 namespace toy::cli {
 
 // The CPU every benchmark names beside its numbers (machines of one kind differ).
 inline std::string cpu_name() { return provenance().value("cpu", std::string("?")); }
+
+// The CPU and the kernel variant, for the human-readable lines.
+inline std::string cpu_label() { return cpu_name() + ", " + kernel_variant_name() + " kernels"; }
+
+// A benchmark's JSON line: its fields plus the CPU kernel variant that ran them.
+inline std::string bench_line(nlohmann::json j) {
+  j["kernel_variant"] = kernel_variant_name();
+  return j.dump();
+}
 
 // A shell word for popen() command lines.
 inline std::string shell_quote(const std::string& s) {

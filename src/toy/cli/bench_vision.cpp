@@ -122,7 +122,7 @@ int run_vision_bench(const VisionBenchOptions& o) {
   else if (!std::filesystem::exists(o.python, ec)) unavailable = o.python + " not found (apt-get install python3-torch)";
   else if (!std::filesystem::exists(script, ec)) unavailable = "peer script " + script + " not found";
   if (!o.json)
-    std::printf("toy bench vision on %s, %d threads%s\n", cpu_name().c_str(), num_threads(),
+    std::printf("toy bench vision on %s, %d threads%s\n", cpu_label().c_str(), num_threads(),
                 o.device == Device::CPU ? "" : fmt::format(", toy on device {}", name(o.device)).c_str());
   for (const VisionCase& c : kCases) {
     if (!o.only.empty() && o.only != c.name) continue;
@@ -173,7 +173,7 @@ int run_vision_bench(const VisionBenchOptions& o) {
       j["peer_error"] = peer_error;
     }
     if (o.json) {
-      std::printf("%s\n", j.dump().c_str());
+      std::printf("%s\n", bench_line(j).c_str());
     } else {
       std::printf("%-14s train %8.1f img/s", c.name, median(toy_train));
       if (peer_error.empty())

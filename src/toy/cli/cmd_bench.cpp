@@ -22,7 +22,7 @@ void print_result(const BenchResult& r, bool json) {
     nlohmann::json j = {{"case", r.name},   {"value", r.value},         {"unit", r.unit},
                         {"baseline", r.baseline}, {"ratio", r.ratio}, {"baseline_is", r.baseline_what}};
     if (r.target > 0) j["target"] = r.target;
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", bench_line(j).c_str());
   } else {
     std::printf("%-22s %10.2f %-8s baseline %10.2f (%s)  ratio %.2f%s\n", r.name.c_str(), r.value, r.unit.c_str(),
                 r.baseline, r.baseline_what.c_str(), r.ratio,
@@ -189,7 +189,7 @@ int run_ops_bench(const OpsBenchOptions& o) {
   auto want = [&](const char* n) { return o.only.empty() || o.only == n; };
   const double peak = host::fma_peak_gflops(threads, 0.25);
   print_result({"fma_peak", peak, "GFLOP/s", peak, 1.0,
-                "itself (" + std::to_string(threads) + " threads, " + cpu_name() + ")", 0},
+                "itself (" + std::to_string(threads) + " threads, " + cpu_label() + ")", 0},
                o.json);
   if (want("matmul_f32_1024")) print_result(bench_matmul("matmul_f32_1024", 1024, 1024, 1024, peak, o.reps, 0.60), o.json);
   if (want("matmul_f32_train"))

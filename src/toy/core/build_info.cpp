@@ -9,6 +9,7 @@
 #include <fmt/core.h>
 
 #include "toy/core/cpu_features.h"
+#include "toy/core/error.h"
 #include "toy/version.h"
 
 #ifndef TOY_VERSION
@@ -52,13 +53,20 @@ std::string version_text() {
   build += ", AddressSanitizer";
 #endif
 #endif
+  std::string variant, products = "-";
+  try {
+    products = quant_products_form();
+    variant = kernel_variant_name();
+    variant += kernel_variant_forced() ? " (TOY_CPU)" : " (this CPU's best; TOY_CPU=avx2 forces the AVX2 forms)";
+  } catch (const Error& e) {
+    variant = e.what();
+  }
   return fmt::format(
       "toy {}\ncommit: {}\ncompiler: {} (C++{}, {})\nCPU features used: AVX2, FMA, F16C (CPU kernels); {}\n"
-      "Q8_0 decode products: {}\nthis CPU: {}\nOpenBLAS kernels: {}{}\n",
+      "kernel variant: {}\nblock-quant products: {}\nthis CPU: {}\nOpenBLAS kernels: {}{}\n",
       version(), git_commit(), compiler(), __cplusplus / 100 % 100, build,
-      missing.empty() ? "this CPU has them" : "this CPU lacks" + missing,
-      cpu_has_avx_vnni() ? "AVX-VNNI" : cpu_has_avx512_vnni_vl() ? "AVX512-VNNI" : "AVX2", cpu, openblas_core(),
-      std::getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
+      missing.empty() ? "this CPU has them" : "this CPU lacks" + missing, variant, products, cpu,
+      openblas_core(), std::getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
 }
 
 }  // namespace toy

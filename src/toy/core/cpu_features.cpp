@@ -1,5 +1,7 @@
 #include "toy/core/cpu_features.h"
 
+#include <cstdlib>
+
 #include "toy/core/error.h"
 
 namespace toy {
@@ -106,5 +108,52 @@ bool cpu_is_amd() {
   return false;
 #endif
 }
+
+namespace {
+struct ChosenVariant {
+  KernelVariant variant;
+  bool forced;
+};
+ChosenVariant choose_variant() {
+  const bool has512 = cpu_has_avx512_skx();
+  const char* env = std::getenv("TOY_CPU");
+  if (!env || !*env) return {has512 ? KernelVariant::Avx512 : KernelVariant::Avx2, false};
+  const std::string v = env;
+  if (v == "avx2") return {KernelVariant::Avx2, true};
+  TOY_CHECK(v == "avx512", "[cpu] TOY_CPU='{}': expected avx2 or avx512", v);
+  TOY_CHECK(has512, "[cpu] TOY_CPU=avx512, but this CPU lacks AVX-512 F/BW/VL/DQ (it runs the avx2 kernels)");
+  return {KernelVariant::Avx512, true};
+}
+// Resolved on first use; a bad TOY_CPU throws every time it is asked, never runs a default.
+const ChosenVariant& chosen_variant() {
+  static const ChosenVariant v = choose_variant();
+  return v;
+}
+}  // namespace
+
+KernelVariant kernel_variant() { return chosen_variant().variant; }
+bool kernel_variant_forced() { return chosen_variant().forced; }
+namespace {
+QuantDot choose_quant_dot() {
+  if (kernel_variant() == KernelVariant::Avx512) return cpu_has_avx512_vnni_vl() ? QuantDot::Avx512Vnni : QuantDot::Avx2;
+  return !kernel_variant_forced() && cpu_has_avx_vnni() ? QuantDot::AvxVnni : QuantDot::Avx2;
+}
+}  // namespace
+
+// Once: CPUID is slow under a hypervisor (each one exits to it), and kernels ask per call.
+QuantDot quant_dot() {
+  static const QuantDot form = choose_quant_dot();
+  return form;
+}
+
+std::string quant_products_form() {
+  switch (quant_dot()) {
+    case QuantDot::Avx512Vnni: return "AVX512-VNNI, 512-bit (two activation rows a register)";
+    case QuantDot::AvxVnni: return "AVX-VNNI, 256-bit";
+    default: return "AVX2 multiply-adds";
+  }
+}
+
+std::string kernel_variant_name() { return kernel_variant() == KernelVariant::Avx512 ? "avx512" : "avx2"; }
 
 }  // namespace toy

@@ -20,4 +20,23 @@ bool cpu_has_avx2_fma();
 bool cpu_has_avx512_skx();
 bool cpu_is_amd();
 
+// The set of kernel forms this process runs: AVX-512 forms (F, BW, VL, DQ; VNNI where the
+// CPU has it) on CPUs that have Skylake-X's set, else the AVX2 forms. TOY_CPU=avx2|avx512
+// forces one (tests and benchmarks run the AVX2 forms on any CPU that way). Read once; throws
+// toy::Error naming TOY_CPU for another value or for avx512 on a CPU without it.
+enum class KernelVariant { Avx2, Avx512 };
+KernelVariant kernel_variant();
+// Whether TOY_CPU chose the variant (TOY_CPU=avx2 also keeps AVX-VNNI off: the forms of a
+// CPU that has AVX2 alone, such as AMD Zen 3).
+bool kernel_variant_forced();
+
+// The integer dot product the block-quant kernels use: AVX512-VNNI on 512-bit registers (the
+// avx512 variant on a CPU with VNNI), AVX-VNNI's 256-bit form (the avx2 variant unforced, on a
+// CPU that has it: Intel since Alder Lake), or AVX2's multiply-adds. The sums are exact
+// integers in every form, so the products' bits do not depend on which.
+enum class QuantDot { Avx2, AvxVnni, Avx512Vnni };
+QuantDot quant_dot();
+// Its name for `toy --version`.
+std::string quant_products_form();
+
 }  // namespace toy

@@ -26,6 +26,9 @@ void set_default_threads(int n);
 
 // Empty when the CPU has everything the kernels use, else the names of what is missing.
 std::string missing_cpu_features();
+// The CPU kernel variant in use, "avx2" or "avx512" (TOY_CPU or this CPU's best; see
+// core/cpu_features.h); every benchmark line names it. Throws toy::Error for a bad TOY_CPU.
+std::string kernel_variant_name();
 // The core OpenBLAS runs ("Haswell", "Zen", "SkylakeX", "Prescott", ...).
 std::string openblas_core();
 // When OpenBLAS fell back to kernels older than this CPU: sets OPENBLAS_CORETYPE and

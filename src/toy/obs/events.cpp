@@ -54,6 +54,7 @@ nlohmann::json provenance() {
       break;
     }
   p["openblas_core"] = openblas_core();
+  p["kernel_variant"] = kernel_variant_name();
   p["cores"] = sysconf(_SC_NPROCESSORS_ONLN);
   p["threads"] = num_threads();
   p["git_commit"] = TOY_GIT_COMMIT;

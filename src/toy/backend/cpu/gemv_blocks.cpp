@@ -1,7 +1,8 @@
 // Products of a few activation rows with a weight kept in its stored dtype, straight from
 // the blocks: the decode-time path, which is bound by reading the weights, so each weight
 // row is read once and dotted with every activation row while it is in L1.
-//   - Block types (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K): the activations are first quantized to
+//   - Q8_0, Q4_0, Q5_0: quant_products.cpp (the same arithmetic for any number of rows).
+//   - The K types (Q4_K, Q6_K): the activations are first quantized to
 //     8-bit values exactly as llama.cpp quantizes them for that weight type (Q8_0: blocks of
 //     32, scale amax/127 rounded to f16; the K types: Q8_K, blocks of 256, scale from the
 //     signed largest value), plus the sums of every 16 values, and each block product is an
@@ -20,6 +21,9 @@
 #include <cstring>
 
 #include "toy/backend/cpu/gemv_blocks.h"
+#include "toy/backend/cpu/quant_products.h"
+#include "toy/backend/cpu/row_blocks.h"
+#include "toy/backend/cpu/simd.h"
 #include "toy/backend/cpu/scratch.h"
 #include "toy/core/cpu_features.h"
 #include "toy/core/error.h"
@@ -29,19 +33,6 @@
 namespace toy::cpu {
 
 namespace {
-
-inline float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // Activations of one row as 8-bit blocks of 32.
 struct Q8Row {
@@ -190,191 +181,7 @@ void round_activations(DType weight, const float* x, int64_t K, float* out) {
 
 namespace {
 
-// The weights a row will need 1 KB from now: the hardware prefetcher alone leaves the loads
-// of a memory-bound product waiting (measured ~7% faster decoding with it).
-inline void prefetch_ahead(const uint8_t* w, int lines = 1) {
-  for (int i = 0; i < lines; ++i) _mm_prefetch(reinterpret_cast<const char*>(w) + 1024 + 64 * i, _MM_HINT_T0);
-}
-
-// Sum of the 32 products of signed bytes w and x, as 8 int32 lanes (w may be -128..127).
-inline __m256i dot_i8(__m256i w, __m256i x) {
-  const __m256i ax = _mm256_sign_epi8(w, w);
-  const __m256i sx = _mm256_sign_epi8(x, w);
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sx), _mm256_set1_epi16(1));
-}
-
 inline __m256i load32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-
-// 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31).
-inline __m256i unpack_nibbles(const uint8_t* qs) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
-}
-
-// 32 bits -> 32 bytes, byte j = 0xff where bit j is set.
-inline __m256i bits_to_bytes(uint32_t bits) {
-  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
-                                          0x0303030303030303);
-  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), shuf);
-  const __m256i bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);  // all bits but bit j of each byte
-  v = _mm256_or_si256(v, bit);
-  return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
-}
-
-float dot_q8_0(const uint8_t* w, const Q8Row& x, int64_t K) {
-  // Two accumulators: the blocks' products are independent, the additions need not queue.
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const int64_t nb = K / 32;
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2, w += 68) {
-    prefetch_ahead(w);
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 36));
-    const __m256 s0 = _mm256_cvtepi32_ps(dot_i8(w0, load32(x.q + 32 * b)));
-    const __m256 s1 = _mm256_cvtepi32_ps(dot_i8(w1, load32(x.q + 32 * b + 32)));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * x.d[b]), s0, acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w + 34) * x.d[b + 1]), s1, acc1);
-  }
-  if (b < nb) {
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * x.d[b]), _mm256_cvtepi32_ps(dot_i8(w0, load32(x.q + 32 * b))),
-                           acc0);
-  }
-  return hsum(_mm256_add_ps(acc0, acc1));
-}
-
-// Several activation rows against Q8_0 weights (sequences decoding together) read each row
-// from one packed array: per block of 32, the 32 values, then -128 times the sum of each
-// four of them (the VNNI kernels' starting sums, below), then the block's scale repeated 8
-// times — 96 bytes, one pointer per row, the scale ready to multiply as a vector.
-constexpr int64_t kPackedBlock = 96;
-
-void pack_q8_0_rows(const Q8Row& x, int64_t K, uint8_t* out) {
-  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < K / 32; ++b, out += kPackedBlock) {
-    const __m256i q = load32(x.q + 32 * b);
-    const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), q);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32),
-                        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 7)));
-    _mm256_storeu_ps(reinterpret_cast<float*>(out + 64), _mm256_set1_ps(x.d[b]));
-  }
-}
-
-inline __m256i packed_q(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-inline __m256i packed_start(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)); }
-inline __m256 packed_scale(const uint8_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p + 64)); }
-
-// R packed activation rows against one Q8_0 weight row: each weight block is loaded and
-// prepared (PREP) once for all R rows (dot_q8_0 does that per row), while every (row,
-// activation) product keeps dot_q8_0's exact arithmetic and order (the integer sums of each
-// four products, the scale product d_w * d_x, even blocks in one accumulator, odd in the
-// other): a batch of sequences gets the bits one sequence alone gets. BLOCK_DOT(start, w, x)
-// gives the 8 lanes of integer sums. Stamped three times:
-// - AVX2: the weights as stored, dot_i8 (sign, multiply-add, widen; the start sums unused);
-// - VNNI's u8 x s8 dot (vpdpbusd), where the CPU has it: the weight bytes offset by 128 to
-//   unsigned (w ^ 0x80 = w + 128), so each lane gets sum (w + 128) x = sum w x + 128 sum x,
-//   starting from the packed -128 sum x — the same exact integer sums in one instruction
-//   instead of three, so the same bits. The VEX form (AVX-VNNI: Intel since Alder Lake, AMD
-//   since Zen 5) and the EVEX form (AVX512-VNNI with VL: Intel's AVX-512 server parts, Zen 4).
-#define TOY_DOT_ROWS_Q8_0(NAME, ATTRIBUTES, PREP, BLOCK_DOT)                                                      \
-  template <int R>                                                                                                \
-  ATTRIBUTES void NAME(const uint8_t* w, const uint8_t* const* x, int64_t K, float* out) {                        \
-    __m256 acc0[R], acc1[R];                                                                                      \
-    for (int n = 0; n < R; ++n) acc0[n] = _mm256_setzero_ps(), acc1[n] = _mm256_setzero_ps();                    \
-    const int64_t nb = K / 32;                                                                                    \
-    int64_t b = 0;                                                                                                \
-    for (; b + 2 <= nb; b += 2, w += 68) {                                                                        \
-      prefetch_ahead(w);                                                                                          \
-      const __m256i u0 = PREP(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2)));                      \
-      const __m256i u1 = PREP(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 36)));                     \
-      const __m256 d0 = _mm256_set1_ps(half_at(w)), d1 = _mm256_set1_ps(half_at(w + 34));                         \
-      for (int n = 0; n < R; ++n) {                                                                               \
-        const uint8_t* p = x[n] + kPackedBlock * b;                                                               \
-        const __m256i p0 = BLOCK_DOT(packed_start(p), u0, packed_q(p));                                           \
-        const __m256i p1 = BLOCK_DOT(packed_start(p + kPackedBlock), u1, packed_q(p + kPackedBlock));             \
-        acc0[n] = _mm256_fmadd_ps(_mm256_mul_ps(d0, packed_scale(p)), _mm256_cvtepi32_ps(p0), acc0[n]);           \
-        acc1[n] = _mm256_fmadd_ps(_mm256_mul_ps(d1, packed_scale(p + kPackedBlock)), _mm256_cvtepi32_ps(p1),      \
-                                  acc1[n]);                                                                       \
-      }                                                                                                           \
-    }                                                                                                             \
-    if (b < nb) {                                                                                                 \
-      const __m256i u0 = PREP(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2)));                      \
-      const __m256 d0 = _mm256_set1_ps(half_at(w));                                                               \
-      for (int n = 0; n < R; ++n) {                                                                               \
-        const uint8_t* p = x[n] + kPackedBlock * b;                                                               \
-        const __m256i p0 = BLOCK_DOT(packed_start(p), u0, packed_q(p));                                           \
-        acc0[n] = _mm256_fmadd_ps(_mm256_mul_ps(d0, packed_scale(p)), _mm256_cvtepi32_ps(p0), acc0[n]);           \
-      }                                                                                                           \
-    }                                                                                                             \
-    for (int n = 0; n < R; ++n) out[n] = hsum(_mm256_add_ps(acc0[n], acc1[n]));                                   \
-  }
-
-inline __m256i as_stored(__m256i w) { return w; }
-inline __m256i offset_to_unsigned(__m256i w) { return _mm256_xor_si256(w, _mm256_set1_epi8(char(0x80))); }
-inline __m256i avx2_block_dot(__m256i, __m256i w, __m256i x) { return dot_i8(w, x); }
-__attribute__((target("avxvnni"))) inline __m256i vex_block_dot(__m256i start, __m256i u, __m256i x) {
-  return _mm256_dpbusd_avx_epi32(start, u, x);
-}
-__attribute__((target("avx512vnni,avx512vl"))) inline __m256i evex_block_dot(__m256i start, __m256i u, __m256i x) {
-  return _mm256_dpbusd_epi32(start, u, x);
-}
-
-TOY_DOT_ROWS_Q8_0(dot_rows_q8_0_avx2, , as_stored, avx2_block_dot)
-TOY_DOT_ROWS_Q8_0(dot_rows_q8_0_avxvnni, __attribute__((target("avxvnni"))), offset_to_unsigned, vex_block_dot)
-TOY_DOT_ROWS_Q8_0(dot_rows_q8_0_avx512vnni, __attribute__((target("avx512vnni,avx512vl"))), offset_to_unsigned,
-                  evex_block_dot)
-#undef TOY_DOT_ROWS_Q8_0
-
-enum class Vnni { None, Vex, Evex };
-
-Vnni detect_vnni() {
-  if (cpu_has_avx_vnni()) return Vnni::Vex;
-  if (cpu_has_avx512_vnni_vl()) return Vnni::Evex;
-  return Vnni::None;
-}
-
-const Vnni g_vnni_found = detect_vnni();
-std::atomic<bool> g_vnni_on{true};
-
-Vnni vnni_in_use() { return g_vnni_on.load(std::memory_order_relaxed) ? g_vnni_found : Vnni::None; }
-
-template <int R>
-void dot_rows_q8_0(Vnni v, const uint8_t* w, const uint8_t* const* x, int64_t K, float* out) {
-  if (v == Vnni::Vex)
-    dot_rows_q8_0_avxvnni<R>(w, x, K, out);
-  else if (v == Vnni::Evex)
-    dot_rows_q8_0_avx512vnni<R>(w, x, K, out);
-  else
-    dot_rows_q8_0_avx2<R>(w, x, K, out);
-}
-
-float dot_q4_0(const uint8_t* w, const Q8Row& x, int64_t K) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < K / 32; ++b, w += 18) {
-    if ((b & 3) == 0) prefetch_ahead(w, 2);
-    const __m256i wq = _mm256_sub_epi8(unpack_nibbles(w + 2), _mm256_set1_epi8(8));
-    const __m256 s = _mm256_cvtepi32_ps(dot_i8(wq, load32(x.q + 32 * b)));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * x.d[b]), s, acc);
-  }
-  return hsum(acc);
-}
-
-float dot_q5_0(const uint8_t* w, const Q8Row& x, int64_t K) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < K / 32; ++b, w += 22) {
-    if ((b & 1) == 0) prefetch_ahead(w);
-    uint32_t qh;
-    std::memcpy(&qh, w + 2, 4);
-    // (nibble | fifth bit << 4) - 16 = nibble - (fifth bit clear ? 16 : 0)
-    const __m256i clear = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(16));
-    const __m256i wq = _mm256_sub_epi8(unpack_nibbles(w + 6), clear);
-    const __m256 s = _mm256_cvtepi32_ps(dot_i8(wq, load32(x.q + 32 * b)));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * x.d[b]), s, acc);
-  }
-  return hsum(acc);
-}
 
 inline void k4_scale_min(int j, const uint8_t* s, int* sc, int* m) {
   if (j < 4) {
@@ -410,7 +217,7 @@ float dot_q4_k(const uint8_t* w, const Q8Row& x, int64_t K) {
       }
     }
   }
-  return hsum(acc) - mins;
+  return hsum256(acc) - mins;
 }
 
 float dot_q6_k(const uint8_t* w, const Q8Row& x, int64_t K) {
@@ -451,7 +258,7 @@ float dot_q6_k(const uint8_t* w, const Q8Row& x, int64_t K) {
       }
     }
   }
-  return hsum(acc) - offset;
+  return hsum256(acc) - offset;
 }
 
 float dot_f16(const uint8_t* w, const float* x, int64_t K) {
@@ -465,7 +272,7 @@ float dot_f16(const uint8_t* w, const float* x, int64_t K) {
     a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i + 8))),
                          _mm256_loadu_ps(x + i + 8), a1);
   }
-  float s = hsum(_mm256_add_ps(a0, a1));
+  float s = hsum256(_mm256_add_ps(a0, a1));
   for (; i < K; ++i) s += _cvtsh_ss(h[i]) * x[i];
   return s;
 }
@@ -484,7 +291,7 @@ float dot_bf16(const uint8_t* w, const float* x, int64_t K) {
     a0 = _mm256_fmadd_ps(bf16x8(h + i), _mm256_loadu_ps(x + i), a0);
     a1 = _mm256_fmadd_ps(bf16x8(h + i + 8), _mm256_loadu_ps(x + i + 8), a1);
   }
-  float s = hsum(_mm256_add_ps(a0, a1));
+  float s = hsum256(_mm256_add_ps(a0, a1));
   for (; i < K; ++i) {
     uint32_t u = uint32_t(h[i]) << 16;
     float f;
@@ -497,85 +304,50 @@ float dot_bf16(const uint8_t* w, const float* x, int64_t K) {
 using BlockDot = float (*)(const uint8_t*, const Q8Row&, int64_t);
 using FloatDot = float (*)(const uint8_t*, const float*, int64_t);
 
+// The K types' dot products (the 32-value block types go to quant_products).
 BlockDot block_dot(DType t) {
   switch (t) {
-    case DType::Q8_0: return dot_q8_0;
-    case DType::Q4_0: return dot_q4_0;
-    case DType::Q5_0: return dot_q5_0;
     case DType::Q4_K: return dot_q4_k;
     case DType::Q6_K: return dot_q6_k;
     default: return nullptr;
   }
 }
 
-// Runs fn over [0, rows) in blocks of rows. Each thread owns a contiguous share (so it streams
-// its weights in order, as the hardware prefetcher wants) and, when done, takes blocks left
-// in the others' shares: on a shared machine one core is often slower, and a fixed split
-// would make every product wait for it. Counters sit on separate cache lines, so a thread
-// touches another's only when it steals. Each row is computed by one thread, the same way
-// whichever, so results do not depend on the schedule.
-template <class F>
-void for_row_blocks(int64_t rows, F&& fn) {
-  constexpr int64_t kRowBlock = 16;
-  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
-  const int64_t shares = std::min<int64_t>(num_threads(), blocks);
-  if (shares <= 1) return fn(int64_t(0), rows);
-  struct alignas(64) Share {
-    std::atomic<int64_t> next;
-    int64_t end;
-  };
-  Share share[64];
-  const int64_t n_shares = std::min<int64_t>(shares, 64);
-  for (int64_t t = 0; t < n_shares; ++t) {
-    share[t].next.store(blocks * t / n_shares, std::memory_order_relaxed);
-    share[t].end = blocks * (t + 1) / n_shares;
-  }
-  parallel_for(0, n_shares, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t)
-      for (int64_t k = 0; k < n_shares; ++k) {
-        Share& s = share[(t + k) % n_shares];
-        for (int64_t b; (b = s.next.fetch_add(1, std::memory_order_relaxed)) < s.end;)
-          fn(b * kRowBlock, std::min(rows, (b + 1) * kRowBlock));
-      }
-  });
-}
-
 }  // namespace
 
-bool gemv_blocks_supports(DType t) { return t == DType::F16 || t == DType::BF16 || block_dot(t) != nullptr; }
+bool gemv_blocks_supports(DType t) {
+  return t == DType::F16 || t == DType::BF16 || quant_products_supports(t) || block_dot(t) != nullptr;
+}
 
 void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   const int64_t N = x.size(0), K = w.size(1), out = w.size(0);
   TOY_CHECK(N <= kGemvMaxRows && gemv_blocks_supports(w.dtype()), "[gemv] {} rows of a {} weight", N,
             name(w.dtype()));
+  if (quant_products_supports(w.dtype())) return quant_products(x, w, y, accumulate);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   const size_t rb = row_bytes(w.dtype(), K);
   const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
+  auto put = [&](int64_t n, int64_t r, float v) {
+    float& o = yp[n * out + r];
+    o = accumulate ? o + v : v;
+  };
   if (w.dtype() == DType::F16 || w.dtype() == DType::BF16) {
     const FloatDot dot = w.dtype() == DType::F16 ? dot_f16 : dot_bf16;
     float* xr = scratch_floats(size_t(N * K), 5);  // slot of matmul_weight: never live at once
     round_activations(w.dtype(), xp, N * K, xr);
-    for_row_blocks(out, [&](int64_t r0, int64_t r1) {
+    for_row_blocks(out, 16, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)
-        for (int64_t n = 0; n < N; ++n) {
-          const float v = dot(wp + size_t(r) * rb, xr + n * K, K);
-          yp[n * out + r] = accumulate ? yp[n * out + r] + v : v;
-        }
+        for (int64_t n = 0; n < N; ++n) put(n, r, dot(wp + size_t(r) * rb, xr + n * K, K));
     });
     return;
   }
   const BlockDot dot = block_dot(w.dtype());
-  const Vnni vnni = vnni_in_use();
-  // Q8_0 rows go through the packed kernels when several sequences decode together (one
-  // weight load serves them all) or when VNNI makes even one row's product cheaper.
-  const bool packed = w.dtype() == DType::Q8_0 && (N >= 2 || vnni != Vnni::None);
-  // The activations, quantized once (K / 32 scales, K values, K / 16 sums per row; packed:
-  // also 96 bytes per block), in one scratch buffer of floats.
-  const int64_t row_floats = K / 32 + K / 4 + K / 32 + (packed ? K / 32 * kPackedBlock / 4 : 0);
+  // The activations, quantized once (K / 32 scales, K values, K / 16 sums per row), in one
+  // scratch buffer of floats.
+  const int64_t row_floats = K / 32 + K / 4 + K / 32;
   float* buf = scratch_floats(size_t(N * row_floats), 5);  // slot of matmul_weight: never live at once
   Q8Row rows[kGemvMaxRows];
-  const uint8_t* prows[kGemvMaxRows] = {};
   for (int64_t n = 0; n < N; ++n) {
     float* base = buf + n * row_floats;
     float* d = base;
@@ -583,35 +355,15 @@ void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
     int16_t* s16 = reinterpret_cast<int16_t*>(base + K / 32 + K / 4);
     quantize_activations(w.dtype(), xp + n * K, K, d, q, s16);
     rows[n] = {d, q, s16};
-    if (packed) {
-      uint8_t* pk = reinterpret_cast<uint8_t*>(base + K / 32 + K / 4 + K / 32);
-      pack_q8_0_rows(rows[n], K, pk);
-      prows[n] = pk;
-    }
   }
-  for_row_blocks(out, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* wr = wp + size_t(r) * rb;
-      float v[4];
-      int64_t n = 0;
-      auto put = [&](int64_t n0, int count) {
-        for (int i = 0; i < count; ++i) {
-          float& o = yp[(n0 + i) * out + r];
-          o = accumulate ? o + v[i] : v[i];
-        }
-      };
-      if (packed) {
-        for (; n + 4 <= N; n += 4) dot_rows_q8_0<4>(vnni, wr, prows + n, K, v), put(n, 4);
-        if (N - n == 3) dot_rows_q8_0<3>(vnni, wr, prows + n, K, v), put(n, 3), n += 3;
-        if (N - n == 2) dot_rows_q8_0<2>(vnni, wr, prows + n, K, v), put(n, 2), n += 2;
-        if (N - n == 1) dot_rows_q8_0<1>(vnni, wr, prows + n, K, v), put(n, 1), n += 1;
-      }
-      for (; n < N; ++n) v[0] = dot(wr, rows[n], K), put(n, 1);
-    }
+  for_row_blocks(out, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t n = 0; n < N; ++n) put(n, r, dot(wp + size_t(r) * rb, rows[n], K));
   });
 }
 
-bool gemv_vnni_available() { return g_vnni_found != Vnni::None; }
-void gemv_use_vnni(bool on) { g_vnni_on.store(on, std::memory_order_relaxed); }
+extern std::atomic<bool> g_quant_vnni_on;  // quant_products.cpp
+bool gemv_vnni_available() { return quant_dot() != QuantDot::Avx2; }
+void gemv_use_vnni(bool on) { g_quant_vnni_on.store(on, std::memory_order_relaxed); }
 
 }  // namespace toy::cpu

@@ -27,8 +27,8 @@ bool rounds_activations(DType weight);
 void round_activations(DType weight, const float* x, int64_t K, float* out);
 // y [N, out] (+)= x [N, K] @ w [out, K]^T, N <= kGemvMaxRows; x and y f32 contiguous.
 void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
-// Q8_0 products use the CPU's VNNI dot when it has one (the same bits as without); tests and
-// benchmarks turn it off to compare.
+// Q8_0/Q4_0/Q5_0 products use the CPU's VNNI dot when the kernel variant has one (the same
+// bits as without); tests and benchmarks turn it off to compare.
 bool gemv_vnni_available();
 void gemv_use_vnni(bool on);
 

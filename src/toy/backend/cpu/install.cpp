@@ -11,6 +11,7 @@ namespace toy {
 
 void install_cpu_backend(Registry& r) {
   require_cpu_features();
+  kernel_variant();  // a bad TOY_CPU is refused here, before any kernel runs
   // OpenBLAS runs single-threaded inside our thread pool's partitioning.
   openblas_set_num_threads(1);
   sim::add_cpu_and_sim<kern::Unary, &cpu::unary>(r, "unary");

@@ -3,13 +3,15 @@
 // so no f32 copy of the whole matrix ever exists. The activations are first rounded as llama.cpp
 // rounds them for that weight type (8-bit blocks, f16 or bf16: gemv_blocks.h). The forward splits W's rows (the output
 // columns) across threads; the backward splits x's rows. Deterministic for a thread count.
-// A few rows (decoding) go to gemv_blocks instead: dot products straight from the blocks.
+// A few rows (decoding) go to gemv_blocks instead: dot products straight from the blocks;
+// Q8_0/Q4_0/Q5_0 weights, any number of rows, to quant_products (integer products).
 #include <cblas.h>
 
 #include <algorithm>
 
 #include "toy/backend/cpu/cpu_kernels.h"
 #include "toy/backend/cpu/gemv_blocks.h"
+#include "toy/backend/cpu/quant_products.h"
 #include "toy/backend/cpu/scratch.h"
 #include "toy/core/quant.h"
 #include "toy/core/thread_pool.h"
@@ -32,6 +34,8 @@ void widen_rows(const Tensor& w, int64_t r0, int64_t r1, float* buf) {
 
 void matmul_weight(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   const int64_t N = x.size(0), in = w.size(1), out = w.size(0);
+  // Q8_0/Q4_0/Q5_0: integer products for any number of rows (prompts get decoding's numbers).
+  if (quant_products_supports(w.dtype())) return quant_products(x, w, y, accumulate);
   if (N <= kGemvMaxRows && gemv_blocks_supports(w.dtype())) return gemv_blocks(x, w, y, accumulate);
   const float* xp = x.data<float>();
   // The activations are rounded as in the few-row path (and as llama.cpp rounds them), so a
