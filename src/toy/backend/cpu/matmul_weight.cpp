@@ -34,8 +34,10 @@ void widen_rows(const Tensor& w, int64_t r0, int64_t r1, float* buf) {
 
 void matmul_weight(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   const int64_t N = x.size(0), in = w.size(1), out = w.size(0);
-  // Q8_0/Q4_0/Q5_0: integer products for any number of rows (prompts get decoding's numbers).
-  if (quant_products_supports(w.dtype())) return quant_products(x, w, y, accumulate);
+  // Q8_0/Q4_0/Q5_0: integer products for any number of rows where the CPU has VNNI (prompts
+  // then get decoding's numbers); on AVX2 alone, prompts take SGEMM below (faster there).
+  if (quant_products_supports(w.dtype()) && (N <= kGemvMaxRows || quant_products_for_prompts()))
+    return quant_products(x, w, y, accumulate);
   if (N <= kGemvMaxRows && gemv_blocks_supports(w.dtype())) return gemv_blocks(x, w, y, accumulate);
   const float* xp = x.data<float>();
   // The activations are rounded as in the few-row path (and as llama.cpp rounds them), so a

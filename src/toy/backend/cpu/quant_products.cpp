@@ -354,6 +354,8 @@ void run_products(const float* xp, int64_t N, int64_t K, const uint8_t* wp, int6
 
 }  // namespace
 
+bool quant_products_for_prompts() { return form_in_use() != QuantDot::Avx2; }
+
 bool quant_products_supports(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q5_0; }
 
 void quant_products(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
