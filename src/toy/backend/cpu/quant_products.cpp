@@ -43,8 +43,10 @@
 
 // GCC 12 warns inside its own AVX-512 headers (intrinsics that start from a deliberately
 // undefined register, e.g. the broadcast and the 256-bit extract): not this file's values.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace toy::cpu {
 
