@@ -319,8 +319,8 @@ q8-scale-not-f16
 src/toy/backend/cpu/gemv_blocks.cpp
 toy_op_tests
 ^Forward\.Activations
-    d[b] = std::isfinite(scale) ? round_to_f16(scale) : scale;
-    d[b] = scale;
+  return std::isfinite(scale) ? round_to_f16(scale) : scale;
+  return scale;
 f16-activations-unrounded
 src/toy/backend/cpu/gemv_blocks.cpp
 toy_op_tests
@@ -1039,8 +1039,8 @@ quant-512-odd-row-takes-its-partner
 src/toy/backend/cpu/quant_products.cpp
 toy_op_tests
 ^QuantGaps\.BlockProducts
-              const float v = res[i * 2 * p + j];
-              const float v = res[i * 2 * p + (j & ~1)];
+          put(r, rw, n0, rows, 2 * p, res);
+          put(r, rw, n0, rows, rows, res);
 quant-second-row-of-a-pair-misread
 src/toy/backend/cpu/quant_products.cpp
 toy_op_tests

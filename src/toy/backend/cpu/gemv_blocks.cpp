@@ -102,33 +102,34 @@ void quantize_q8_k(const float* x, int64_t K, float* d, int8_t* q, int16_t* sum1
   sums_of_16(q, K, sum16);
 }
 
-// Q8_0 (llama.cpp's quantize_row_q8_0): per 32 values, q = round(x * 127 / amax); the scale
-// amax / 127 is stored as f16, so the products use the f16-rounded value.
 void quantize_q8_0(const float* x, int64_t K, float* d, int8_t* q, int16_t* sum16) {
-  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
-  for (int64_t b = 0; b < K / 32; ++b) {
-    const float* xb = x + b * 32;
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_loadu_ps(xb + 8 * i);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, v[i]));
-      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
-    }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    const float am = _mm_cvtss_f32(m);
-    // A NaN or infinite activation makes the block's scale NaN / inf, so every product with
-    // it is NaN, as in f32, instead of vanishing.
-    const float scale = _mm256_movemask_ps(nan) ? NAN : am / 127.0f;
-    d[b] = std::isfinite(scale) ? round_to_f16(scale) : scale;
-    round_block32(xb, _mm256_set1_ps(scale != 0.0f && std::isfinite(scale) ? 127.0f / am : 0.0f), q + b * 32);
-  }
+  for (int64_t b = 0; b < K / 32; ++b) d[b] = quantize_block_q8_0(x + b * 32, q + b * 32);
   sums_of_16(q, K, sum16);
 }
 
 }  // namespace
+
+// Q8_0 (llama.cpp's quantize_row_q8_0): per 32 values, q = round(x * 127 / amax); the scale
+// amax / 127 is stored as f16, so the products use the f16-rounded value.
+float quantize_block_q8_0(const float* xb, int8_t* q) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(xb + 8 * i);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, v[i]));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
+  }
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  const float am = _mm_cvtss_f32(m);
+  // A NaN or infinite activation makes the block's scale NaN / inf, so every product with
+  // it is NaN, as in f32, instead of vanishing.
+  const float scale = _mm256_movemask_ps(nan) ? NAN : am / 127.0f;
+  round_block32(xb, _mm256_set1_ps(scale != 0.0f && std::isfinite(scale) ? 127.0f / am : 0.0f), q);
+  return std::isfinite(scale) ? round_to_f16(scale) : scale;
+}
 
 bool activations_in_256s(DType weight) {
   switch (weight) {

@@ -19,6 +19,8 @@ bool gemv_blocks_supports(DType t);
 // sums of every 16. K is a multiple of 32 (of 256 for the K types).
 void quantize_activations(DType weight, const float* x, int64_t K, float* d, int8_t* q, int16_t* sum16);
 bool activations_in_256s(DType weight);
+// One Q8_0 block of activations: x's 32 values rounded into q; returns the block's scale.
+float quantize_block_q8_0(const float* x, int8_t* q);
 // Whether products with a weight of this type see rounded activations: F16, BF16 (rounded to
 // that type, as llama.cpp converts them for its dot products) and the block types.
 bool rounds_activations(DType weight);

@@ -30,7 +30,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <vector>
+#include <cstring>
 
 #include "toy/backend/cpu/gemv_blocks.h"
 #include "toy/backend/cpu/row_blocks.h"
@@ -113,41 +113,32 @@ inline size_t prefetch_distance(int rw, size_t rb) { return std::max<size_t>(siz
 constexpr int64_t kPairBlock = 192;
 constexpr int64_t kLoneBlock = 96;
 
-// One row's block into a packed block of stride xs (fields at 0, xs / 3, 2 xs / 3).
-void pack_block_half(const int8_t* q, float d, int64_t xs, uint8_t* out) {
+// One row's block of 32 activations (null: zeros) rounded into a packed block of stride xs:
+// values at 0, starting sums at xs / 3, the scale repeated at 2 xs / 3.
+void pack_block(const float* x, int64_t xs, uint8_t* out) {
+  auto* q = reinterpret_cast<int8_t*>(out);
+  float d = 0.0f;
+  if (x)
+    d = quantize_block_q8_0(x, q);
+  else
+    std::memset(q, 0, 32);
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
   const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + xs / 3),
                       _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 7)));
   _mm256_storeu_ps(reinterpret_cast<float*>(out + 2 * xs / 3), _mm256_set1_ps(d));
 }
 
 // Rows x0 and x1 (x1 null: zeros) of K values into a pair's nb = K / 32 packed blocks; with
-// lone set, x0 alone into kLoneBlock blocks.
+// lone set, x0 alone into kLoneBlock blocks. Rounded straight into place.
 void pack_pair(const float* x0, const float* x1, int64_t K, bool lone, uint8_t* out) {
-  thread_local std::vector<float> d;
-  thread_local std::vector<int8_t> q;
-  thread_local std::vector<int16_t> s16;
-  const int64_t nb = K / 32;
-  d.resize(size_t(2 * nb));
-  q.resize(size_t(2 * K));
-  s16.resize(size_t(K / 16));
-  quantize_activations(DType::Q8_0, x0, K, d.data(), q.data(), s16.data());
-  if (x1) {
-    quantize_activations(DType::Q8_0, x1, K, d.data() + nb, q.data() + K, s16.data());
-  } else {
-    std::fill(d.begin() + nb, d.end(), 0.0f);
-    std::fill(q.begin() + K, q.end(), int8_t(0));
-  }
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t b = 0; b < K / 32; ++b) {
     if (lone) {
-      pack_block_half(q.data() + 32 * b, d[size_t(b)], kLoneBlock, out + b * kLoneBlock);
+      pack_block(x0 + 32 * b, kLoneBlock, out + b * kLoneBlock);
       continue;
     }
-    uint8_t* o = out + b * kPairBlock;
-    pack_block_half(q.data() + 32 * b, d[size_t(b)], kPairBlock, o);
-    pack_block_half(q.data() + K + 32 * b, d[size_t(nb + b)], kPairBlock, o + 32);
+    pack_block(x0 + 32 * b, kPairBlock, out + b * kPairBlock);
+    pack_block(x1 ? x1 + 32 * b : nullptr, kPairBlock, out + b * kPairBlock + 32);
   }
 }
 
@@ -262,22 +253,20 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void ti
 using Tile256 = void (*)(const uint8_t*, size_t, const uint8_t* const*, int64_t, int64_t, float*);
 using Tile512 = void (*)(const uint8_t*, size_t, const uint8_t*, int64_t, float*);
 
-// The 256-bit tile of a form for rw weight rows (1..4) and rx activation rows (1..4).
+// The 256-bit tile of a form: AVX2 and AVX-VNNI for rw weight rows (1..2) and rx activation
+// rows (1..4), 16 registers; AVX512-VNNI's 256-bit form (a lone row: pairs take tile_512) for
+// rw 1..4 and rx 1.
 template <class B>
 Tile256 tile_256(QuantDot form, int rw, int rx) {
-  static constexpr Tile256 avx2[4][4] = {
+  static constexpr Tile256 avx2[2][4] = {
       {tile_avx2<B, 1, 1>, tile_avx2<B, 1, 2>, tile_avx2<B, 1, 3>, tile_avx2<B, 1, 4>},
-      {tile_avx2<B, 2, 1>, tile_avx2<B, 2, 2>, tile_avx2<B, 2, 3>, tile_avx2<B, 2, 4>},
-      {tile_avx2<B, 3, 1>, tile_avx2<B, 3, 2>, tile_avx2<B, 3, 3>, tile_avx2<B, 3, 4>},
-      {tile_avx2<B, 4, 1>, tile_avx2<B, 4, 2>, tile_avx2<B, 4, 3>, tile_avx2<B, 4, 4>}};
-  static constexpr Tile256 vex[4][4] = {
+      {tile_avx2<B, 2, 1>, tile_avx2<B, 2, 2>, tile_avx2<B, 2, 3>, tile_avx2<B, 2, 4>}};
+  static constexpr Tile256 vex[2][4] = {
       {tile_avxvnni<B, 1, 1>, tile_avxvnni<B, 1, 2>, tile_avxvnni<B, 1, 3>, tile_avxvnni<B, 1, 4>},
-      {tile_avxvnni<B, 2, 1>, tile_avxvnni<B, 2, 2>, tile_avxvnni<B, 2, 3>, tile_avxvnni<B, 2, 4>},
-      {tile_avxvnni<B, 3, 1>, tile_avxvnni<B, 3, 2>, tile_avxvnni<B, 3, 3>, tile_avxvnni<B, 3, 4>},
-      {tile_avxvnni<B, 4, 1>, tile_avxvnni<B, 4, 2>, tile_avxvnni<B, 4, 3>, tile_avxvnni<B, 4, 4>}};
+      {tile_avxvnni<B, 2, 1>, tile_avxvnni<B, 2, 2>, tile_avxvnni<B, 2, 3>, tile_avxvnni<B, 2, 4>}};
   static constexpr Tile256 evex[4] = {tile_evex256<B, 1, 1>, tile_evex256<B, 2, 1>, tile_evex256<B, 3, 1>,
                                       tile_evex256<B, 4, 1>};
-  if (form == QuantDot::Avx512Vnni) return evex[rw - 1];  // single rows only (pairs: tile_512)
+  if (form == QuantDot::Avx512Vnni) return evex[rw - 1];
   return (form == QuantDot::AvxVnni ? vex : avx2)[rw - 1][rx - 1];
 }
 
@@ -312,14 +301,19 @@ void run_products(const float* xp, int64_t N, int64_t K, const uint8_t* wp, int6
     pack(0, pairs);
 
   const QuantDot form = form_in_use();
-  // Activation rows a tile takes: 8 (4 pairs) on 512 bits, 4 on 256 (16 registers).
+  // Activation rows a tile takes: 8 (4 pairs) on 512 bits, 4 on 256 (16 registers). Weight
+  // rows: 4 on 512 bits, 2 on 256; decoding one row, 1 (weight rows read side by side are
+  // separate streams: four halved decoding speed on Zen 4).
   const int64_t group = form == QuantDot::Avx512Vnni ? 8 : 4;
   const int rw_max = N == 1 ? 1 : form == QuantDot::Avx512Vnni ? 4 : 2;
-  auto put = [&](int64_t r0, int rw, int64_t n0, int rx, const float* res) {
+  // Writes a tile's results (res[r * width + j]) for rw weight rows from r0 and activation
+  // rows n0.. n0 + rows: a 512-bit tile is 2p wide, and an odd last row's partner (zeros) is
+  // dropped.
+  auto put = [&](int64_t r0, int rw, int64_t n0, int rows, int width, const float* res) {
     for (int r = 0; r < rw; ++r)
-      for (int j = 0; j < rx; ++j) {
+      for (int j = 0; j < rows; ++j) {
         float& o = yp[(n0 + j) * out + r0 + r];
-        o = accumulate ? o + res[r * rx + j] : res[r * rx + j];
+        o = accumulate ? o + res[r * width + j] : res[r * width + j];
       }
   };
   // Activation groups outside, weight rows inside: a group's packed rows stay in L1/L2 while
@@ -335,20 +329,13 @@ void run_products(const float* xp, int64_t N, int64_t K, const uint8_t* wp, int6
         if (form == QuantDot::Avx512Vnni && rows >= 2) {
           const int p = (rows + 1) / 2;
           tile_512<B>(rw, p)(wr, rb, first, nb, res);
-          // The tile's columns are 2p wide; an odd last row's partner (zeros) is dropped.
-          for (int i = 0; i < rw; ++i)
-            for (int j = 0; j < rows; ++j) {
-              float& o = yp[(n0 + j) * out + r + i];
-              const float v = res[i * 2 * p + j];
-              o = accumulate ? o + v : v;
-            }
+          put(r, rw, n0, rows, 2 * p, res);
           continue;
         }
         const uint8_t* x[4];
         for (int j = 0; j < rows; ++j) x[j] = first + (j / 2) * nb * kPairBlock + (j % 2) * 32;
-        tile_256<B>(form, rw, form == QuantDot::Avx512Vnni ? 1 : rows)(wr, rb, x, N == 1 ? kLoneBlock : kPairBlock,
-                                                                       nb, res);
-        put(r, rw, n0, rows, res);
+        tile_256<B>(form, rw, rows)(wr, rb, x, N == 1 ? kLoneBlock : kPairBlock, nb, res);
+        put(r, rw, n0, rows, rows, res);
       }
     }
   });
