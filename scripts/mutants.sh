@@ -1647,6 +1647,48 @@ toy toy_cli_tests
 ^CliTrain\.TheTrainedBitsDoNotDependOnTheThreadCount
 std::min<int64_t>(kMaxNormChunks, rows * D / 8192)
 std::min<int64_t>(num_threads(), rows * D / 8192)
+softmax-stream-reads-the-row-it-writes
+src/toy/backend/cpu/softmax.cpp
+toy_op_tests
+^KernelForms\.StreamingSoftmax
+    const float sum = wide ? exps_beside_stores512(z, scale, mx, ebuf[0], next, ebuf[1], pending_inv, pending_y, D)
+    const float sum = wide ? exps_beside_stores512(z, scale, mx, ebuf[0], next, ebuf[0], pending_inv, pending_y, D)
+softmax-512-halves-swapped
+src/toy/backend/cpu/softmax.cpp
+toy_op_tests
+^KernelForms\.StreamingSoftmax
+  __m256 s0 = low256(s);
+  __m256 s0 = high256(s);
+exp512-flush-threshold
+src/toy/backend/cpu/simd512.h
+toy_op_tests
+^KernelForms\.StreamingSoftmax
+_mm512_set1_ps(-87.3365402f)
+_mm512_set1_ps(-88.5f)
+block-gemm-beta-one-only
+src/toy/backend/cpu/block_gemm.cpp
+toy_op_tests
+^KernelForms\.BlockGemm
+      if (beta != 0.0f) out = _mm512_fmadd_ps(
+      if (beta == 1.0f) out = _mm512_fmadd_ps(
+block-gemm-avx2-mask-one-lane-too-many
+src/toy/backend/cpu/block_gemm.cpp
+toy_op_tests
+^KernelForms\.BlockGemm
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)),
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n) + 1),
+block-gemm-transposed-a-read-plain
+src/toy/backend/cpu/block_gemm.cpp
+toy_op_tests
+^KernelForms\.BlockGemm|Attention
+  const AStrides as = trans_a ? AStrides{1, lda} : AStrides{lda, 1};
+  const AStrides as = AStrides{lda, 1};
+attention-512-exp-sum-halves-swapped
+src/toy/backend/cpu/simd512.h
+toy_op_tests
+^KernelForms\.Attention
+  float sum = hsum256(_mm256_add_ps(s0, high256(s)));
+  float sum = hsum256(_mm256_add_ps(s0, low256(s)));
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -17,8 +17,8 @@ const KernelRef<kern::AttentionBackward> k_attn_bwd("attention_backward");
 Tensor kernel_ready(const Tensor& t) {
   NoGradGuard ng;
   Tensor f = t.dtype() == DType::F32 ? t : cast(t, DType::F32);
-  // The kernel hands rows (dim 1) to BLAS with leading dimension stride(1), which BLAS
-  // requires to be at least the row length.
+  // The kernels hand rows (dim 1) to their GEMMs with leading dimension stride(1), which
+  // BLAS-style GEMMs (cuBLAS on the GPU) require to be at least the row length.
   const bool blas_rows = f.stride(-1) == 1 && f.stride(1) >= f.size(3);
   return blas_rows ? f : contiguous_copy(f);
 }

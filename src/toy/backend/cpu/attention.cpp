@@ -2,9 +2,8 @@
 // and keys in chunks of up to 256; scores exist only one 16 x 256 tile at a time (online
 // softmax across key chunks in the forward, recomputed from the saved log-sum-exp in the
 // backward), so T x S is never stored. Each task first transposes its K (and V) head into
-// [D, S] so that every block GEMM is NN or TN, the shapes OpenBLAS runs closest to peak;
-// 16-row query blocks keep the causal waste on the diagonal small (OpenBLAS runs 16 x N x 64
-// NN tiles as fast as 64-row ones).
+// [D, S] so that every block GEMM is NN or TN (B's rows contiguous: block_gemm's loads);
+// 16-row query blocks keep the causal waste on the diagonal small.
 //
 // Layout: q [B, T, H, D], k [B, S, Hkv, D], v [B, S, Hkv, Dv] with unit last stride (other
 // strides free: views of a fused qkv projection work without copies); head h reads K/V
@@ -13,16 +12,19 @@
 // i + (S - T) - j < W; segments -> same segment id.
 // Forward parallelizes over (b, h); backward over (b, kv head), which owns its dK/dV rows
 // exclusively, so nothing is shared between threads and results are deterministic.
-// Block GEMMs go to single-threaded OpenBLAS. Tolerance vs the composed reference: 1e-5.
-#include <cblas.h>
-
+// Block GEMMs are block_gemm's register tiles (not BLAS: its bits and speed would follow the
+// BLAS build and OPENBLAS_CORETYPE), so the results are the same bits in the AVX2 and
+// AVX-512 forms and on every CPU (tested). Tolerance vs the composed reference: 1e-5.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "toy/backend/cpu/block_gemm.h"
 #include "toy/backend/cpu/cpu_kernels.h"
 #include "toy/backend/cpu/scratch.h"
 #include "toy/backend/cpu/simd.h"
+#include "toy/backend/cpu/simd512.h"
+#include "toy/backend/cpu/variant.h"
 #include "toy/core/thread_pool.h"
 
 namespace toy::cpu {
@@ -242,6 +244,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   float* pl = lse.data<float>();
   if (g.T == 1 && !g.seg) return attention_one_query(g, po, pl);
   const auto mono = monotone_segments(g);
+  const bool wide = avx512_forms();
   parallel_tasks(g.B * g.H, [&](int64_t task) {
     const int64_t b = task / g.H, h = task % g.H, hk = h / g.group;
     float* s = scratch_floats(size_t(kBlock * kChunk), 0);
@@ -260,30 +263,17 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
         const int64_t cols = std::min(kChunk, jend - j0);
         if (block_invisible(g, b, i0, j0, cols, mono[size_t(b)])) continue;
         // s = scale * Q_i K_j^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(g.D), g.scale,
-                    g.qrow(b, i0, h), int(g.qs1), kt + j0, int(g.S), 0.0f, s, int(kChunk));
+        block_gemm(false, rows, cols, g.D, g.scale, g.qrow(b, i0, h), g.qs1, kt + j0, g.S, 0.0f, s, kChunk);
         mask_block(g, b, i0, rows, j0, cols, s, kChunk);
         for (int64_t r = 0; r < rows; ++r) {
           float* sr = s + r * kChunk;
-          const float mx = max_row(sr, cols, m[size_t(r)]);
+          const float mx = wide ? max_row512(sr, cols, m[size_t(r)]) : max_row(sr, cols, m[size_t(r)]);
           if (mx == -INFINITY) {  // nothing visible yet in this row
             std::fill(sr, sr + cols, 0.0f);
             continue;
           }
           const float alpha = exp_nonpos_scalar(m[size_t(r)] - mx);
-          const __m256 vmx = _mm256_set1_ps(mx);
-          __m256 vsum = _mm256_setzero_ps();
-          int64_t c = 0;
-          for (; c + 8 <= cols; c += 8) {
-            __m256 p = exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(sr + c), vmx));
-            _mm256_storeu_ps(sr + c, p);
-            vsum = _mm256_add_ps(vsum, p);
-          }
-          float sum = hsum256(vsum);
-          for (; c < cols; ++c) {
-            sr[c] = exp_nonpos_scalar(sr[c] - mx);
-            sum += sr[c];
-          }
+          const float sum = wide ? exp_shifted_row_sum512(sr, cols, mx) : exp_shifted_row_sum(sr, cols, mx);
           const float l_prev = l[size_t(r)];
           l[size_t(r)] = l_prev * alpha + sum;
           m[size_t(r)] = mx;
@@ -293,8 +283,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
           }
         }
         // acc += P V_j
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(g.Dv), int(cols), 1.0f, s,
-                    int(kChunk), g.vrow(b, j0, hk), int(g.vs1), 1.0f, acc, int(g.Dv));
+        block_gemm(false, rows, g.Dv, cols, 1.0f, s, kChunk, g.vrow(b, j0, hk), g.vs1, 1.0f, acc, g.Dv);
       }
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t t = i0 + r;
@@ -319,6 +308,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   float* pdk = dk.data<float>();          // [B, S, Hkv, D]  (row stride ldk)
   float* pdv = dv.data<float>();          // [B, S, Hkv, Dv] (row stride ldv)
   const auto mono = monotone_segments(g);
+  const bool wide = avx512_forms();
   // dq/dk/dv may be views into one packed [B, T, H + 2Hkv, D] gradient (attention_qkv):
   // rows have their own strides, heads are D apart, batches T rows apart.
   const int64_t ldq = dq.stride(1), ldk = dk.stride(1), ldv = dv.stride(1), ldo = g.H * g.Dv;
@@ -375,8 +365,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
           if (block_invisible(g, b, i0, j0, cols, mono[size_t(b)])) continue;
           if (first_chunk < 0) first_chunk = j0;
           // P = exp(scale * Q_i K_j^T - lse_i)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(g.D), g.scale,
-                      g.qrow(b, i0, h), int(g.qs1), kt + j0, int(g.S), 0.0f, p, int(kChunk));
+          block_gemm(false, rows, cols, g.D, g.scale, g.qrow(b, i0, h), g.qs1, kt + j0, g.S, 0.0f, p, kChunk);
           mask_block(g, b, i0, rows, j0, cols, p, kChunk);
           for (int64_t r = 0; r < rows; ++r) {
             float* pr = p + r * kChunk;
@@ -385,18 +374,17 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
               std::fill(pr, pr + cols, 0.0f);
               continue;
             }
-            const __m256 vl = _mm256_set1_ps(li);
-            int64_t c = 0;
-            for (; c + 8 <= cols; c += 8) _mm256_storeu_ps(pr + c, exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(pr + c), vl)));
-            for (; c < cols; ++c) pr[c] = exp_nonpos_scalar(pr[c] - li);
+            if (wide)
+              exp_shifted_row512(pr, cols, li);
+            else
+              exp_shifted_row(pr, cols, li);
           }
           // dV_j += P^T dO_i (and dK_j below, with the same beta)
           const float kvb = kv_beta(j0, j0 + cols);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(cols), int(g.Dv), int(rows), 1.0f, p,
-                      int(kChunk), dO_i, int(ldo), kvb, pdv + (b * g.S + j0) * ldv + hk * g.Dv, int(ldv));
+          block_gemm(true, cols, g.Dv, rows, 1.0f, p, kChunk, dO_i, ldo, kvb, pdv + (b * g.S + j0) * ldv + hk * g.Dv,
+                     ldv);
           // dP = dO_i V_j^T
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(g.Dv), 1.0f, dO_i, int(ldo),
-                      vt + j0, int(g.S), 0.0f, dp, int(kChunk));
+          block_gemm(false, rows, cols, g.Dv, 1.0f, dO_i, ldo, vt + j0, g.S, 0.0f, dp, kChunk);
           // dS = P * (dP - delta_i), kept in dp
           for (int64_t r = 0; r < rows; ++r) {
             const __m256 dl = _mm256_set1_ps(delta[i0 + r]);
@@ -408,11 +396,10 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
             for (; c < cols; ++c) dr[c] = pr[c] * (dr[c] - delta[i0 + r]);
           }
           // dQ_i += scale * dS K_j ; dK_j += scale * dS^T Q_i
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(g.D), int(cols), g.scale, dp,
-                      int(kChunk), g.krow(b, j0, hk), int(g.ks1), j0 == first_chunk ? 0.0f : 1.0f,
-                      pdq + (b * g.T + i0) * ldq + h * g.D, int(ldq));
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(cols), int(g.D), int(rows), g.scale, dp,
-                      int(kChunk), g.qrow(b, i0, h), int(g.qs1), kvb, pdk + (b * g.S + j0) * ldk + hk * g.D, int(ldk));
+          block_gemm(false, rows, g.D, cols, g.scale, dp, kChunk, g.krow(b, j0, hk), g.ks1,
+                     j0 == first_chunk ? 0.0f : 1.0f, pdq + (b * g.T + i0) * ldq + h * g.D, ldq);
+          block_gemm(true, cols, g.D, rows, g.scale, dp, kChunk, g.qrow(b, i0, h), g.qs1, kvb,
+                     pdk + (b * g.S + j0) * ldk + hk * g.D, ldk);
         }
         if (first_chunk < 0)  // nothing visible (e.g. every key in another segment): dq = 0
           for (int64_t r = 0; r < rows; ++r) std::fill_n(pdq + (b * g.T + i0 + r) * ldq + h * g.D, g.D, 0.0f);

@@ -244,4 +244,37 @@ inline float exp_nonpos_scalar(float x) {
   return t[0];
 }
 
+// p[c] = exp(p[c] - shift) for c < n (p[c] <= shift), in place; returns their sum, kept
+// as 16-value blocks in two 8-lane accumulators, then one 8-lane step into the first, then
+// the scalar rest (simd512.h's form keeps the same sums in one 16-lane register).
+inline float exp_shifted_row_sum(float* p, int64_t n, float shift) {
+  const __m256 vs = _mm256_set1_ps(shift);
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    const __m256 a = exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(p + c), vs));
+    const __m256 b = exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(p + c + 8), vs));
+    _mm256_storeu_ps(p + c, a);
+    _mm256_storeu_ps(p + c + 8, b);
+    s0 = _mm256_add_ps(s0, a);
+    s1 = _mm256_add_ps(s1, b);
+  }
+  for (; c + 8 <= n; c += 8) {
+    const __m256 a = exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(p + c), vs));
+    _mm256_storeu_ps(p + c, a);
+    s0 = _mm256_add_ps(s0, a);
+  }
+  float sum = hsum256(_mm256_add_ps(s0, s1));
+  for (; c < n; ++c) sum += (p[c] = exp_nonpos_scalar(p[c] - shift));
+  return sum;
+}
+
+// p[c] = exp(p[c] - shift) for c < n, in place.
+inline void exp_shifted_row(float* p, int64_t n, float shift) {
+  const __m256 vs = _mm256_set1_ps(shift);
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) _mm256_storeu_ps(p + c, exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(p + c), vs)));
+  for (; c < n; ++c) p[c] = exp_nonpos_scalar(p[c] - shift);
+}
+
 }  // namespace toy::cpu

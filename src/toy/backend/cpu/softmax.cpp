@@ -7,7 +7,10 @@
 
 #include "toy/backend/cpu/cpu_kernels.h"
 #include "toy/backend/cpu/dispatch.h"
+#include "toy/backend/cpu/scratch.h"
 #include "toy/backend/cpu/simd.h"
+#include "toy/backend/cpu/simd512.h"
+#include "toy/backend/cpu/variant.h"
 #include "toy/core/thread_pool.h"
 
 namespace toy::cpu {
@@ -74,6 +77,108 @@ void softmax_row_f32(const float* z, float scale, bool log, float* y, float* e, 
   }
 }
 
+// One row of the streaming softmax: cur = exp(z * scale - mx), returning their sum, while
+// the row before it goes out to memory: pending_y = prev * inv through streaming stores
+// (pending_y null: none). `next` (may be null) is prefetched. D % 8 == 0.
+float exps_beside_stores(const float* z, float scale, float mx, float* cur, const float* next, const float* prev,
+                         float inv, float* pending_y, int64_t D) {
+  const __m256 vs = _mm256_set1_ps(scale), vmx = _mm256_set1_ps(mx), vinv = _mm256_set1_ps(inv);
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+  int64_t j = 0;
+  for (; j + 16 <= D; j += 16) {
+    if (next) _mm_prefetch(reinterpret_cast<const char*>(next + j), _MM_HINT_T1);
+    const __m256 a = exp256_nonpos(_mm256_fmsub_ps(_mm256_loadu_ps(z + j), vs, vmx));
+    const __m256 c = exp256_nonpos(_mm256_fmsub_ps(_mm256_loadu_ps(z + j + 8), vs, vmx));
+    _mm256_storeu_ps(cur + j, a);
+    _mm256_storeu_ps(cur + j + 8, c);
+    s0 = _mm256_add_ps(s0, a);
+    s1 = _mm256_add_ps(s1, c);
+    if (pending_y) {
+      _mm256_stream_ps(pending_y + j, _mm256_mul_ps(_mm256_loadu_ps(prev + j), vinv));
+      _mm256_stream_ps(pending_y + j + 8, _mm256_mul_ps(_mm256_loadu_ps(prev + j + 8), vinv));
+    }
+  }
+  if (j < D) {  // the last 8
+    const __m256 a = exp256_nonpos(_mm256_fmsub_ps(_mm256_loadu_ps(z + j), vs, vmx));
+    _mm256_storeu_ps(cur + j, a);
+    s0 = _mm256_add_ps(s0, a);
+    if (pending_y) _mm256_stream_ps(pending_y + j, _mm256_mul_ps(_mm256_loadu_ps(prev + j), vinv));
+  }
+  return hsum256(_mm256_add_ps(s0, s1));
+}
+
+// The same on 16 lanes (the same bits: simd512.h).
+TOY_AVX512 float exps_beside_stores512(const float* z, float scale, float mx, float* cur, const float* next,
+                                       const float* prev, float inv, float* pending_y, int64_t D) {
+  const __m512 vs = _mm512_set1_ps(scale), vmx = _mm512_set1_ps(mx), vinv = _mm512_set1_ps(inv);
+  __m512 s = _mm512_setzero_ps();
+  // 512-bit streaming stores need 64-byte alignment; rows are only sure of 32 (D % 16 == 8).
+  const bool aligned64 = (reinterpret_cast<uintptr_t>(pending_y) & 63) == 0;
+  int64_t j = 0;
+  for (; j + 16 <= D; j += 16) {
+    if (next) _mm_prefetch(reinterpret_cast<const char*>(next + j), _MM_HINT_T1);
+    const __m512 a = exp512_nonpos(_mm512_fmsub_ps(_mm512_loadu_ps(z + j), vs, vmx));
+    _mm512_storeu_ps(cur + j, a);
+    s = _mm512_add_ps(s, a);
+    if (pending_y) {
+      const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(prev + j), vinv);
+      if (aligned64) {
+        _mm512_stream_ps(pending_y + j, v);
+      } else {
+        _mm256_stream_ps(pending_y + j, low256(v));
+        _mm256_stream_ps(pending_y + j + 8, high256(v));
+      }
+    }
+  }
+  __m256 s0 = low256(s);
+  if (j < D) {  // the last 8
+    const __m256 a = exp256_nonpos(_mm256_fmsub_ps(_mm256_loadu_ps(z + j), low256(vs), low256(vmx)));
+    _mm256_storeu_ps(cur + j, a);
+    s0 = _mm256_add_ps(s0, a);
+    if (pending_y) _mm256_stream_ps(pending_y + j, _mm256_mul_ps(_mm256_loadu_ps(prev + j), low256(vinv)));
+  }
+  return hsum256(_mm256_add_ps(s0, high256(s)));
+}
+
+// Softmax rows [b, e) of f32 x into y through streaming stores, software-pipelined: row r's
+// normalized values go out to memory while row r + 1's exps are computed, so the stores
+// (bound by memory) overlap the arithmetic instead of following it. Same operations, in the
+// same order per row, as softmax_row_f32: the same bits. D % 8 == 0 (stream_rows).
+void softmax_stream_rows_f32(const float* x, float scale, float* y, int64_t D, int64_t b, int64_t e) {
+  const bool wide = avx512_forms();
+  float* ebuf[2] = {scratch_floats(size_t(D), 0), scratch_floats(size_t(D), 1)};
+  float* pending_y = nullptr;  // the row whose exps wait in ebuf[1] for their normalized stores
+  float pending_inv = 0.0f;
+  auto flush_pending = [&] {
+    if (!pending_y) return;
+    const __m256 vinv = _mm256_set1_ps(pending_inv);
+    for (int64_t j = 0; j < D; j += 8) _mm256_stream_ps(pending_y + j, _mm256_mul_ps(_mm256_loadu_ps(ebuf[1] + j), vinv));
+    pending_y = nullptr;
+  };
+  for (int64_t r = b; r < e; ++r) {
+    const float* z = x + r * D;
+    float mx = -INFINITY;
+    if (scale > 0.0f) {
+      mx = (wide ? max_row512(z, D, -INFINITY) : max_row(z, D, -INFINITY)) * scale;
+    } else {
+      for (int64_t k = 0; k < D; ++k) mx = std::max(mx, z[k] * scale);
+    }
+    if (mx == -INFINITY) {  // fully masked row: zeros
+      flush_pending();
+      for (int64_t j = 0; j < D; j += 8) _mm256_stream_ps(y + r * D + j, _mm256_setzero_ps());
+      continue;
+    }
+    const float* next = r + 1 < e ? z + D : nullptr;
+    const float sum = wide ? exps_beside_stores512(z, scale, mx, ebuf[0], next, ebuf[1], pending_inv, pending_y, D)
+                           : exps_beside_stores(z, scale, mx, ebuf[0], next, ebuf[1], pending_inv, pending_y, D);
+    pending_y = y + r * D;
+    pending_inv = 1.0f / sum;
+    std::swap(ebuf[0], ebuf[1]);
+  }
+  flush_pending();
+  _mm_sfence();
+}
+
 // Rows of x (any float dtype) with an optional broadcast mask. f32 rows without a mask go
 // straight through softmax_row_f32; others stage z = x * scale + mask in f32 first.
 template <class T>
@@ -92,6 +197,9 @@ void softmax_rows(const Tensor& x, const Tensor& mask, float scale, bool log, Te
     // Row buffers only where used: staged inputs (a mask, or not f32) and scratch for exps that
     // cannot live in the output row.
     const bool staged = pm || !kF32;
+    if constexpr (kF32) {
+      if (stream && !pm && !log) return softmax_stream_rows_f32(px, scale, py, D, b, e);
+    }
     std::vector<float> zbuf(staged ? size_t(D) : 0), ebuf(staged || stream ? size_t(D) : 0), obuf(kF32 ? 0 : size_t(D));
     for (int64_t r = b; r < e; ++r) {
       const T* xr = px + r * D;

@@ -1,0 +1,171 @@
+// The kernel forms of one process (backend/cpu/variant.h): the AVX-512 forms of the float
+// kernels give the AVX2 forms' bits (README: a sequence gets the same bits on any of these
+// CPUs), and the paths a kernel takes for large tensors (streaming stores, pipelined rows)
+// give the bits of its row-by-row path. On a CPU without AVX-512 the comparison of forms has
+// one side; the other checks still run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "helpers.h"
+#include "toy/backend/cpu/block_gemm.h"
+#include "toy/backend/cpu/variant.h"
+
+using namespace toy;
+using namespace toy::test;
+
+namespace {
+
+// Back to the variant's forms however the test leaves.
+struct FormsRestore {
+  ~FormsRestore() { cpu::use_avx512_forms(true); }
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b, std::string* where) {
+  if (a.size() != b.size()) {
+    *where = "sizes differ";
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], 4) != 0) {
+      *where = "element " + std::to_string(i) + ": " + std::to_string(a[i]) + " vs " + std::to_string(b[i]);
+      return false;
+    }
+  return true;
+}
+
+// f on the AVX2 forms and on the variant's (the AVX-512 ones where the CPU has them).
+template <class F>
+std::pair<std::vector<float>, std::vector<float>> both_forms(F&& f) {
+  FormsRestore restore;
+  cpu::use_avx512_forms(false);
+  std::vector<float> narrow = f();
+  cpu::use_avx512_forms(true);
+  return {narrow, f()};
+}
+
+// Rows with what softmax must survive: a fully masked row, a row with one huge logit, rows
+// of exps that underflow to zero, one crossing the point where they start to.
+Tensor softmax_input(int64_t rows, int64_t D) {
+  std::vector<float> v = randn_t(Shape{rows, D}, 11, 6.0f).to_f32_vector();
+  for (int64_t j = 0; j < D; ++j) v[size_t(3 * D + j)] = -INFINITY;
+  v[size_t(5 * D + 7)] = 1e4f;
+  for (int64_t j = 0; j < D; j += 3) v[size_t(9 * D + j)] = -120.0f;
+  // Shifted scores from -80 to -90 in fine steps: across exp's flush to zero below -87.34.
+  for (int64_t j = 0; j < D; ++j) v[size_t(10 * D + j)] = j == 0 ? 0.0f : -80.0f - 10.0f * float(j) / float(D);
+  return from_vector(v, Shape{rows, D});
+}
+
+}  // namespace
+
+// Outputs of 16 MB and more take streaming stores through a software pipeline (row r stored
+// while row r + 1's exps run): it must give the bits of one row alone, in both forms, at a
+// width of 16-lane blocks and at one with an 8-lane tail, for two scales.
+TEST(KernelForms, StreamingSoftmaxEqualsOneRowAloneInBothForms) {
+  for (int64_t D : {int64_t(4096), int64_t(4104)}) {
+    const int64_t rows = (int64_t(16) << 20) / (4 * D) + 3;  // just past the streaming threshold
+    const Tensor x = softmax_input(rows, D);
+    const std::vector<float> xv = x.to_f32_vector();
+    for (float scale : {1.0f, 0.37f}) {
+      SCOPED_TRACE("D " + std::to_string(D) + " scale " + std::to_string(scale));
+      auto [narrow, wide] = both_forms([&] { return softmax(x, scale).to_f32_vector(); });
+      std::string where;
+      EXPECT_TRUE(same_bits(narrow, wide, &where)) << "AVX2 vs AVX-512 forms: " << where;
+      for (int64_t r : {int64_t(0), int64_t(3), int64_t(5), int64_t(9), int64_t(10), rows / 2, rows - 1}) {
+        const std::vector<float> alone = softmax(slice(x, 0, r, r + 1), scale).to_f32_vector();
+        const std::vector<float> in_big(wide.begin() + r * D, wide.begin() + (r + 1) * D);
+        EXPECT_TRUE(same_bits(alone, in_big, &where)) << "row " << r << " alone vs streamed: " << where;
+      }
+      // And the values: a double-precision softmax, within float rounding of the exp.
+      for (int64_t r : {int64_t(1), int64_t(5), int64_t(9), rows - 2}) {
+        const std::vector<float> row(xv.begin() + r * D, xv.begin() + (r + 1) * D);
+        double mx = -INFINITY, sum = 0;
+        for (float v : row) mx = std::max(mx, double(v) * scale);
+        for (float v : row) sum += std::exp(double(v) * scale - mx);
+        for (int64_t j = 0; j < D; ++j) {
+          const double want = std::exp(double(row[size_t(j)]) * scale - mx) / sum;
+          ASSERT_NEAR(wide[size_t(r * D + j)], want, 1e-5 * want + 1e-30) << "row " << r << " column " << j;
+        }
+      }
+      for (int64_t j = 0; j < D; ++j) ASSERT_EQ(wide[size_t(3 * D + j)], 0.0f) << "fully masked row, column " << j;
+    }
+  }
+}
+
+// block_gemm (fused attention's tile products): every element is one chain of FMAs over k
+// from 0, scaled by alpha and added to beta * C — checked bit for bit against that chain
+// written here with std::fma, in both forms, for every row and column remainder of the
+// register tiles, A plain and transposed, beta 0 (C not read: NaN there must not leak), 1
+// and another; the columns of C past N stay untouched.
+TEST(KernelForms, BlockGemmIsOneChainOfFmasPerElementInBothForms) {
+  FormsRestore restore;
+  const int64_t Ks[] = {0, 1, 16, 67};
+  const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 12, 16, 17};
+  const int64_t Ns[] = {1, 7, 8, 9, 16, 17, 24, 40, 63, 64, 65, 100, 256};
+  std::vector<float> src = randn_t(Shape{17 * 67 + 300 * 67}, 21).to_f32_vector();
+  for (bool wide : {false, true}) {
+    cpu::use_avx512_forms(wide);
+    for (bool trans : {false, true})
+      for (int64_t M : Ms)
+        for (int64_t N : Ns)
+          for (int64_t K : Ks)
+            for (float beta : {0.0f, 1.0f, 0.5f}) {
+              const float alpha = K == 16 ? 0.125f : 1.0f;
+              const int64_t lda = (trans ? M : K) + 3, ldb = N + 5, ldc = N + 2;
+              const float* a = src.data();
+              const float* b = src.data() + 17 * 67;
+              std::vector<float> c(size_t(M * ldc)), want(c.size());
+              for (size_t i = 0; i < c.size(); ++i) c[i] = want[i] = float(i % 13) - 6.0f;
+              if (beta == 0.0f)
+                for (int64_t i = 0; i < M; ++i)
+                  for (int64_t j = 0; j < N; ++j) c[size_t(i * ldc + j)] = NAN;
+              for (int64_t i = 0; i < M; ++i)
+                for (int64_t j = 0; j < N; ++j) {
+                  float acc = 0.0f;
+                  for (int64_t k = 0; k < K; ++k)
+                    acc = std::fma(trans ? a[k * lda + i] : a[i * lda + k], b[k * ldb + j], acc);
+                  float& w = want[size_t(i * ldc + j)];
+                  w = beta == 0.0f ? acc * alpha : std::fma(acc, alpha, beta * w);
+                }
+              cpu::block_gemm(trans, M, N, K, alpha, a, lda, b, ldb, beta, c.data(), ldc);
+              std::string where;
+              ASSERT_TRUE(same_bits(want, c, &where))
+                  << (wide ? "variant" : "AVX2") << " form, trans " << trans << " M " << M << " N " << N << " K " << K
+                  << " beta " << beta << ": " << where;
+            }
+  }
+}
+
+// Fused attention forward and backward give the same bits in both forms: GQA, causal and not,
+// a sliding window, head dims with and without a 16-lane tail, more keys than one chunk.
+TEST(KernelForms, AttentionForwardAndBackwardGiveTheSameBitsInBothForms) {
+  struct Case {
+    int64_t T, S, D, Dv;
+    bool causal;
+    int64_t window;
+  };
+  for (const Case& cs : {Case{37, 37, 64, 64, true, 0}, Case{300, 300, 40, 24, true, 0}, Case{21, 45, 64, 80, false, 0},
+                         Case{70, 70, 64, 64, true, 19}}) {
+    SCOPED_TRACE("T " + std::to_string(cs.T) + " D " + std::to_string(cs.D));
+    AttentionOptions o;
+    o.causal = cs.causal;
+    o.window = cs.window;
+    auto run = [&] {
+      Tensor q = param(randn_t(Shape{2, cs.T, 4, cs.D}, 31)), k = param(randn_t(Shape{2, cs.S, 2, cs.D}, 32)),
+             v = param(randn_t(Shape{2, cs.S, 2, cs.Dv}, 33));
+      Tensor y = attention(q, k, v, o);
+      auto g = grad(y, {q, k, v}, randn_t(y.shape(), 34));
+      std::vector<float> all = y.to_f32_vector();
+      for (const Tensor& t : g) {
+        std::vector<float> tv = t.to_f32_vector();
+        all.insert(all.end(), tv.begin(), tv.end());
+      }
+      return all;
+    };
+    auto [narrow, wide] = both_forms(run);
+    std::string where;
+    EXPECT_TRUE(same_bits(narrow, wide, &where)) << where;
+  }
+}
