@@ -1689,6 +1689,18 @@ toy_op_tests
 ^KernelForms\.Attention
   float sum = hsum256(_mm256_add_ps(s0, high256(s)));
   float sum = hsum256(_mm256_add_ps(s0, low256(s)));
+attention-decode-every-row-reads-query-0
+src/toy/backend/cpu/attention.cpp
+toy_op_tests
+^Forward\.AttentionDecode
+    g.q += i * g.qs0;  // sequence i's query row, as batch 0 of its own geometry
+    g.q += 0;
+attention-decode-f16-cache-read-as-f32
+src/toy/backend/cpu/attention.cpp
+toy_op_tests
+^Forward\.AttentionDecode
+  const bool half = ks[0].dtype() == DType::F16;
+  const bool half = false;
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -425,12 +425,14 @@ TEST(Device, ACudaBuildRegistersItsKernels) {
   EXPECT_TRUE(KernelRef<kern::Binary>("binary").available(Device::CUDA));
 }
 
-// A CUDA build: every kernel an op uses has a CUDA registration (kernels not ported yet would be
-// named in not_yet; the list is empty now, and a kernel an op gains without a CUDA port fails).
+// A CUDA build: every kernel an op uses has a CUDA registration (kernels not ported yet are
+// named in not_yet, and a kernel an op gains without a CUDA port fails).
 TEST(Device, EveryKernelAnOpUsesRunsOnCudaOrIsNamedAsNotYetPorted) {
   using namespace toy;
   if (!registry().has_backend(Device::CUDA)) GTEST_SKIP() << "toy was built without CUDA";
-  const std::set<std::string> not_yet = {};
+  // attention_decode: CUDA runs its composite form (the attention kernel once per sequence)
+  // until a batched kernel is written and checked on a GPU.
+  const std::set<std::string> not_yet = {"attention_decode"};
 
   std::set<std::string> missing;
   for (const OpInfo& op : registry().ops())

@@ -75,6 +75,24 @@ TEST(OpErrors, Attention) {
   expect_error([o] { attention(f32({1, 4, 2, 8}), f32({1, 4, 2, 8}), f32({1, 4, 2, 8}), o); }, {"[attention]", "segments"});
 }
 
+TEST(OpErrors, AttentionDecode) {
+  const std::vector<Tensor> k1 = {f32({1, 4, 2, 8})}, v1 = {f32({1, 4, 2, 8})};
+  const std::vector<Tensor> k2 = {f32({1, 4, 2, 8}), f32({1, 3, 2, 8})}, v2 = {f32({1, 4, 2, 8}), f32({1, 3, 2, 8})};
+  expect_error([&] { attention_decode(f32({2, 1, 4, 8}), k1, v1); }, {"[attention_decode]", "2 query rows"});
+  expect_error([&] { attention_decode(f32({1, 2, 4, 8}), k1, v1); }, {"[attention_decode]", "[N, 1, H, D]"});
+  expect_error([&] { attention_decode(f32({2, 1, 3, 8}), k2, v2); }, {"[attention_decode]", "multiple"});
+  const std::vector<Tensor> kd = {f32({1, 4, 2, 4}), f32({1, 3, 2, 8})};
+  expect_error([&] { attention_decode(f32({2, 1, 4, 8}), kd, v2); }, {"[attention_decode]", "sequence 0"});
+  const std::vector<Tensor> kh = {f32({1, 4, 2, 8}), f32({1, 3, 1, 8})}, vh = {f32({1, 4, 2, 8}), f32({1, 3, 1, 8})};
+  expect_error([&] { attention_decode(f32({2, 1, 4, 8}), kh, vh); }, {"[attention_decode]", "sequence 1"});
+  const std::vector<Tensor> kmix = {f32({1, 4, 2, 8}), cast(f32({1, 3, 2, 8}), DType::F16)};
+  const std::vector<Tensor> vmix = {f32({1, 4, 2, 8}), cast(f32({1, 3, 2, 8}), DType::F16)};
+  expect_error([&] { attention_decode(f32({2, 1, 4, 8}), kmix, vmix); }, {"[attention_decode]"});
+  AttentionOptions o;
+  o.segments = i32({1, 1});
+  expect_error([&] { attention_decode(f32({1, 1, 4, 8}), k1, v1, o); }, {"[attention_decode]", "segment"});
+}
+
 TEST(OpErrors, ShapeOps) {
   expect_error([] { view(transpose(f32({2, 3})), Shape{6}); }, {"[view]", "reshape"});
   expect_error([] { reshape(f32({2, 3}), Shape{4, -1}); }, {"[reshape]", "6"});

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 
@@ -883,6 +884,38 @@ TEST(Forward, SizeOneDimensionsBroadcastEverywhere) {
   EXPECT_EQ(rms_norm(randn_t(Shape{1, 1, 1}, 12)).numel(), 1);
   EXPECT_EQ(softmax(randn_t(Shape{4, 1}, 13)).to_f32_vector(), std::vector<float>(4, 1.0f));
   EXPECT_EQ(matmul(randn_t(Shape{1, 1}, 14), randn_t(Shape{1, 1}, 15)).numel(), 1);
+}
+
+// attention_decode (batched decoding): each row equals that sequence's query alone through
+// attention, bit for bit — sequences of 1 to 300 keys, GQA, a head dim with an 8-lane tail,
+// a sliding window, and F16 keys and values (an F16 cache) against their F32 widening.
+TEST(Forward, AttentionDecodeEqualsEachSequenceAlone) {
+  const std::vector<int64_t> lengths = {1, 7, 33, 300, 64};
+  const int64_t N = int64_t(lengths.size()), H = 6, Hkv = 2;
+  AttentionOptions win;
+  win.window = 16;
+  for (int64_t D : {int64_t(64), int64_t(40)})
+    for (const AttentionOptions& o : {AttentionOptions{}, win})
+      for (DType kv : {DType::F32, DType::F16}) {
+        SCOPED_TRACE("D " + std::to_string(D) + " window " + std::to_string(o.window) + " " + std::string(name(kv)));
+        Tensor q = randn_t(Shape{N, 1, H, D}, 170);
+        std::vector<Tensor> ks, vs;
+        for (int64_t i = 0; i < N; ++i) {
+          ks.push_back(cast(randn_t(Shape{1, lengths[size_t(i)], Hkv, D}, 171 + uint64_t(i)), kv));
+          vs.push_back(cast(randn_t(Shape{1, lengths[size_t(i)], Hkv, D + 8}, 181 + uint64_t(i)), kv));
+        }
+        const std::vector<float> all = attention_decode(q, ks, vs, o).to_f32_vector();
+        ASSERT_EQ(all.size(), size_t(N * H * (D + 8)));
+        for (int64_t i = 0; i < N; ++i) {
+          const std::vector<float> alone =
+              attention(slice(q, 0, i, i + 1), cast(ks[size_t(i)], DType::F32), cast(vs[size_t(i)], DType::F32), o)
+                  .to_f32_vector();
+          const size_t row = size_t(H * (D + 8));
+          for (size_t j = 0; j < row; ++j)
+            ASSERT_EQ(std::bit_cast<uint32_t>(all[size_t(i) * row + j]), std::bit_cast<uint32_t>(alone[j]))
+                << "sequence " << i << " element " << j;
+        }
+      }
 }
 
 TEST(Forward, AttentionAcrossSeveralKeyChunks) {

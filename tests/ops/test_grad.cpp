@@ -391,6 +391,21 @@ TEST(OpGrad, attention_qkv) {
                       {R(Shape{1, 5, 4, 4}, 152)}));
 }
 
+TEST(OpGrad, attention_decode) {
+  // Under autograd the op is the N attentions it stands for: gradients to q and to every
+  // sequence's keys and values, sequences of different lengths, GQA, a sliding window.
+  AttentionOptions win;
+  win.window = 3;
+  for (const AttentionOptions& o : {AttentionOptions{}, win}) {
+    Fn f = [o](const std::vector<Tensor>& in) {
+      const std::vector<Tensor> ks = {in[1], in[3]}, vs = {in[2], in[4]};
+      return attention_decode(in[0], ks, vs, o);
+    };
+    EXPECT_TRUE(grad_ok(f, {R(Shape{2, 1, 4, 4}, 160), R(Shape{1, 5, 2, 4}, 161), R(Shape{1, 5, 2, 3}, 162),
+                            R(Shape{1, 2, 2, 4}, 163), R(Shape{1, 2, 2, 3}, 164)}));
+  }
+}
+
 TEST(OpGrad, attention) {
   Fn causal = [](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2]); };
   EXPECT_TRUE(grad_ok(causal, {R(Shape{2, 5, 2, 4}, 140), R(Shape{2, 5, 2, 4}, 141), R(Shape{2, 5, 2, 4}, 142)}));

@@ -9,6 +9,7 @@
 //    layout): the in-place ops add_ and scale_ do that.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "toy/core/arena_range.h"
@@ -147,6 +148,13 @@ using Attention = void(const Tensor& q, const Tensor& k, const Tensor& v, const 
 using AttentionBackward = void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& segments,
                                const Tensor& out, const Tensor& lse, const Tensor& dout, const AttentionArgs& a,
                                Tensor& dq, Tensor& dk, Tensor& dv);
+// One query row for each of N sequences, each against its own keys (a batch of decoding
+// sequences whose caches hold different lengths): q [N, 1, H, D]; ks[i] [1, S_i, Hkv, D] and
+// vs[i] [1, S_i, Hkv, Dv] with last stride 1, F32 or (all of them) F16; out [N, 1, H, Dv].
+// Row i is, bit for bit, the Attention kernel's output for q[i] over (ks[i], vs[i]) as F32.
+// No segments; no backward.
+using AttentionDecode = void(const Tensor& q, std::span<const Tensor> ks, std::span<const Tensor> vs,
+                             const AttentionArgs& a, Tensor& out);
 
 // ---- rows -------------------------------------------------------------------------------
 // out[i, :] = table[ids[i], :]; table [V, D] (any float or block dtype), ids I32 [N].

@@ -41,7 +41,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 struct ServeBenchFlags {
-  std::string model, peer;
+  std::string model, peer, cache_type = "f32";
   int clients = 8, threads = 0, rounds = 3;
   int64_t prompt = 64, tokens = 128;
   bool json = false, no_peer = false;
@@ -226,7 +226,8 @@ int run_serve_bench(const ServeBenchFlags& f) {
     {
       const int port = free_port();
       ServerProcess s({toy, "serve", "-m", f.model, "--port", std::to_string(port), "--parallel",
-                       std::to_string(f.clients), "--ctx", std::to_string(slot_ctx), "--threads", std::to_string(threads)},
+                       std::to_string(f.clients), "--ctx", std::to_string(slot_ctx), "--threads", std::to_string(threads),
+                       "--cache-type", f.cache_type},
                       port, "toy serve");
       stream_once(port, warm, 4);
       single.push_back(run_round(port, 1, f.prompt, f.tokens, vocab, seed).tokens_per_s);
@@ -255,6 +256,7 @@ int run_serve_bench(const ServeBenchFlags& f) {
                       {"prompt_tokens", f.prompt},
                       {"generated_tokens", f.tokens},
                       {"rounds", f.rounds},
+                      {"cache_type", f.cache_type},
                       {"threads", threads},
                       {"model", f.model},
                       {"cpu", cpu_name()}};
@@ -293,6 +295,8 @@ Run add_bench_serve_command(CLI::App& bench) {
   add_int(cmd, "--rounds", f->rounds, 1, 100, "Rounds, alternating toy and llama-server; medians reported (default 3)");
   add_int(cmd, "--threads", f->threads, 1, kMaxThreads, "Threads of each server (default: all cores)")->default_str("");
   cmd->add_option("--peer", f->peer, "llama-server binary (default: the one scripts/llama_peer.sh --server builds)");
+  cmd->add_option("--cache-type", f->cache_type, "toy's KV cache dtype: f32 (default) or f16 (llama-server's default)")
+      ->check(CLI::IsMember({"f32", "f16"}));
   cmd->add_flag("--no-peer", f->no_peer, "Measure toy only");
   cmd->add_flag("--json", f->json, "One JSON object");
   return [f]() { return run_serve_bench(*f); };

@@ -176,15 +176,20 @@ Tensor Attention::step(const Tensor& x, const Tensor& positions, std::span<KVCac
   TOY_CHECK(int64_t(caches.size()) == N, "[attention] {} caches for a batch of {}", caches.size(), N);
   const AttentionOptions ao = options();
   // One projection for every sequence (a GEMM), then each attends over its own cache (of one
-  // capacity: the server makes them alike; the first decides LongRoPE's factors).
+  // capacity: the server makes them alike; the first decides LongRoPE's factors), all in one
+  // attention_decode call.
   const Heads h = heads_of(x, positions, caches.empty() ? 0 : caches[0]->capacity());
-  std::vector<Tensor> rows;
-  rows.reserve(size_t(N));
+  std::vector<Tensor> ks, vs;
+  ks.reserve(size_t(N)), vs.reserve(size_t(N));
   for (int64_t i = 0; i < N; ++i) {
-    auto [kh, vh] = append(*caches[size_t(i)], layer, slice(h.k, 0, i, i + 1), slice(h.v, 0, i, i + 1), h.q.dtype());
-    rows.push_back(attention(slice(h.q, 0, i, i + 1), kh, vh, ao));
+    KVCache& c = *caches[size_t(i)];
+    // An F16 cache is handed over as it is (attention_decode reads F16 keys and values): no
+    // F32 copy of the whole cache each step.
+    const DType kv = c.keys(layer).dtype() == DType::F16 && h.q.dtype() == DType::F32 ? DType::F16 : h.q.dtype();
+    auto [kh, vh] = append(c, layer, slice(h.k, 0, i, i + 1), slice(h.v, 0, i, i + 1), kv);
+    ks.push_back(std::move(kh)), vs.push_back(std::move(vh));
   }
-  return output(N == 1 ? rows[0] : concat(rows, 0), h.gate);
+  return output(attention_decode(h.q, ks, vs, ao), h.gate);
 }
 
 }  // namespace toy::nn

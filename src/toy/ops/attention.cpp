@@ -12,6 +12,7 @@ using namespace detail;
 namespace {
 const KernelRef<kern::Attention> k_attn("attention");
 const KernelRef<kern::AttentionBackward> k_attn_bwd("attention_backward");
+const KernelRef<kern::AttentionDecode> k_attn_decode("attention_decode");
 
 // f32 with unit last stride, as the kernel wants.
 Tensor kernel_ready(const Tensor& t) {
@@ -142,12 +143,78 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads, const A
   return result;
 }
 
+Tensor attention_decode(const Tensor& q, std::span<const Tensor> ks, std::span<const Tensor> vs,
+                        const AttentionOptions& o) {
+  OpSpan span("attention_decode", {&q});
+  const char* op = "attention_decode";
+  check_float(q, op, "q");
+  TOY_CHECK(q.ndim() == 4 && q.size(1) == 1,
+            "[attention_decode] q must be [N, 1, H, D] (one query row per sequence), got {}", q.shape().str());
+  const int64_t N = q.size(0), H = q.size(2), D = q.size(3);
+  TOY_CHECK(int64_t(ks.size()) == N && int64_t(vs.size()) == N,
+            "[attention_decode] {} query rows need as many keys and values, got {} and {}", N, ks.size(), vs.size());
+  TOY_CHECK(!o.segments.defined(), "[attention_decode] takes no segment ids (one sequence per row)");
+  TOY_CHECK(o.window >= 0 && (o.window == 0 || o.causal), "[attention_decode] a sliding window ({}) needs causal attention",
+            o.window);
+  bool grads = needs_grad({&q});
+  for (int64_t i = 0; i < N; ++i) {
+    const Tensor &k = ks[size_t(i)], &v = vs[size_t(i)];
+    check_float(k, op, "k");
+    check_float(v, op, "v");
+    // Keys and values in q's dtype, or F16 (an F16 cache, read as it is) under F32 queries.
+    const bool half_cache = q.dtype() == DType::F32 && k.dtype() == DType::F16 && v.dtype() == DType::F16;
+    if (!half_cache) {
+      check_same_dtype(q, k, op);
+      check_same_dtype(q, v, op);
+    }
+    TOY_CHECK(k.dtype() == ks[0].dtype(), "[attention_decode] sequence {} keys are {}, sequence 0's {}", i,
+              name(k.dtype()), name(ks[0].dtype()));
+    check_same_device(q, k, op);
+    check_same_device(q, v, op);
+    TOY_CHECK(k.ndim() == 4 && v.ndim() == 4 && k.size(0) == 1 && v.size(0) == 1 && v.size(1) == k.size(1) &&
+                  v.size(2) == k.size(2) && k.size(3) == D,
+              "[attention_decode] sequence {}: keys and values must be [1, S, Hkv, {}] and [1, S, Hkv, Dv], got {} and {}",
+              i, D, k.shape().str(), v.shape().str());
+    TOY_CHECK(k.size(2) == ks[0].size(2) && v.size(3) == vs[0].size(3),
+              "[attention_decode] sequence {} has {} kv heads of {} values, sequence 0 {} of {}", i, k.size(2),
+              v.size(3), ks[0].size(2), vs[0].size(3));
+    TOY_CHECK(k.size(2) > 0 && H % k.size(2) == 0, "[attention_decode] query heads {} must be a multiple of kv heads {}",
+              H, k.size(2));
+    TOY_CHECK(!o.causal || k.size(1) >= 1, "[attention_decode] sequence {} has no keys", i);
+    grads = grads || needs_grad({&k, &v});
+  }
+  // Under autograd, or on a device without the kernel: the N attentions it stands for.
+  if (grads || !k_attn_decode.available(q.device())) {
+    std::vector<Tensor> rows;
+    rows.reserve(size_t(N));
+    auto as_q = [&](const Tensor& t) { return t.dtype() == q.dtype() ? t : cast(t, q.dtype()); };
+    for (int64_t i = 0; i < N; ++i)
+      rows.push_back(attention(slice(q, 0, i, i + 1), as_q(ks[size_t(i)]), as_q(vs[size_t(i)]), o));
+    return N == 1 ? rows[0] : concat(rows, 0);
+  }
+  // F16 keys and values stay F16 (the kernel widens them in registers); others as attention.
+  auto ready = [](const Tensor& t) {
+    if (t.dtype() != DType::F16) return kernel_ready(t);
+    return t.stride(-1) == 1 && t.stride(1) >= t.size(3) ? t : contiguous_copy(t);
+  };
+  std::vector<Tensor> kf, vf;
+  kf.reserve(size_t(N)), vf.reserve(size_t(N));
+  for (int64_t i = 0; i < N; ++i) kf.push_back(ready(ks[size_t(i)])), vf.push_back(ready(vs[size_t(i)]));
+  Tensor out = empty(Shape{N, 1, H, vs[0].size(3)}, DType::F32, q.device());
+  k_attn_decode(q.device())(kernel_ready(q), kf, vf, kernel_args(o, D), out);
+  if (q.dtype() == DType::F32) return out;
+  NoGradGuard ng;
+  return cast(out, q.dtype());
+}
+
 namespace detail {
 void define_attention_ops(Registry& r) {
   std::vector<std::string> composite = kCompositeKernels;
   for (const char* k : {"matmul", "diag_mask_inf"}) composite.push_back(k);
   r.define_op(fused_op("attention", {"attention", "attention_backward"}, composite,
                        "fused flash-style SDPA: causal / block-causal segments, GQA, strided [B, T, H, D]"));
+  r.define_op(fused_op("attention_decode", {"attention_decode"}, {"attention", "attention_backward", "copy"},
+                       "one query row per sequence over each sequence's own keys (batched decoding): one kernel call"));
 }
 }  // namespace detail
 

@@ -119,6 +119,14 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
 // The same on a packed projection qkv [B, T, H + 2*Hkv, D] (q heads, then k, then v, as a fused
 // qkv Linear produces them): the gradient comes back packed in one tensor, with no slices.
 Tensor attention_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads, const AttentionOptions& o = {});
+// One query row per sequence, each over its own keys and values (decoding a batch whose
+// caches hold different lengths): q [N, 1, H, D]; ks[i] [1, S_i, Hkv, D], vs[i] [1, S_i, Hkv, Dv]
+// -> [N, 1, H, Dv]. Row i equals attention(q[i], ks[i], vs[i], o) bit for bit; where the device
+// has the kernel, all N rows run in one call (their heads share the threads). Keys and values
+// may be F16 under F32 queries (an F16 cache: read as F16, the numbers of its F32 widening).
+// No segments.
+Tensor attention_decode(const Tensor& q, std::span<const Tensor> ks, std::span<const Tensor> vs,
+                        const AttentionOptions& o = {});
 
 // ---- shape and rows (ops/shape.cpp, ops/rows.cpp) ------------------------------------------
 // View with a new shape (one dim may be -1); throws if the strides cannot express it.

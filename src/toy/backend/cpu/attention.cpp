@@ -37,6 +37,7 @@ constexpr int64_t kChunk = 256;  // key columns per tile
 struct Geometry {
   int64_t B, T, H, D, S, Hkv, Dv, group, off;
   const float *q, *k, *v;
+  const f16 *k16, *v16;  // an F16 cache's keys and values (attention_decode; k, v null then)
   int64_t qs0, qs1, qs2, ks0, ks1, ks2, vs0, vs1, vs2;
   const int32_t* seg;  // [B, T] or null
   float scale;
@@ -47,6 +48,19 @@ struct Geometry {
   const float* qrow(int64_t b, int64_t t, int64_t h) const { return q + b * qs0 + t * qs1 + h * qs2; }
   const float* krow(int64_t b, int64_t s, int64_t hk) const { return k + b * ks0 + s * ks1 + hk * ks2; }
   const float* vrow(int64_t b, int64_t s, int64_t hk) const { return v + b * vs0 + s * vs1 + hk * vs2; }
+  // The same rows with keys and values of element type KV (float, or f16 for an F16 cache).
+  template <class KV>
+  const KV* krow_as(int64_t b, int64_t s, int64_t hk) const {
+    const KV* base;
+    if constexpr (std::is_same_v<KV, float>) base = k; else base = k16;
+    return base + b * ks0 + s * ks1 + hk * ks2;
+  }
+  template <class KV>
+  const KV* vrow_as(int64_t b, int64_t s, int64_t hk) const {
+    const KV* base;
+    if constexpr (std::is_same_v<KV, float>) base = v; else base = v16;
+    return base + b * vs0 + s * vs1 + hk * vs2;
+  }
   // Last key (exclusive) any query of [i0, i1) can see.
   int64_t key_end(int64_t i1) const { return causal ? std::min(S, i1 + off) : S; }
   // First key any query of [i0, ...) can see.
@@ -59,7 +73,12 @@ Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   g.S = k.size(1), g.Hkv = k.size(2), g.Dv = v.size(3);
   g.group = g.H / g.Hkv;
   g.off = g.S - g.T;
-  g.q = q.data<float>(), g.k = k.data<float>(), g.v = v.data<float>();
+  g.q = q.data<float>();
+  if (k.dtype() == DType::F16) {
+    g.k16 = k.data<f16>(), g.v16 = v.data<f16>();
+  } else {
+    g.k = k.data<float>(), g.v = v.data<float>();
+  }
   g.qs0 = q.stride(0), g.qs1 = q.stride(1), g.qs2 = q.stride(2);
   g.ks0 = k.stride(0), g.ks1 = k.stride(1), g.ks2 = k.stride(2);
   g.vs0 = v.stride(0), g.vs1 = v.stride(1), g.vs2 = v.stride(2);
@@ -150,88 +169,96 @@ std::vector<char> monotone_segments(const Geometry& g) {
 // the general path cost more than the work, so each head's scores are dot products over the
 // keys' contiguous rows, a softmax, and a weighted sum of value rows. The same numbers as the
 // tiled path (same exp, max-subtracted sums), computed in one pass per head.
+// Head h of sequence b for one query row: its output row orow [Dv] and log-sum-exp *lse.
+// KV: the keys' and values' element type (f16 rows are widened in registers: exactly the
+// numbers of the f32 rows they convert to).
+template <class KV>
+void one_query_head(const Geometry& g, int64_t b, int64_t h, float* orow, float* lse) {
+  const int64_t hk = h / g.group;
+  // Keys [j_first, j_first + S) are visible (a sliding window starts past 0).
+  const int64_t j_first = g.key_begin(0), S = g.key_end(1) - j_first;
+  float* s = scratch_floats(size_t(S + 8), 0);
+  const float* q = g.qrow(b, 0, h);
+  if (S == 0) {
+    std::fill_n(orow, g.Dv, 0.0f);
+    *lse = -INFINITY;
+    return;
+  }
+  // Scores, four keys at a time: four independent FMA chains instead of one waiting on
+  // itself (the dot products are short, so latency, not arithmetic, is the limit).
+  const int64_t D8 = g.D / 8 * 8;
+  auto dot_tail = [&](const KV* kr) {
+    float t = 0;
+    for (int64_t d = D8; d < g.D; ++d) t += q[d] * to_f32(kr[d]);
+    return t;
+  };
+  int64_t j = 0;
+  for (; j + 4 <= S; j += 4) {
+    const KV* k0 = g.krow_as<KV>(b, j_first + j, hk);
+    const KV* k1 = g.krow_as<KV>(b, j_first + j + 1, hk);
+    const KV* k2 = g.krow_as<KV>(b, j_first + j + 2, hk);
+    const KV* k3 = g.krow_as<KV>(b, j_first + j + 3, hk);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t d = 0; d < D8; d += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + d);
+      a0 = _mm256_fmadd_ps(qv, load8(k0 + d), a0);
+      a1 = _mm256_fmadd_ps(qv, load8(k1 + d), a1);
+      a2 = _mm256_fmadd_ps(qv, load8(k2 + d), a2);
+      a3 = _mm256_fmadd_ps(qv, load8(k3 + d), a3);
+    }
+    s[j] = (hsum256(a0) + dot_tail(k0)) * g.scale;
+    s[j + 1] = (hsum256(a1) + dot_tail(k1)) * g.scale;
+    s[j + 2] = (hsum256(a2) + dot_tail(k2)) * g.scale;
+    s[j + 3] = (hsum256(a3) + dot_tail(k3)) * g.scale;
+  }
+  for (; j < S; ++j) {
+    const KV* kr = g.krow_as<KV>(b, j_first + j, hk);
+    __m256 a = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D8; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(kr + d), a);
+    s[j] = (hsum256(a) + dot_tail(kr)) * g.scale;
+  }
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < S; ++i) mx = std::max(mx, s[i]);
+  // p = exp(s - max), eight at a time; the padding past S is never read.
+  const __m256 vmx = _mm256_set1_ps(mx);
+  __m256 vsum = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= S; i += 8) {
+    const __m256 p = exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx));
+    _mm256_storeu_ps(s + i, p);
+    vsum = _mm256_add_ps(vsum, p);
+  }
+  float sum = hsum256(vsum);
+  for (; i < S; ++i) sum += (s[i] = exp_nonpos_scalar(s[i] - mx));
+  // o = sum_j p_j v_j / sum, 64 output dims at a time held in registers across the keys.
+  const float inv = 1.0f / sum;
+  for (int64_t d0 = 0; d0 < g.Dv; d0 += 64) {
+    const int64_t width = std::min<int64_t>(64, g.Dv - d0);
+    if (width == 64) {
+      __m256 acc[8];
+      for (auto& a : acc) a = _mm256_setzero_ps();
+      for (int64_t jj = 0; jj < S; ++jj) {
+        const KV* vr = g.vrow_as<KV>(b, j_first + jj, hk) + d0;
+        const __m256 p = _mm256_set1_ps(s[jj]);
+        for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(p, load8(vr + 8 * c), acc[c]);
+      }
+      for (int c = 0; c < 8; ++c) _mm256_storeu_ps(orow + d0 + 8 * c, _mm256_mul_ps(acc[c], _mm256_set1_ps(inv)));
+    } else {
+      float acc[64] = {};
+      for (int64_t jj = 0; jj < S; ++jj) {
+        const KV* vr = g.vrow_as<KV>(b, j_first + jj, hk) + d0;
+        for (int64_t d = 0; d < width; ++d) acc[d] += s[jj] * to_f32(vr[d]);
+      }
+      for (int64_t d = 0; d < width; ++d) orow[d0 + d] = acc[d] * inv;
+    }
+  }
+  *lse = mx + std::log(sum);
+}
+
 void attention_one_query(const Geometry& g, float* po, float* pl) {
   parallel_tasks(g.B * g.H, [&](int64_t task) {
-    const int64_t b = task / g.H, h = task % g.H, hk = h / g.group;
-    // Keys [j_first, j_first + S) are visible (a sliding window starts past 0).
-    const int64_t j_first = g.key_begin(0), S = g.key_end(1) - j_first;
-    float* s = scratch_floats(size_t(S + 8), 0);
-    const float* q = g.qrow(b, 0, h);
-    float* orow = po + (b * g.H + h) * g.Dv;
-    if (S == 0) {
-      std::fill_n(orow, g.Dv, 0.0f);
-      pl[b * g.H + h] = -INFINITY;
-      return;
-    }
-    // Scores, four keys at a time: four independent FMA chains instead of one waiting on
-    // itself (the dot products are short, so latency, not arithmetic, is the limit).
-    const int64_t D8 = g.D / 8 * 8;
-    auto dot_tail = [&](const float* kr) {
-      float t = 0;
-      for (int64_t d = D8; d < g.D; ++d) t += q[d] * kr[d];
-      return t;
-    };
-    int64_t j = 0;
-    for (; j + 4 <= S; j += 4) {
-      const float* k0 = g.krow(b, j_first + j, hk);
-      const float* k1 = g.krow(b, j_first + j + 1, hk);
-      const float* k2 = g.krow(b, j_first + j + 2, hk);
-      const float* k3 = g.krow(b, j_first + j + 3, hk);
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t d = 0; d < D8; d += 8) {
-        const __m256 qv = _mm256_loadu_ps(q + d);
-        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
-        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), a1);
-        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), a2);
-        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), a3);
-      }
-      s[j] = (hsum256(a0) + dot_tail(k0)) * g.scale;
-      s[j + 1] = (hsum256(a1) + dot_tail(k1)) * g.scale;
-      s[j + 2] = (hsum256(a2) + dot_tail(k2)) * g.scale;
-      s[j + 3] = (hsum256(a3) + dot_tail(k3)) * g.scale;
-    }
-    for (; j < S; ++j) {
-      const float* kr = g.krow(b, j_first + j, hk);
-      __m256 a = _mm256_setzero_ps();
-      for (int64_t d = 0; d < D8; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kr + d), a);
-      s[j] = (hsum256(a) + dot_tail(kr)) * g.scale;
-    }
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < S; ++i) mx = std::max(mx, s[i]);
-    // p = exp(s - max), eight at a time; the padding past S is never read.
-    const __m256 vmx = _mm256_set1_ps(mx);
-    __m256 vsum = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= S; i += 8) {
-      const __m256 p = exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx));
-      _mm256_storeu_ps(s + i, p);
-      vsum = _mm256_add_ps(vsum, p);
-    }
-    float sum = hsum256(vsum);
-    for (; i < S; ++i) sum += (s[i] = exp_nonpos_scalar(s[i] - mx));
-    // o = sum_j p_j v_j / sum, 64 output dims at a time held in registers across the keys.
-    const float inv = 1.0f / sum;
-    for (int64_t d0 = 0; d0 < g.Dv; d0 += 64) {
-      const int64_t width = std::min<int64_t>(64, g.Dv - d0);
-      if (width == 64) {
-        __m256 acc[8];
-        for (auto& a : acc) a = _mm256_setzero_ps();
-        for (int64_t jj = 0; jj < S; ++jj) {
-          const float* vr = g.vrow(b, j_first + jj, hk) + d0;
-          const __m256 p = _mm256_set1_ps(s[jj]);
-          for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8 * c), acc[c]);
-        }
-        for (int c = 0; c < 8; ++c) _mm256_storeu_ps(orow + d0 + 8 * c, _mm256_mul_ps(acc[c], _mm256_set1_ps(inv)));
-      } else {
-        float acc[64] = {};
-        for (int64_t jj = 0; jj < S; ++jj) {
-          const float* vr = g.vrow(b, j_first + jj, hk) + d0;
-          for (int64_t d = 0; d < width; ++d) acc[d] += s[jj] * vr[d];
-        }
-        for (int64_t d = 0; d < width; ++d) orow[d0 + d] = acc[d] * inv;
-      }
-    }
-    pl[b * g.H + h] = mx + std::log(sum);
+    const int64_t b = task / g.H, h = task % g.H;
+    one_query_head<float>(g, b, h, po + (b * g.H + h) * g.Dv, pl + b * g.H + h);
   });
 }
 
@@ -406,6 +433,31 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       }
     }
     zero_rows(written, g.S);  // keys no query can see
+  });
+}
+
+void attention_decode(const Tensor& q, std::span<const Tensor> ks, std::span<const Tensor> vs,
+                      const kern::AttentionArgs& a, Tensor& out) {
+  const int64_t N = q.size(0), H = q.size(2), Dv = out.size(3);
+  std::vector<Geometry> gs;
+  gs.reserve(size_t(N));
+  for (int64_t i = 0; i < N; ++i) {
+    Geometry g = geometry(q, ks[size_t(i)], vs[size_t(i)], Tensor(), a);
+    g.B = 1;
+    g.q += i * g.qs0;  // sequence i's query row, as batch 0 of its own geometry
+    gs.push_back(g);
+  }
+  float* po = out.data<float>();
+  // Every (sequence, head) is a task of one parallel region: the heads of all the sequences
+  // share the threads (one region per sequence left threads idle and paid its start N times).
+  const bool half = ks[0].dtype() == DType::F16;
+  parallel_tasks(N * H, [&](int64_t task) {
+    const int64_t i = task / H, h = task % H;
+    float lse;
+    if (half)
+      one_query_head<f16>(gs[size_t(i)], 0, h, po + (i * H + h) * Dv, &lse);
+    else
+      one_query_head<float>(gs[size_t(i)], 0, h, po + (i * H + h) * Dv, &lse);
   });
 }
 

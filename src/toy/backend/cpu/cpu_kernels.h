@@ -34,6 +34,7 @@ kern::DiagMask diag_mask;
 kern::Rope rope;
 kern::Attention attention;
 kern::AttentionBackward attention_backward;
+kern::AttentionDecode attention_decode;
 kern::GetRows get_rows;
 kern::ScatterAddRows scatter_add_rows;
 kern::SetRows set_rows;

@@ -44,6 +44,7 @@ void install_cpu_backend(Registry& r) {
   sim::add_cpu_and_sim<kern::Rope, &cpu::rope>(r, "rope");
   sim::add_cpu_and_sim<kern::Attention, &cpu::attention>(r, "attention");
   sim::add_cpu_and_sim<kern::AttentionBackward, &cpu::attention_backward>(r, "attention_backward");
+  sim::add_cpu_and_sim<kern::AttentionDecode, &cpu::attention_decode>(r, "attention_decode");
   sim::add_cpu_and_sim<kern::GetRows, &cpu::get_rows>(r, "get_rows");
   sim::add_cpu_and_sim<kern::ScatterAddRows, &cpu::scatter_add_rows>(r, "get_rows_backward");
   sim::add_cpu_and_sim<kern::SetRows, &cpu::set_rows>(r, "set_rows");
