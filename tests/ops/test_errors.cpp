@@ -87,7 +87,9 @@ TEST(OpErrors, AttentionDecode) {
   expect_error([&] { attention_decode(f32({2, 1, 4, 8}), kh, vh); }, {"[attention_decode]", "sequence 1"});
   const std::vector<Tensor> kmix = {f32({1, 4, 2, 8}), cast(f32({1, 3, 2, 8}), DType::F16)};
   const std::vector<Tensor> vmix = {f32({1, 4, 2, 8}), cast(f32({1, 3, 2, 8}), DType::F16)};
-  expect_error([&] { attention_decode(f32({2, 1, 4, 8}), kmix, vmix); }, {"[attention_decode]"});
+  expect_error([&] { attention_decode(f32({2, 1, 4, 8}), kmix, vmix); }, {"[attention_decode]", "sequence 1 keys are"});
+  const std::vector<Tensor> none;
+  expect_error([&] { attention_decode(f32({0, 1, 4, 8}), none, none); }, {"[attention_decode]", "at least one"});
   AttentionOptions o;
   o.segments = i32({1, 1});
   expect_error([&] { attention_decode(f32({1, 1, 4, 8}), k1, v1, o); }, {"[attention_decode]", "segment"});

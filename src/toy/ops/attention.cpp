@@ -151,6 +151,7 @@ Tensor attention_decode(const Tensor& q, std::span<const Tensor> ks, std::span<c
   TOY_CHECK(q.ndim() == 4 && q.size(1) == 1,
             "[attention_decode] q must be [N, 1, H, D] (one query row per sequence), got {}", q.shape().str());
   const int64_t N = q.size(0), H = q.size(2), D = q.size(3);
+  TOY_CHECK(N > 0, "[attention_decode] needs at least one sequence");
   TOY_CHECK(int64_t(ks.size()) == N && int64_t(vs.size()) == N,
             "[attention_decode] {} query rows need as many keys and values, got {} and {}", N, ks.size(), vs.size());
   TOY_CHECK(!o.segments.defined(), "[attention_decode] takes no segment ids (one sequence per row)");

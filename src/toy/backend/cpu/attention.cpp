@@ -189,7 +189,9 @@ void one_query_head(const Geometry& g, int64_t b, int64_t h, float* orow, float*
   const int64_t D8 = g.D / 8 * 8;
   auto dot_tail = [&](const KV* kr) {
     float t = 0;
-    for (int64_t d = D8; d < g.D; ++d) t += q[d] * to_f32(kr[d]);
+    // Explicit FMAs: whether the compiler contracts q * k + t could differ between the f32
+    // and f16 instantiations (it did), and then an F16 cache's bits would not be its widening's.
+    for (int64_t d = D8; d < g.D; ++d) t = std::fma(q[d], to_f32(kr[d]), t);
     return t;
   };
   int64_t j = 0;
@@ -247,7 +249,7 @@ void one_query_head(const Geometry& g, int64_t b, int64_t h, float* orow, float*
       float acc[64] = {};
       for (int64_t jj = 0; jj < S; ++jj) {
         const KV* vr = g.vrow_as<KV>(b, j_first + jj, hk) + d0;
-        for (int64_t d = 0; d < width; ++d) acc[d] += s[jj] * to_f32(vr[d]);
+        for (int64_t d = 0; d < width; ++d) acc[d] = std::fma(s[jj], to_f32(vr[d]), acc[d]);
       }
       for (int64_t d = 0; d < width; ++d) orow[d0 + d] = acc[d] * inv;
     }

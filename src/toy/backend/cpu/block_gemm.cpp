@@ -23,8 +23,8 @@ struct AStrides {
 };
 
 // ---- AVX2: 6 rows x 16 columns (two 8-lane vectors) per tile: 12 accumulators of the 16
-// registers. (Masked tails are slow on AMD, and the widths here, 64 and 256, are multiples
-// of 16: no tail.) --------------------------------------
+// registers. (Masked tails are slow on AMD; the common widths, head dims of 64 and 128 and
+// full key chunks of 256, are multiples of 16 and need none.) --------------------------------------
 
 // Lane mask for the first n (0..8) lanes.
 inline __m256i first_lanes(int64_t n) {
@@ -128,7 +128,7 @@ TOY_AVX512 void rows512(AStrides as, int64_t N, int64_t K, float alpha, const fl
   for (; j + 64 <= N; j += 64) tile512<MR, 4, false>(as, K, alpha, a, b + j, ldb, beta, c + j, ldc, 16);
   const int64_t rest = N - j;
   if (rest <= 0) return;
-  if (rest % 16 == 0) {  // whole vectors (causal chunks end on 16-key blocks)
+  if (rest % 16 == 0) {  // whole vectors (a causal chunk ends on a 16-key block when S - T is a multiple of 16)
     switch (rest / 16) {
       case 1: tile512<MR, 1, false>(as, K, alpha, a, b + j, ldb, beta, c + j, ldc, 16); break;
       case 2: tile512<MR, 2, false>(as, K, alpha, a, b + j, ldb, beta, c + j, ldc, 16); break;

@@ -11,7 +11,10 @@
 #include "toy/backend/cpu/simd.h"
 
 // GCC 12 warns inside its own AVX-512 headers (intrinsics that start from a deliberately
-// undefined register, e.g. the shifts and the 256-bit extract): not the includer's values.
+// undefined register, e.g. the shifts and the 256-bit extract). The warnings are reported
+// where the intrinsics are inlined, in the including file's functions, so the two warnings
+// stay off for the rest of every file that includes this header (a push/pop here would not
+// cover them).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -180,7 +180,8 @@ void softmax_stream_rows_f32(const float* x, float scale, float* y, int64_t D, i
 }
 
 // Rows of x (any float dtype) with an optional broadcast mask. f32 rows without a mask go
-// straight through softmax_row_f32; others stage z = x * scale + mask in f32 first.
+// straight through softmax_row_f32 (softmax_stream_rows_f32 when the output streams: large,
+// not log); others stage z = x * scale + mask in f32 first.
 template <class T>
 void softmax_rows(const Tensor& x, const Tensor& mask, float scale, bool log, Tensor& y) {
   const int64_t D = x.size(-1), rows = x.numel() / std::max<int64_t>(D, 1);
