@@ -150,7 +150,8 @@ TEST(KernelForms, BlockGemmIsOneChainOfFmasPerElementInBothForms) {
 }
 
 // Fused attention forward and backward give the same bits in both forms: GQA, causal and not,
-// a sliding window, head dims with and without a 16-lane tail, more keys than one chunk.
+// a sliding window, head dims with and without a 16-lane tail, more keys than one chunk, and
+// one query row (decoding's path).
 TEST(KernelForms, AttentionForwardAndBackwardGiveTheSameBitsInBothForms) {
   struct Case {
     int64_t T, S, D, Dv;
@@ -158,7 +159,7 @@ TEST(KernelForms, AttentionForwardAndBackwardGiveTheSameBitsInBothForms) {
     int64_t window;
   };
   for (const Case& cs : {Case{37, 37, 64, 64, true, 0}, Case{300, 300, 40, 24, true, 0}, Case{21, 45, 64, 80, false, 0},
-                         Case{70, 70, 64, 64, true, 19}}) {
+                         Case{70, 70, 64, 64, true, 19}, Case{1, 45, 36, 44, true, 0}, Case{1, 300, 64, 64, true, 0}}) {
     SCOPED_TRACE("T " + std::to_string(cs.T) + " D " + std::to_string(cs.D));
     AttentionOptions o;
     o.causal = cs.causal;

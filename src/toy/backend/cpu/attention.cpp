@@ -221,17 +221,8 @@ void one_query_head(const Geometry& g, int64_t b, int64_t h, float* orow, float*
   }
   float mx = -INFINITY;
   for (int64_t i = 0; i < S; ++i) mx = std::max(mx, s[i]);
-  // p = exp(s - max), eight at a time; the padding past S is never read.
-  const __m256 vmx = _mm256_set1_ps(mx);
-  __m256 vsum = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= S; i += 8) {
-    const __m256 p = exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx));
-    _mm256_storeu_ps(s + i, p);
-    vsum = _mm256_add_ps(vsum, p);
-  }
-  float sum = hsum256(vsum);
-  for (; i < S; ++i) sum += (s[i] = exp_nonpos_scalar(s[i] - mx));
+  // p = exp(s - max) in place, and their sum (the same bits in both forms).
+  const float sum = avx512_forms() ? exp_shifted_row_sum512(s, S, mx) : exp_shifted_row_sum(s, S, mx);
   // o = sum_j p_j v_j / sum, 64 output dims at a time held in registers across the keys.
   const float inv = 1.0f / sum;
   for (int64_t d0 = 0; d0 < g.Dv; d0 += 64) {
