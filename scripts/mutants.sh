@@ -1701,6 +1701,12 @@ toy_op_tests
 ^Forward\.AttentionDecode
   const bool half = ks[0].dtype() == DType::F16;
   const bool half = false;
+attention-decode-composite-keeps-f16
+src/toy/ops/attention.cpp
+toy_sim_tests
+^Fallbacks\.AttentionDecode
+    auto as_q = [&](const Tensor& t) { return t.dtype() == q.dtype() ? t : cast(t, q.dtype()); };
+    auto as_q = [&](const Tensor& t) { return t; };
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

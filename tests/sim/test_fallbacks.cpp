@@ -133,6 +133,33 @@ TEST(Fallbacks, AttentionCausalGqaSegmentsAndPackedQkv) {
   expect_fallback_matches("attention", kernels, [&] { return attention(qs, ks, vs, seg); }, {qs, ks, vs}, 1e-5);
 }
 
+// attention_decode on sim (no autograd: its own kernel, run inside the sim's kernel scope),
+// and with that kernel withheld (the composite: one attention per sequence), both equal to
+// the CPU's result bit for bit — sequences of different lengths, GQA, F32 and F16 caches.
+TEST(Fallbacks, AttentionDecodeOnSimWithAndWithoutItsKernel) {
+  const std::vector<int64_t> lengths = {3, 17, 1};
+  for (DType kv : {DType::F32, DType::F16}) {
+    SCOPED_TRACE(std::string(name(kv)));
+    const Tensor q = randn_t(Shape{3, 1, 4, 8}, 190);
+    std::vector<Tensor> ks, vs, ks_sim, vs_sim;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      ks.push_back(cast(randn_t(Shape{1, lengths[i], 2, 8}, 191 + i), kv));
+      vs.push_back(cast(randn_t(Shape{1, lengths[i], 2, 6}, 195 + i), kv));
+      ks_sim.push_back(transfer(ks.back(), Device::SIM)), vs_sim.push_back(transfer(vs.back(), Device::SIM));
+    }
+    const Tensor q_sim = transfer(q, Device::SIM);
+    const std::vector<float> cpu = attention_decode(q, ks, vs).to_f32_vector();
+    const OpInfo* info = registry().find_op("attention_decode");
+    ASSERT_NE(info, nullptr);
+    EXPECT_TRUE(registry().has_own_kernels(*info, Device::SIM));
+    EXPECT_EQ(attention_decode(q_sim, ks_sim, vs_sim).to_f32_vector(), cpu) << "sim, its own kernel";
+    WithheldKernels withheld({"attention_decode"}, Device::SIM);
+    EXPECT_FALSE(registry().has_own_kernels(*info, Device::SIM));
+    EXPECT_TRUE(registry().supports(*info, Device::SIM));
+    EXPECT_EQ(attention_decode(q_sim, ks_sim, vs_sim).to_f32_vector(), cpu) << "sim, the composite form";
+  }
+}
+
 TEST(Fallbacks, APrimitiveWithoutAKernelIsAClearErrorNamingItAndTheDevice) {
   const Tensor x = leaf(Shape{1, 3, 2, 8}, 18);
   const Tensor pos = transfer(from_vector(std::vector<int32_t>{0, 1, 2}, Shape{3}), Device::SIM);
