@@ -14,10 +14,11 @@ const KernelRef<kern::Attention> k_attn("attention");
 const KernelRef<kern::AttentionBackward> k_attn_bwd("attention_backward");
 const KernelRef<kern::AttentionDecode> k_attn_decode("attention_decode");
 
-// f32 with unit last stride, as the kernel wants.
-Tensor kernel_ready(const Tensor& t) {
+// f32 (or, keep_f16, F16 as it is: attention_decode's caches) with unit last stride, as the
+// kernel wants.
+Tensor kernel_ready(const Tensor& t, bool keep_f16 = false) {
   NoGradGuard ng;
-  Tensor f = t.dtype() == DType::F32 ? t : cast(t, DType::F32);
+  Tensor f = t.dtype() == DType::F32 || (keep_f16 && t.dtype() == DType::F16) ? t : cast(t, DType::F32);
   // The kernels hand rows (dim 1) to their GEMMs with leading dimension stride(1), which
   // BLAS-style GEMMs (cuBLAS on the GPU) require to be at least the row length.
   const bool blas_rows = f.stride(-1) == 1 && f.stride(1) >= f.size(3);
@@ -193,14 +194,11 @@ Tensor attention_decode(const Tensor& q, std::span<const Tensor> ks, std::span<c
       rows.push_back(attention(slice(q, 0, i, i + 1), as_q(ks[size_t(i)]), as_q(vs[size_t(i)]), o));
     return N == 1 ? rows[0] : concat(rows, 0);
   }
-  // F16 keys and values stay F16 (the kernel widens them in registers); others as attention.
-  auto ready = [](const Tensor& t) {
-    if (t.dtype() != DType::F16) return kernel_ready(t);
-    return t.stride(-1) == 1 && t.stride(1) >= t.size(3) ? t : contiguous_copy(t);
-  };
+  // F16 keys and values stay F16 (the kernel widens them in registers).
   std::vector<Tensor> kf, vf;
   kf.reserve(size_t(N)), vf.reserve(size_t(N));
-  for (int64_t i = 0; i < N; ++i) kf.push_back(ready(ks[size_t(i)])), vf.push_back(ready(vs[size_t(i)]));
+  for (int64_t i = 0; i < N; ++i)
+    kf.push_back(kernel_ready(ks[size_t(i)], true)), vf.push_back(kernel_ready(vs[size_t(i)], true));
   Tensor out = empty(Shape{N, 1, H, vs[0].size(3)}, DType::F32, q.device());
   k_attn_decode(q.device())(kernel_ready(q), kf, vf, kernel_args(o, D), out);
   if (q.dtype() == DType::F32) return out;
