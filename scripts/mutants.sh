@@ -1689,6 +1689,30 @@ toy_op_tests
 ^KernelForms\.Attention
   float sum = hsum256(_mm256_add_ps(s0, high256(s)));
   float sum = hsum256(_mm256_add_ps(s0, low256(s)));
+moe-weight-slot-reads-row-0
+src/toy/backend/cpu/moe.cpp
+toy_op_tests
+^Forward\.StoredExperts
+  auto x_row = [&](int64_t pair) { return pair / d.U * d.X + (d.X == 1 ? 0 : pair % d.U); };
+  auto x_row = [&](int64_t pair) { return pair / d.U * d.X; };
+moe-weight-block-past-the-rows
+src/toy/backend/cpu/moe.cpp
+toy_op_tests
+^Forward\.StoredExperts
+    const int64_t e = few[size_t(b0 / span)], r0 = b0 % span, r1 = std::min(d.N, r0 + (b1 - b0));
+    const int64_t e = few[size_t(b0 / span)], r0 = b0 % span, r1 = r0 + (b1 - b0) > d.N ? r0 : r0 + (b1 - b0);
+moe-weight-many-pairs-from-the-blocks
+src/toy/backend/cpu/moe.cpp
+toy_op_tests
+^Forward\.StoredExperts
+    if (int64_t(pe.size()) <= kGemvMaxRows && gemv_blocks_supports(t)) {
+    if (gemv_blocks_supports(t)) {
+moe-prepared-k-rows-unquantized-sums
+src/toy/backend/cpu/gemv_blocks.cpp
+toy_op_tests
+^Forward\.StoredExperts
+  const Q8Row q{d, reinterpret_cast<const int8_t*>(d + K_ / 32), reinterpret_cast<const int16_t*>(d + K_ / 32 + K_ / 4)};
+  const Q8Row q{d, reinterpret_cast<const int8_t*>(d + K_ / 32), reinterpret_cast<const int16_t*>(d + K_ / 32)};
 attention-decode-every-row-reads-query-0
 src/toy/backend/cpu/attention.cpp
 toy_op_tests

@@ -135,6 +135,11 @@ TEST(OpErrors, ConvMoeSsmOptim) {
   expect_error([] { ssm_conv(f32({1, 2, 3}), f32({3, 4})); }, {"[ssm_conv]"});
   expect_error([] { mul_mat_id(f32({2, 3, 4}), f32({2, 1, 4}), from_vector(std::vector<int32_t>{0, 2}, Shape{2, 1})); },
                {"[mul_mat_id]", "= 2", "[0, 2)"});
+  // Stored-dtype experts take f32 activations (as linear does); integer experts are refused.
+  expect_error([] { mul_mat_id(cast(f32({2, 3, 32}), DType::Q8_0), zeros({2, 1, 32}, DType::F16), i32({2, 1})); },
+               {"[mul_mat_id]", "q8_0 experts", "f32 activations", "f16"});
+  expect_error([] { mul_mat_id(i32({2, 3, 4}), f32({2, 1, 4}), i32({2, 1})); },
+               {"[mul_mat_id]", "float or a GGUF block type", "i32"});
   expect_error([] { add_id(f32({2, 1, 3}), f32({2, 4}), i32({2, 1})); }, {"[add_id]", "bias"});
   expect_error([] { ssm_scan(f32({1, 2, 4, 3}), f32({1, 2, 3}), f32({4}), f32({1, 2, 3, 5}), f32({1, 2, 3, 5})); },
                {"[ssm_scan]", "dt"});

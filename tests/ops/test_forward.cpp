@@ -826,6 +826,48 @@ TEST(Forward, MoePrimitives) {
     for (int n = 0; n < 4; ++n) EXPECT_NEAR(zv[size_t(i * 4 + n)], yv[size_t(i * 4 + n)] + bv[size_t(idv[i] * 4 + n)], 1e-6);
 }
 
+// Experts in a stored dtype: one kernel call (the few-pair experts of a decoding step in one
+// parallel region, the many-pair experts of a prompt one product each) gives the bits of its
+// composite form (each expert's rows gathered through linear, which runs under autograd and
+// on devices without the kernel), and a few-pair expert's row those of linear on that row
+// alone. Every stored type: the 32-value blocks (integer products), the K types, F16/BF16,
+// and a type without block products (Q4_1: every expert through matmul_weight). Row counts
+// of one pair per expert (decoding), a few, and more than kGemvMaxRows (a prompt), N not a
+// multiple of the kernel's 16-row blocks, x shared by the slots (X = 1) or one row per slot.
+TEST(Forward, StoredExpertsInOneKernelEqualTheirGroupedLinearsBitForBit) {
+  const int64_t E = 6, N = 40, K = 256, U = 2;
+  for (DType dt : {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::F16, DType::BF16,
+                   DType::Q4_1}) {
+    const Tensor w = cast(randn_t(Shape{E, N, K}, 140, 0.5f), dt);
+    const Tensor wf = cast(w, DType::F32);
+    for (int64_t T : {1, 3, 24})
+      for (int64_t X : {int64_t(1), U}) {
+        SCOPED_TRACE(fmt::format("{} T {} X {}", name(dt), T, X));
+        // Slot 0 of every token picks expert 0 (24 pairs at T = 24: a prompt's product), slot 1
+        // one of the other five (a few pairs each).
+        std::vector<int32_t> idv;
+        for (int64_t t = 0; t < T; ++t) idv.insert(idv.end(), {0, int32_t(1 + (t * 7 + 2) % 5)});
+        const Tensor ids = from_vector(idv, Shape{T, U});
+        const Tensor x = randn_t(Shape{T, X, K}, 141 + uint64_t(T));
+        const Tensor y = mul_mat_id(w, x, ids);
+        ASSERT_EQ(y.shape(), (Shape{T, U, N}));
+        Tensor xg = x.detach();
+        xg.requires_grad_(true);
+        const Tensor grouped = mul_mat_id(w, xg, ids);
+        EXPECT_EQ(y.to_f32_vector(), grouped.detach().to_f32_vector());
+        const std::vector<float> yv = y.to_f32_vector(), ref = mul_mat_id(wf, x, ids).to_f32_vector();
+        float top = 0.0f;
+        for (float v : ref) top = std::max(top, std::fabs(v));
+        for (size_t i = 0; i < yv.size(); ++i) ASSERT_NEAR(yv[i], ref[i], 0.03f * top) << "at " << i;
+        // A few-pair expert's row (slot 1 of token 0) is linear's on that row alone.
+        const Tensor row = reshape(slice(slice(x, 0, 0, 1), 1, X - 1, X), Shape{1, K});
+        const Tensor alone = linear(row, view(slice(w, 0, idv[1], idv[1] + 1), Shape{N, K}));
+        const std::vector<float> av = alone.to_f32_vector();
+        EXPECT_EQ(std::vector<float>(yv.begin() + N, yv.begin() + 2 * N), av);
+      }
+  }
+}
+
 TEST(Forward, ResultsDoNotDependOnThreadCount) {
   auto run = [] {
     Tensor x = randn_t(Shape{37, 129}, 140), w = randn_t(Shape{129}, 141);

@@ -160,6 +160,27 @@ TEST(Fallbacks, AttentionDecodeOnSimWithAndWithoutItsKernel) {
   }
 }
 
+// Stored-dtype experts on sim: through mul_mat_id_weight, and with it withheld through the
+// composite (grouped through linear); both equal the CPU bit for bit.
+TEST(Fallbacks, StoredExpertsOnSimWithAndWithoutTheirKernel) {
+  for (DType dt : {DType::Q8_0, DType::Q4_K}) {
+    SCOPED_TRACE(std::string(name(dt)));
+    const Tensor w = cast(randn_t(Shape{4, 24, 256}, 200, 0.5f), dt);
+    const Tensor x = randn_t(Shape{3, 1, 256}, 201);
+    const Tensor ids = from_vector(std::vector<int32_t>{0, 3, 2, 3, 1, 0}, Shape{3, 2});
+    const std::vector<float> cpu = mul_mat_id(w, x, ids).to_f32_vector();
+    const Tensor w_sim = transfer(w, Device::SIM), x_sim = transfer(x, Device::SIM), ids_sim = transfer(ids, Device::SIM);
+    const OpInfo* info = registry().find_op("mul_mat_id");
+    ASSERT_NE(info, nullptr);
+    EXPECT_TRUE(registry().has_own_kernels(*info, Device::SIM));
+    EXPECT_EQ(mul_mat_id(w_sim, x_sim, ids_sim).to_f32_vector(), cpu) << "sim, its own kernel";
+    WithheldKernels withheld({"mul_mat_id_weight"}, Device::SIM);
+    EXPECT_FALSE(registry().has_own_kernels(*info, Device::SIM));
+    EXPECT_TRUE(registry().supports(*info, Device::SIM));
+    EXPECT_EQ(mul_mat_id(w_sim, x_sim, ids_sim).to_f32_vector(), cpu) << "sim, the composite form";
+  }
+}
+
 TEST(Fallbacks, APrimitiveWithoutAKernelIsAClearErrorNamingItAndTheDevice) {
   const Tensor x = leaf(Shape{1, 3, 2, 8}, 18);
   const Tensor pos = transfer(from_vector(std::vector<int32_t>{0, 1, 2}, Shape{3}), Device::SIM);

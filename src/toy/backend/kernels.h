@@ -232,6 +232,8 @@ using GdnSplitNormBackward = void(const Tensor& q, const Tensor& k, const Tensor
 
 // ---- MoE --------------------------------------------------------------------------------------
 // out[t, e, :] = W[ids[t, e]] @ x[t, e or 0, :]; W [E, N, K], x [T, X, K] (X = 1 or n_used), ids I32 [T, n_used].
+// mul_mat_id_weight: the same with W in a stored dtype (F16, BF16, GGUF blocks) and x f32, each
+// product as matmul_weight computes it (the activations rounded for that weight type).
 using MulMatId = void(const Tensor& w, const Tensor& x, const Tensor& ids, Tensor& out);
 // dx (=) and dw (+=, when defined).
 using MulMatIdBackward = void(const Tensor& w, const Tensor& x, const Tensor& ids, const Tensor& g, Tensor& dx,

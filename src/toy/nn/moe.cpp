@@ -9,9 +9,6 @@ namespace toy::nn {
 
 namespace {
 
-// Expert e's matrix of w [E, N, K]: a [N, K] view (block types slice whole rows).
-Tensor expert_matrix(const Tensor& w, int64_t e) { return view(slice(w, 0, e, e + 1), Shape{w.size(1), w.size(2)}); }
-
 Tensor i32_tensor(const std::vector<int32_t>& v, Device d) {
   return to(from_vector(v, Shape{int64_t(v.size())}), d);
 }
@@ -63,44 +60,10 @@ Tensor Moe::operator()(const Tensor& x, MoeBalance* balance) const {
   }
   const Tensor sel = to(chosen, x.device());
   const Tensor x3 = reshape(cast(x2, DType::F32), Shape{M, 1, D});
-  Tensor g, u, h, y;  // [M, k, F] gate and up, the SwiGLU between, [M, k, D] each chosen expert's output
-  if (gate.dtype() == DType::F32 && up.dtype() == DType::F32 && down.dtype() == DType::F32) {
-    g = mul_mat_id(gate, x3, sel), u = mul_mat_id(up, x3, sel);
-    h = swiglu(with_lora(g, gate_lora, x3, sel), with_lora(u, up_lora, x3, sel));
-    y = with_lora(mul_mat_id(down, h, sel), down_lora, h, sel);
-  } else {
-    // Grouped by expert: the (token, slot) pairs of each, in order; one product per expert,
-    // the results back in pair order.
-    std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(E)), pairs(static_cast<size_t>(E));
-    for (int64_t i = 0; i < M * k; ++i) {
-      tokens[size_t(ids[i])].push_back(int32_t(i / k));
-      pairs[size_t(ids[i])].push_back(int32_t(i));
-    }
-    std::vector<int32_t> where(size_t(M * k));  // pair -> its row in the concatenated outputs
-    int32_t next = 0;
-    for (int64_t e = 0; e < E; ++e)
-      for (int32_t i : pairs[size_t(e)]) where[size_t(i)] = next++;
-    const Tensor back = i32_tensor(where, x.device());
-    // Each expert's matrix of `stack` [E, N, K] times that expert's rows in[e], back in pair order: [M k, N].
-    auto grouped = [&](const Tensor& stack, const std::vector<Tensor>& in) {
-      std::vector<Tensor> outs;
-      for (int64_t e = 0; e < E; ++e)
-        if (in[size_t(e)].defined()) outs.push_back(linear(in[size_t(e)], expert_matrix(stack, e)));
-      return get_rows(outs.size() == 1 ? outs[0] : concat(outs, 0), back);
-    };
-    auto gather = [&](const Tensor& in, const std::vector<std::vector<int32_t>>& rows) {
-      std::vector<Tensor> out(static_cast<size_t>(E));
-      for (int64_t e = 0; e < E; ++e)
-        if (!rows[size_t(e)].empty()) out[size_t(e)] = get_rows(in, i32_tensor(rows[size_t(e)], x.device()));
-      return out;
-    };
-    const std::vector<Tensor> xe = gather(x2, tokens);  // each expert's tokens, [n_e, D]
-    const int64_t F = gate.size(1);
-    g = reshape(grouped(gate, xe), Shape{M, k, F}), u = reshape(grouped(up, xe), Shape{M, k, F});
-    h = swiglu(with_lora(g, gate_lora, x3, sel), with_lora(u, up_lora, x3, sel));
-    const Tensor d = reshape(grouped(down, gather(reshape(h, Shape{M * k, F}), pairs)), Shape{M, k, D});
-    y = with_lora(d, down_lora, h, sel);
-  }
+  // [M, k, F] gate and up, the SwiGLU between, [M, k, D] each chosen expert's output.
+  const Tensor g = mul_mat_id(gate, x3, sel), u = mul_mat_id(up, x3, sel);
+  const Tensor h = swiglu(with_lora(g, gate_lora, x3, sel), with_lora(u, up_lora, x3, sel));
+  const Tensor y = with_lora(mul_mat_id(down, h, sel), down_lora, h, sel);
   Tensor out = sum(mul(y, reshape(w, Shape{M, k, 1})), 1);  // [M, D]
   if (shared.down.defined()) out = add(out, cast(shared(x2), DType::F32));
   return reshape(cast(out, x.dtype()), x.shape());

@@ -4,12 +4,12 @@
 // sum 1, optionally scaled) weight the chosen experts' SwiGLU outputs, which are summed.
 //
 // Experts are 3-D tensors, one matrix per expert: gate and up [E, F, D], down [E, D, F], in
-// any dtype the file stores. F32 experts (a model toy trains or fine-tunes in full) run as
-// mul_mat_id, whose backward reaches every chosen expert's weights; stored experts (F16, BF16,
-// GGUF blocks) run grouped by expert — each expert's tokens gathered, one linear on that
-// expert's matrix (the block kernels: a decoding token reads only its chosen experts' rows, a
-// prompt makes one GEMM per expert), the results scattered back — differentiable to x and the
-// router (QLoRA trains through them), never to the frozen experts.
+// any dtype the file stores, all through mul_mat_id: F32 experts (a model toy trains or
+// fine-tunes in full) as one SGEMM per chosen expert, its backward reaching their weights;
+// stored experts (F16, BF16, GGUF blocks) as linear multiplies such weights — a decoding
+// token reads only its chosen experts' rows (all k in one pass), a prompt makes one GEMM per
+// expert; under autograd grouped by expert through linear, differentiable to x and the router
+// (QLoRA trains through them), never to the frozen experts.
 //
 // The auxiliary load-balancing loss (Switch Transformer's, as Hugging Face's Qwen3-MoE and
 // OLMoE compute it over all layers at once): aux = E * sum_e f_e P_e, f_e the number of times

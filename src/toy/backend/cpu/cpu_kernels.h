@@ -52,6 +52,7 @@ kern::GatedDeltaRuleBackward gated_delta_rule_backward;
 kern::GdnSplitNorm gdn_split_norm;
 kern::GdnSplitNormBackward gdn_split_norm_backward;
 kern::MulMatId mul_mat_id;
+kern::MulMatId mul_mat_id_weight;
 kern::MulMatIdBackward mul_mat_id_backward;
 kern::AddId add_id;
 kern::Sgd sgd;

@@ -363,6 +363,46 @@ void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   });
 }
 
+// A prepared row: the 32-block types, quant_products' lone packed row; the K types, scales,
+// values and sums of 16 as gemv_blocks quantizes them; F16/BF16, the rounded floats.
+PreparedRows::PreparedRows(DType weight, const float* x, int64_t rows, int64_t K) : weight_(weight), K_(K) {
+  TOY_CHECK(gemv_blocks_supports(weight), "[gemv] no products for {} weights", name(weight));
+  if (quant_products_supports(weight))
+    row_bytes_ = quant_lone_row_bytes(K);
+  else if (weight == DType::F16 || weight == DType::BF16)
+    row_bytes_ = size_t(K) * 4;
+  else
+    row_bytes_ = size_t(K / 32 + K / 4 + K / 32) * 4;
+  buf_.resize(row_bytes_ * size_t(rows));
+  for (int64_t n = 0; n < rows; ++n) {
+    uint8_t* out = buf_.data() + size_t(n) * row_bytes_;
+    if (quant_products_supports(weight)) {
+      quant_pack_lone_row(x + n * K, K, out);
+    } else if (weight == DType::F16 || weight == DType::BF16) {
+      round_activations(weight, x + n * K, K, reinterpret_cast<float*>(out));
+    } else {
+      auto* d = reinterpret_cast<float*>(out);
+      quantize_activations(weight, x + n * K, K, d, reinterpret_cast<int8_t*>(d + K / 32),
+                           reinterpret_cast<int16_t*>(d + K / 32 + K / 4));
+    }
+  }
+}
+
+void PreparedRows::products(int64_t row, const uint8_t* w, int64_t r0, int64_t r1, float* y) const {
+  const uint8_t* in = buf_.data() + size_t(row) * row_bytes_;
+  if (quant_products_supports(weight_)) return quant_lone_row_products(weight_, in, w, K_, r0, r1, y);
+  const size_t rb = row_bytes(weight_, K_);
+  if (weight_ == DType::F16 || weight_ == DType::BF16) {
+    const FloatDot dot = weight_ == DType::F16 ? dot_f16 : dot_bf16;
+    for (int64_t r = r0; r < r1; ++r) y[r - r0] = dot(w + size_t(r) * rb, reinterpret_cast<const float*>(in), K_);
+    return;
+  }
+  const auto* d = reinterpret_cast<const float*>(in);
+  const Q8Row q{d, reinterpret_cast<const int8_t*>(d + K_ / 32), reinterpret_cast<const int16_t*>(d + K_ / 32 + K_ / 4)};
+  const BlockDot dot = block_dot(weight_);
+  for (int64_t r = r0; r < r1; ++r) y[r - r0] = dot(w + size_t(r) * rb, q, K_);
+}
+
 extern std::atomic<bool> g_quant_vnni_on;  // quant_products.cpp
 bool gemv_vnni_available() { return quant_dot() != QuantDot::Avx2; }
 void gemv_use_vnni(bool on) { g_quant_vnni_on.store(on, std::memory_order_relaxed); }

@@ -1,6 +1,8 @@
 // Products of a few activation rows with a stored-dtype weight, read straight from its
 // blocks (see gemv_blocks.cpp). matmul_weight uses it for up to kGemvMaxRows rows.
 #pragma once
+#include <vector>
+
 #include "toy/core/tensor.h"
 
 namespace toy::cpu {
@@ -29,6 +31,23 @@ bool rounds_activations(DType weight);
 void round_activations(DType weight, const float* x, int64_t K, float* out);
 // y [N, out] (+)= x [N, K] @ w [out, K]^T, N <= kGemvMaxRows; x and y f32 contiguous.
 void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
+// Activation rows prepared once (rounded and packed as gemv_blocks prepares them for weights
+// of one stored dtype) and then multiplied, a row at a time, by rows of any weight of that
+// dtype and K, with gemv_blocks' arithmetic (so its bits): mul_mat_id's gathered products,
+// where a decoding token's chosen experts all run in one parallel region.
+class PreparedRows {
+ public:
+  PreparedRows(DType weight, const float* x, int64_t rows, int64_t K);
+  // y[r - r0] = x[row] . w[r] for r in [r0, r1); w the weight's row 0.
+  void products(int64_t row, const uint8_t* w, int64_t r0, int64_t r1, float* y) const;
+
+ private:
+  DType weight_;
+  int64_t K_;
+  size_t row_bytes_;           // of one prepared row in buf_
+  std::vector<uint8_t> buf_;   // the prepared rows
+};
+
 // Q8_0/Q4_0/Q5_0 products use the CPU's VNNI dot when the kernel variant has one (the same
 // bits as without); tests and benchmarks turn it off to compare.
 bool gemv_vnni_available();

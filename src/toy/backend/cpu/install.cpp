@@ -62,6 +62,7 @@ void install_cpu_backend(Registry& r) {
   sim::add_cpu_and_sim<kern::GdnSplitNorm, &cpu::gdn_split_norm>(r, "gdn_split_norm");
   sim::add_cpu_and_sim<kern::GdnSplitNormBackward, &cpu::gdn_split_norm_backward>(r, "gdn_split_norm_backward");
   sim::add_cpu_and_sim<kern::MulMatId, &cpu::mul_mat_id>(r, "mul_mat_id");
+  sim::add_cpu_and_sim<kern::MulMatId, &cpu::mul_mat_id_weight>(r, "mul_mat_id_weight");
   sim::add_cpu_and_sim<kern::MulMatIdBackward, &cpu::mul_mat_id_backward>(r, "mul_mat_id_backward");
   sim::add_cpu_and_sim<kern::AddId, &cpu::add_id>(r, "add_id");
   sim::add_cpu_and_sim<kern::Sgd, &cpu::sgd>(r, "sgd");

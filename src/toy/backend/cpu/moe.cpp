@@ -1,5 +1,5 @@
 // MoE primitives. mul_mat_id groups the (token, slot) pairs by expert and runs one SGEMM per
-// expert on gathered rows; add_id adds a per-expert bias row. Backward: dx per pair
+// expert on gathered rows (mul_mat_id_weight: experts in a stored dtype, as linear multiplies); add_id adds a per-expert bias row. Backward: dx per pair
 // (summed over slots when x is shared), dW per expert (one writer each).
 #include <cblas.h>
 
@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/backend/cpu/gemv_blocks.h"
+#include "toy/backend/cpu/row_blocks.h"
 #include "toy/core/thread_pool.h"
 
 namespace toy::cpu {
@@ -45,6 +47,48 @@ void mul_mat_id(const Tensor& w, const Tensor& x, const Tensor& ids, Tensor& out
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(d.N), int(d.K), 1.0f, xin.data(), int(d.K),
                 pw + e * d.N * d.K, int(d.K), 0.0f, y.data(), int(d.N));
     for (int64_t i = 0; i < m; ++i) std::copy_n(y.data() + i * d.N, d.N, po + pe[size_t(i)] * d.N);
+  });
+}
+
+// Stored-dtype experts (F16, BF16, GGUF blocks) times f32 activations, each product as linear
+// computes it with that expert's matrix (matmul_weight), so the same bits. An expert chosen by
+// a few pairs (decoding: each chosen expert once per sequence) takes its rows' products
+// straight from the blocks, and all such experts share one parallel region: a decoding token's
+// k experts are one pass over the k matrices, not k passes each with its own start and wait.
+// An expert with many pairs (a prompt) gets its own matmul_weight over its gathered rows.
+void mul_mat_id_weight(const Tensor& w, const Tensor& x, const Tensor& ids, Tensor& out) {
+  const MoeDims d = moe_dims(w, x, ids);
+  const auto pairs = group_by_expert(ids, d.E);
+  const DType t = w.dtype();
+  const size_t matrix_bytes = size_t(d.N) * row_bytes(t, d.K);
+  const auto* pw = static_cast<const uint8_t*>(w.raw_data());
+  const float* px = x.data<float>();
+  float* po = out.data<float>();
+  auto x_row = [&](int64_t pair) { return pair / d.U * d.X + (d.X == 1 ? 0 : pair % d.U); };
+
+  std::vector<int64_t> few;  // experts whose pairs run from the blocks, together
+  for (int64_t e = 0; e < d.E; ++e) {
+    const auto& pe = pairs[size_t(e)];
+    if (pe.empty()) continue;
+    if (int64_t(pe.size()) <= kGemvMaxRows && gemv_blocks_supports(t)) {
+      few.push_back(e);
+      continue;
+    }
+    Tensor xe = empty(Shape{int64_t(pe.size()), d.K}), ye = empty(Shape{int64_t(pe.size()), d.N});
+    for (size_t i = 0; i < pe.size(); ++i) std::copy_n(px + x_row(pe[i]) * d.K, d.K, xe.data<float>() + i * d.K);
+    const Tensor we = make_view(w, Shape{d.N, d.K}, Strides{d.K, 1}, w.offset() + e * d.N * d.K);
+    matmul_weight(xe, we, ye, false);
+    for (size_t i = 0; i < pe.size(); ++i) std::copy_n(ye.data<float>() + i * d.N, d.N, po + pe[i] * d.N);
+  }
+  if (few.empty()) return;
+  const PreparedRows rows(t, px, d.T * d.X, d.K);
+  // Each expert's output rows padded to whole blocks of 16, so a block never spans two experts.
+  constexpr int64_t kBlock = 16;
+  const int64_t span = (d.N + kBlock - 1) / kBlock * kBlock;
+  for_row_blocks(int64_t(few.size()) * span, kBlock, [&](int64_t b0, int64_t b1) {
+    const int64_t e = few[size_t(b0 / span)], r0 = b0 % span, r1 = std::min(d.N, r0 + (b1 - b0));
+    if (r0 >= d.N) return;
+    for (int64_t pair : pairs[size_t(e)]) rows.products(x_row(pair), pw + size_t(e) * matrix_bytes, r0, r1, po + pair * d.N + r0);
   });
 }
 

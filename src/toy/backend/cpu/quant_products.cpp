@@ -341,7 +341,30 @@ void run_products(const float* xp, int64_t N, int64_t K, const uint8_t* wp, int6
   });
 }
 
+template <class B>
+void lone_row_products(const uint8_t* packed, const uint8_t* w, int64_t K, int64_t r0, int64_t r1, float* y) {
+  const int64_t nb = K / 32;
+  const size_t rb = size_t(nb * B::kBytes);
+  const Tile256 tile = tile_256<B>(form_in_use(), 1, 1);
+  const uint8_t* x[1] = {packed};
+  for (int64_t r = r0; r < r1; ++r) tile(w + size_t(r) * rb, rb, x, kLoneBlock, nb, y + (r - r0));
+}
+
 }  // namespace
+
+size_t quant_lone_row_bytes(int64_t K) { return size_t(K / 32 * kLoneBlock); }
+
+void quant_pack_lone_row(const float* x, int64_t K, uint8_t* out) { pack_pair(x, nullptr, K, true, out); }
+
+void quant_lone_row_products(DType t, const uint8_t* packed, const uint8_t* w, int64_t K, int64_t r0, int64_t r1,
+                             float* y) {
+  switch (t) {
+    case DType::Q8_0: return lone_row_products<Q8_0Block>(packed, w, K, r0, r1, y);
+    case DType::Q4_0: return lone_row_products<Q4_0Block>(packed, w, K, r0, r1, y);
+    case DType::Q5_0: return lone_row_products<Q5_0Block>(packed, w, K, r0, r1, y);
+    default: TOY_CHECK(false, "[quant products] no lone-row products for {}", name(t));
+  }
+}
 
 bool quant_products_for_prompts() { return form_in_use() != QuantDot::Avx2; }
 

@@ -18,4 +18,13 @@ bool quant_products_for_prompts();
 // y [N, out] (+)= x [N, K] @ w [out, K]^T; x and y f32 contiguous, K a multiple of 32.
 void quant_products(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
 
+// One activation row packed alone (decoding's layout) for quant_lone_row_products, which
+// multiplies it by any rows of any weight of that K: mul_mat_id's gathered products. The
+// arithmetic is quant_products' (the same bits as a row of any product).
+size_t quant_lone_row_bytes(int64_t K);
+void quant_pack_lone_row(const float* x, int64_t K, uint8_t* out);
+// y[r - r0] = packed . w[r] for r in [r0, r1); w the weight's row 0.
+void quant_lone_row_products(DType t, const uint8_t* packed, const uint8_t* w, int64_t K, int64_t r0, int64_t r1,
+                             float* y);
+
 }  // namespace toy::cpu
