@@ -237,6 +237,43 @@ TEST(OpGrad, sample_token) {
   EXPECT_NE(error_of([&] { token(far); }).find("[sample_token]"), std::string::npos);
 }
 
+// Greedy without penalties takes a vector fast path: the first maximum (ties, -0 beside +0,
+// infinities) or the first NaN, wherever they sit (a full 8, the scalar tail), as the chain's
+// plain loop finds them — the chain itself runs when padding-only penalties are passed.
+TEST(SampleToken, GreedyIsTheFirstMaximumOrTheFirstNanInTheFastPathAndTheChain) {
+  auto plain = [](const std::vector<float>& z) {
+    for (size_t i = 0; i < z.size(); ++i)
+      if (std::isnan(z[i])) return -1 - int32_t(i);
+    return int32_t(std::max_element(z.begin(), z.end()) - z.begin());
+  };
+  for (const int64_t V : {1, 7, 8, 29, 1003}) {
+    std::vector<float> base = randn_t(Shape{V}, 60 + uint64_t(V)).to_f32_vector();
+    std::vector<std::vector<float>> cases = {base};
+    for (const int64_t at : {int64_t(0), V / 2, V - 1}) {
+      std::vector<float> tie = base;  // the maximum twice: the first wins
+      const float top = *std::max_element(base.begin(), base.end()) + 1.0f;
+      tie[size_t(at)] = top, tie[size_t(V - 1)] = top;
+      cases.push_back(tie);
+      std::vector<float> nan = base;
+      nan[size_t(at)] = NAN, nan[size_t(V - 1)] = NAN;
+      cases.push_back(nan);
+      std::vector<float> zeros(size_t(V), -INFINITY);  // -0 then +0: the first
+      zeros[size_t(at)] = -0.0f, zeros[size_t(V - 1)] = 0.0f;
+      cases.push_back(zeros);
+      std::vector<float> inf = base;
+      inf[size_t(at)] = INFINITY;
+      cases.push_back(inf);
+    }
+    cases.push_back(std::vector<float>(size_t(V), -INFINITY));
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const Tensor logits = from_vector(cases[c], Shape{V});
+      EXPECT_EQ(int32_t(sample_token(logits, {}, SampleDraw{}).item()), plain(cases[c])) << "V " << V << " case " << c;
+      EXPECT_EQ(int32_t(sample_token(logits, std::vector<int32_t>{0, 0}, SampleDraw{}).item()), plain(cases[c]))
+          << "V " << V << " case " << c << " (the chain)";
+    }
+  }
+}
+
 TEST(OpGrad, full) {
   // No gradient. zeros / ones / full fill on the tensor's device (sim: the same bytes).
   for (Device d : {Device::CPU, Device::SIM}) {

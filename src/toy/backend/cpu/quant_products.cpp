@@ -296,7 +296,7 @@ void run_products(const float* xp, int64_t N, int64_t K, const uint8_t* wp, int6
       pack_pair(xp + 2 * p * K, 2 * p + 1 < N ? xp + (2 * p + 1) * K : nullptr, K, N == 1, packed + p * nb * kPairBlock);
   };
   if (N > 2)
-    parallel_for(0, pairs, 4, pack);
+    parallel_for(0, pairs, pairs < 16 ? 1 : 4, pack);
   else
     pack(0, pairs);
 
