@@ -249,6 +249,18 @@ toy_op_tests
 ^Forward\.LinearDecodePath
     const __m256i clear = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(16));
     const __m256i clear = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(8));
+quant-evex-q5_0-fifth-bit-inverted
+src/toy/backend/cpu/quant_products.cpp
+toy_op_tests
+^QuantGaps\.
+    return _mm256_mask_add_epi8(base, __mmask32(qh), base, _mm256_set1_epi8(16));
+    return _mm256_mask_add_epi8(base, __mmask32(~qh), base, _mm256_set1_epi8(16));
+quant-evex-q4_0-offset
+src/toy/backend/cpu/quant_products.cpp
+toy_op_tests
+^QuantGaps\.
+    return _mm256_add_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(120));
+    return _mm256_add_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(-128));
 gemv-q6_k-offset
 src/toy/backend/cpu/gemv_blocks.cpp
 toy_op_tests
