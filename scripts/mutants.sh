@@ -264,9 +264,21 @@ toy_op_tests
 gemv-q6_k-offset
 src/toy/backend/cpu/gemv_blocks.cpp
 toy_op_tests
-^Forward\.LinearDecodePath
-        offset += 32.0f * dx * float(s0 * int(x.sum16[2 * xb]) + s1 * int(x.sum16[2 * xb + 1]));
-        offset += 32.0f * dx * float(s0 * int(x.sum16[2 * xb]) + s0 * int(x.sum16[2 * xb + 1]));
+^Forward\.LinearDecodePath|^Forward\.KQuant
+    const __m256i thirty_twos = _mm256_slli_epi32(_mm256_madd_epi16(sums16, _mm256_cvtepi8_epi16(sc)), 5);
+    const __m256i thirty_twos = _mm256_slli_epi32(_mm256_madd_epi16(sums16, _mm256_cvtepi8_epi16(sc)), 4);
+gemv-q4_k-high-scale-bits
+src/toy/backend/cpu/gemv_blocks.cpp
+toy_op_tests
+^Forward\.LinearDecodePath|^Forward\.KQuant
+    u[1] = (p[2] & 0x0f0f0f0f) | (((p[0] >> 6) & 0x03030303) << 4);
+    u[1] = (p[2] & 0x0f0f0f0f) | (((p[0] >> 6) & 0x03030303) << 3);
+gemv-q4_k-d-an-ulp-off
+src/toy/backend/cpu/gemv_blocks.cpp
+toy_op_tests
+^Forward\.KQuant
+    const float d = xd * half_at(w), dmin = -xd * half_at(w + 2);
+    const float d = std::nextafter(xd * half_at(w), 0.0f), dmin = -xd * half_at(w + 2);
 q5_k-decode-fifth-bit
 src/toy/core/quant.cpp
 toy_core_tests

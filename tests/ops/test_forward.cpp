@@ -1086,6 +1086,84 @@ TEST(Forward, ActivationsAreRoundedAsLlamaCppRoundsThem) {
 // summation order differs: 1e-5), and against the f32 product within the bound the rounding
 // implies — each activation moves by at most half its block's step d / 2, plus, for Q8_0's
 // f16 scale, 2^-11 d for each of up to 127 steps: |y - y_f32| <= sum_k |w_k| d_k (1/2 + 127/2048).
+// The K types' decode products are llama.cpp's AVX2 arithmetic (ggml's vec_dot_q4_K_q8_K and
+// vec_dot_q6_K_q8_K), written out here as plain loops over the documented block layouts: per
+// super-block of 256, lane k (0..7) of an exact integer sum takes bytes 4k..4k+3 of every
+// 32-value run times its scale; one fma by d_x * d_w per lane; the lanes summed in hsum's
+// order (k + 4, then halves, then pairs); Q4_K's mins as 4 lanes of min * activation sum in
+// their own fma accumulator, by -d_x * dmin, added last ((0 + 2) + (1 + 3)). Bit for bit, so
+// a K-quant model decodes to llama.cpp's numbers from the same activations.
+TEST(Forward, KQuantDecodeProductsAreLlamaCppsAvx2ArithmeticBitForBit) {
+  const int64_t K = 768, out = 6;
+  auto half = [](const uint8_t* p) {
+    f16 h;
+    std::memcpy(&h.bits, p, 2);
+    return to_f32(h);
+  };
+  auto hsum8 = [](const float* a) {
+    float r[4];
+    for (int i = 0; i < 4; ++i) r[i] = a[i] + a[i + 4];
+    return (r[0] + r[2]) + (r[1] + r[3]);
+  };
+  for (DType dt : {DType::Q4_K, DType::Q6_K}) {
+    SCOPED_TRACE(std::string(name(dt)));
+    const Tensor w = cast(randn_t(Shape{out, K}, 23, 0.3f), dt);
+    const auto* wp = static_cast<const uint8_t*>(w.raw_data());
+    const size_t rb = row_bytes(dt, K);
+    for (uint64_t seed : {24, 25}) {
+      const Tensor x = randn_t(Shape{1, K}, seed, 2.0f);
+      const std::vector<float> xv = x.to_f32_vector();
+      std::vector<float> d(static_cast<size_t>(K / 32));
+      std::vector<int8_t> q(static_cast<size_t>(K));
+      std::vector<int16_t> s16(static_cast<size_t>(K / 16));
+      cpu::quantize_activations(dt, xv.data(), K, d.data(), q.data(), s16.data());
+      const std::vector<float> y = linear(x, w).to_f32_vector();
+      for (int64_t r = 0; r < out; ++r) {
+        float acc[8] = {}, acc_m[4] = {};
+        for (int64_t sb = 0; sb < K / 256; ++sb) {
+          const uint8_t* b = wp + size_t(r) * rb + size_t(sb) * (dt == DType::Q4_K ? 144 : 210);
+          const int8_t* xq = q.data() + sb * 256;
+          const int16_t* bs = s16.data() + sb * 16;
+          const float xd = d[size_t(sb * 8)];
+          int64_t sumi[8] = {};
+          if (dt == DType::Q4_K) {
+            int sc[8], mn[8];
+            for (int j = 0; j < 8; ++j) {
+              const uint8_t* s = b + 4;
+              sc[j] = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+              mn[j] = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+            }
+            for (int j = 0; j < 8; ++j)      // sub-block j: nibbles of bytes 32 (j / 2) .. + 31
+              for (int i = 0; i < 32; ++i) {  // (low for even j, high for odd)
+                const int byte = b[16 + 32 * (j / 2) + i];
+                sumi[i / 4] += int64_t(sc[j]) * ((j % 2 ? byte >> 4 : byte & 15) * xq[32 * j + i]);
+              }
+            for (int t = 0; t < 4; ++t) {
+              const int64_t prod = int64_t(mn[2 * t]) * (bs[4 * t] + bs[4 * t + 1]) +
+                                   int64_t(mn[2 * t + 1]) * (bs[4 * t + 2] + bs[4 * t + 3]);
+              acc_m[t] = std::fma(-xd * half(b + 2), float(prod), acc_m[t]);
+            }
+            for (int k = 0; k < 8; ++k) acc[k] = std::fma(xd * half(b), float(sumi[k]), acc[k]);
+          } else {
+            const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+            for (int e = 0; e < 256; ++e) {  // element e: run r = e / 32 of half e / 128
+              const int h = e / 128, rr = (e % 128) / 32, i = e % 32;
+              const int lo = b[64 * h + 32 * (rr % 2) + i] >> (rr >= 2 ? 4 : 0) & 15;
+              const int hi = b[128 + 32 * h + i] >> (2 * rr) & 3;
+              sumi[i / 4] += int64_t(sc[e / 16]) * ((lo | hi << 4) * xq[e]);
+            }
+            for (int k = 0; k < 8; ++k)
+              sumi[k] -= 32 * (int64_t(bs[2 * k]) * sc[2 * k] + int64_t(bs[2 * k + 1]) * sc[2 * k + 1]);
+            for (int k = 0; k < 8; ++k) acc[k] = std::fma(xd * half(b + 208), float(sumi[k]), acc[k]);
+          }
+        }
+        const float want = dt == DType::Q4_K ? hsum8(acc) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3])) : hsum8(acc);
+        EXPECT_EQ(y[size_t(r)], want) << "row " << r << " seed " << seed;
+      }
+    }
+  }
+}
+
 TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
   for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q6_K}) {
     SCOPED_TRACE(std::string(name(dt)));
