@@ -262,23 +262,35 @@ toy_op_tests
     return _mm256_add_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(120));
     return _mm256_add_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(-128));
 gemv-q6_k-offset
-src/toy/backend/cpu/gemv_blocks.cpp
+src/toy/backend/cpu/kquant_products.cpp
 toy_op_tests
 ^Forward\.LinearDecodePath|^Forward\.KQuant
-    const __m256i thirty_twos = _mm256_slli_epi32(_mm256_madd_epi16(sums16, _mm256_cvtepi8_epi16(sc)), 5);
-    const __m256i thirty_twos = _mm256_slli_epi32(_mm256_madd_epi16(sums16, _mm256_cvtepi8_epi16(sc)), 4);
+      const __m256i thirty_twos = _mm256_slli_epi32(_mm256_madd_epi16(sums16, sc16), 5);
+      const __m256i thirty_twos = _mm256_slli_epi32(_mm256_madd_epi16(sums16, sc16), 4);
 gemv-q4_k-high-scale-bits
-src/toy/backend/cpu/gemv_blocks.cpp
+src/toy/backend/cpu/kquant_products.cpp
 toy_op_tests
 ^Forward\.LinearDecodePath|^Forward\.KQuant
     u[1] = (p[2] & 0x0f0f0f0f) | (((p[0] >> 6) & 0x03030303) << 4);
     u[1] = (p[2] & 0x0f0f0f0f) | (((p[0] >> 6) & 0x03030303) << 3);
 gemv-q4_k-d-an-ulp-off
-src/toy/backend/cpu/gemv_blocks.cpp
+src/toy/backend/cpu/kquant_products.cpp
 toy_op_tests
 ^Forward\.KQuant
-    const float d = xd * half_at(w), dmin = -xd * half_at(w + 2);
-    const float d = std::nextafter(xd * half_at(w), 0.0f), dmin = -xd * half_at(w + 2);
+      const float d = xd * dw, dmin = -xd * dmw;
+      const float d = std::nextafter(xd * dw, 0.0f), dmin = -xd * dmw;
+kquant-tile-scale-of-the-first-row
+src/toy/backend/cpu/kquant_products.cpp
+toy_op_tests
+^Forward\.KQuant
+      const float xd = x[i].d[sb * 8];
+      const float xd = x[0].d[sb * 8];
+kquant-q6-tile-values-of-the-first-row
+src/toy/backend/cpu/kquant_products.cpp
+toy_op_tests
+^Forward\.KQuant
+          p[r] = _mm256_madd_epi16(s[4 * h + r], _mm256_maddubs_epi16(v[4 * h + r], load32(xq + 128 * h + 32 * r)));
+          p[r] = _mm256_madd_epi16(s[4 * h + r], _mm256_maddubs_epi16(v[4 * h + r], load32(x[0].q + sb * 256 + 128 * h + 32 * r)));
 q5_k-decode-fifth-bit
 src/toy/core/quant.cpp
 toy_core_tests

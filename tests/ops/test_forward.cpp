@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "toy/backend/cpu/gemv_blocks.h"
+#include "toy/backend/cpu/kquant_products.h"
+#include "toy/backend/cpu/variant.h"
 
 #include <cstring>
 
@@ -1117,7 +1119,13 @@ TEST(Forward, KQuantDecodeProductsAreLlamaCppsAvx2ArithmeticBitForBit) {
       std::vector<int8_t> q(static_cast<size_t>(K));
       std::vector<int16_t> s16(static_cast<size_t>(K / 16));
       cpu::quantize_activations(dt, xv.data(), K, d.data(), q.data(), s16.data());
+      // Both compiled forms (AVX2; AVX-512VL where this CPU has it) must give these bits.
+      const bool avx512 = cpu::avx512_forms();
+      cpu::use_avx512_forms(false);
+      const std::vector<float> y_avx2 = linear(x, w).to_f32_vector();
+      cpu::use_avx512_forms(avx512);
       const std::vector<float> y = linear(x, w).to_f32_vector();
+      EXPECT_EQ(y, y_avx2);
       for (int64_t r = 0; r < out; ++r) {
         float acc[8] = {}, acc_m[4] = {};
         for (int64_t sb = 0; sb < K / 256; ++sb) {
@@ -1237,6 +1245,44 @@ TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
     for (float v : y) EXPECT_TRUE(std::isnan(v));
   }
   cpu::gemv_use_vnni(true);
+}
+
+// K-quant products give a row the bits it gets decoding alone, whatever the number of rows
+// (1..4 a tile, tails of a group) — through the decode path (up to kGemvMaxRows rows) and,
+// where the kernel variant is avx512, through prompts (integer tiles; 20 and 37 rows) — in
+// both compiled forms (AVX2's 16 registers, AVX-512VL's 32). With the integer tiles turned off,
+// prompts take SGEMM over widened tiles: close, not equal.
+TEST(Forward, KQuantRowsTogetherGetTheBitsOfEachRowAlone) {
+  const bool avx512 = cpu::avx512_forms();
+  for (DType dt : {DType::Q4_K, DType::Q6_K}) {
+    const Tensor w = cast(randn_t(Shape{23, 512}, 19, 0.2f), dt);
+    for (bool wide : {false, true}) {
+      if (wide && !avx512) continue;
+      cpu::use_avx512_forms(wide);
+      for (int64_t rows : {int64_t(2), int64_t(5), cpu::kGemvMaxRows, int64_t(20), int64_t(37)}) {
+        SCOPED_TRACE(fmt::format("{} {} rows, {} form", name(dt), rows, wide ? "avx512" : "avx2"));
+        const Tensor x = randn_t(Shape{rows, 512}, 50 + uint64_t(rows), 1.5f);
+        const std::vector<float> together = linear(x, w).to_f32_vector();
+        const bool integer = rows <= cpu::kGemvMaxRows || cpu::kquant_for_prompts();
+        EXPECT_EQ(integer, rows <= cpu::kGemvMaxRows || wide);
+        for (int64_t n = 0; n < rows; ++n) {
+          const std::vector<float> alone = linear(contiguous(slice(x, 0, n, n + 1)), w).to_f32_vector();
+          for (int64_t r = 0; r < 23; ++r) {
+            if (integer)
+              ASSERT_EQ(together[size_t(n * 23 + r)], alone[size_t(r)]) << "row " << n << ", output " << r;
+            else
+              ASSERT_NEAR(together[size_t(n * 23 + r)], alone[size_t(r)], 1e-4f * (1 + std::fabs(alone[size_t(r)])));
+          }
+        }
+      }
+    }
+    cpu::use_avx512_forms(avx512);
+  }
+  if (!avx512) std::puts("NOTE: this CPU has no AVX-512: the prompt tiles were not run (SGEMM instead)");
+  // The hook: integer tiles off, prompts through SGEMM.
+  cpu::kquant_use_for_prompts(false);
+  EXPECT_FALSE(cpu::kquant_for_prompts());
+  cpu::kquant_use_for_prompts(true);
 }
 
 // Q8_0 products on a CPU with VNNI (vpdpbusd on the weights offset to unsigned) give the bits

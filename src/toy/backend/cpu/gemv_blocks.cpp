@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "toy/backend/cpu/gemv_blocks.h"
+#include "toy/backend/cpu/kquant_products.h"
 #include "toy/backend/cpu/quant_products.h"
 #include "toy/backend/cpu/row_blocks.h"
 #include "toy/backend/cpu/simd.h"
@@ -34,12 +35,6 @@ namespace toy::cpu {
 
 namespace {
 
-// Activations of one row as 8-bit blocks of 32.
-struct Q8Row {
-  const float* d;       // [K / 32] scales
-  const int8_t* q;      // [K] values
-  const int16_t* sum16; // [K / 16] sums of 16 values
-};
 
 }  // namespace
 
@@ -182,117 +177,6 @@ void round_activations(DType weight, const float* x, int64_t K, float* out) {
 
 namespace {
 
-inline __m256i load32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-
-// The K types times Q8_K activations in llama.cpp's AVX2 arithmetic (ggml's
-// vec_dot_q4_K_q8_K / vec_dot_q6_K_q8_K order), so a K-quant model decodes to llama.cpp's
-// bits when the activations are the same: per super-block of 256, each sub-block's scale is
-// applied in integers (maddubs of weight and activation bytes, then madd with the scale as
-// 16 bits) into 8 int32 lanes — lane k holds bytes 4k..4k+3 of every 32-value run — and one
-// fma by d = d_x * d_w folds them into an 8-lane float accumulator, summed at the end by
-// hsum256. Every integer is exact (no lane can overflow), so only the fma order is the
-// contract.
-
-// The 16-bit value at index i of a register of eight, in every 16-bit lane (pshufb pattern).
-inline __m256i broadcast16(__m256i eight_twice, int i) {
-  return _mm256_shuffle_epi8(eight_twice, _mm256_set1_epi16(int16_t((2 * i) | ((2 * i + 1) << 8))));
-}
-
-// Q4_K: d, dmin (f16), 12 bytes of 6-bit scales and mins for the 8 sub-blocks of 32, 128
-// bytes of nibbles (32 bytes per 64 values: low nibbles the first 32, high the next). The
-// mins enter as -d_x * dmin times, in 4 int32 lanes, min_2t * sum_2t + min_2t+1 * sum_2t+1
-// (sum_j: the activation sub-block's sum), their own fma accumulator, added last as
-// (lanes 0 + 2) + (lanes 1 + 3).
-float dot_q4_k(const uint8_t* w, const Q8Row& x, int64_t K) {
-  __m256 acc = _mm256_setzero_ps();
-  __m128 acc_m = _mm_setzero_ps();
-  const __m256i low = _mm256_set1_epi8(0x0f);
-  for (int64_t sb = 0; sb < K / 256; ++sb, w += 144) {
-    prefetch_ahead(w, 3);
-    const float xd = x.d[sb * 8];
-    const float d = xd * half_at(w), dmin = -xd * half_at(w + 2);
-    // The 12 packed bytes -> scales 0..7, then mins 0..7, a byte each (6 bits: the low 6 of
-    // bytes 0..3 / 4..7 for sub-blocks 0..3; for 4..7 a nibble of bytes 8..11 plus the top
-    // two bits of bytes 0..3 / 4..7).
-    uint32_t p[3], u[4];
-    std::memcpy(p, w + 4, 12);
-    u[0] = p[0] & 0x3f3f3f3f;
-    u[1] = (p[2] & 0x0f0f0f0f) | (((p[0] >> 6) & 0x03030303) << 4);
-    u[2] = p[1] & 0x3f3f3f3f;
-    u[3] = ((p[2] >> 4) & 0x0f0f0f0f) | (((p[1] >> 6) & 0x03030303) << 4);
-    const __m256i scales_mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
-    const __m256i scales = _mm256_permute2x128_si256(scales_mins, scales_mins, 0x00);
-    const __m128i mins = _mm256_extracti128_si256(scales_mins, 1);
-    const int8_t* xq = x.q + sb * 256;
-    const uint8_t* qs = w + 16;
-    __m256i sumi = _mm256_setzero_si256();
-    for (int j = 0; j < 4; ++j) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
-      const __m256i lo = _mm256_madd_epi16(broadcast16(scales, 2 * j),
-                                           _mm256_maddubs_epi16(_mm256_and_si256(q, low), load32(xq + 64 * j)));
-      const __m256i hi = _mm256_madd_epi16(
-          broadcast16(scales, 2 * j + 1),
-          _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), load32(xq + 64 * j + 32)));
-      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(lo, hi));
-    }
-    const __m256i sums16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sum16 + sb * 16));
-    const __m128i sums32 = _mm_hadd_epi16(_mm256_castsi256_si128(sums16), _mm256_extracti128_si256(sums16, 1));
-    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums32)), acc_m);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-  }
-  acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-  acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-  return hsum256(acc) + _mm_cvtss_f32(acc_m);
-}
-
-// Q6_K: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales (one per 16 values),
-// d (f16). Values 0..63 stand for value - 32: the 32s come off in integers, as 32 times each
-// 16-value scale times its activation sum (8 lanes: sub-block k's two scales and sums).
-float dot_q6_k(const uint8_t* w, const Q8Row& x, int64_t K) {
-  __m256 acc = _mm256_setzero_ps();
-  const __m256i low = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
-  for (int64_t sb = 0; sb < K / 256; ++sb, w += 210) {
-    prefetch_ahead(w, 4);
-    const uint8_t* ql = w;
-    const uint8_t* qh = w + 128;
-    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192));
-    const float d = x.d[sb * 8] * half_at(w + 208);
-    const int8_t* xq = x.q + sb * 256;
-    const __m256i sums16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sum16 + sb * 16));
-    const __m256i thirty_twos = _mm256_slli_epi32(_mm256_madd_epi16(sums16, _mm256_cvtepi8_epi16(sc)), 5);
-    __m256i sumi = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i A = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
-      const __m256i B = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
-      const __m256i H = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
-      // The four 32-value runs of this half: elements 128h + 32r .. + 31, values 0..63.
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(A, low), _mm256_slli_epi16(_mm256_and_si256(H, two), 4)),
-          _mm256_or_si256(_mm256_and_si256(B, low), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2), two), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), low),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4), two), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), low),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 6), two), 4)),
-      };
-      __m256i p[4];
-      for (int r = 0; r < 4; ++r) {
-        // Run r's two scales (values 0..15 and 16..31), each in eight 16-bit lanes.
-        const int is = 8 * h + 2 * r;
-        const __m256i s2 = _mm256_cvtepi8_epi16(
-            _mm_shuffle_epi8(sc, _mm_setr_epi8(char(is), char(is), char(is), char(is), char(is), char(is), char(is),
-                                               char(is), char(is + 1), char(is + 1), char(is + 1), char(is + 1),
-                                               char(is + 1), char(is + 1), char(is + 1), char(is + 1))));
-        p[r] = _mm256_madd_epi16(s2, _mm256_maddubs_epi16(q[r], load32(xq + 128 * h + 32 * r)));
-      }
-      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[0], p[1]));
-      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[2], p[3]));
-    }
-    sumi = _mm256_sub_epi32(sumi, thirty_twos);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-  }
-  return hsum256(acc);
-}
-
 float dot_f16(const uint8_t* w, const float* x, int64_t K) {
   const uint16_t* h = reinterpret_cast<const uint16_t*>(w);
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -333,22 +217,12 @@ float dot_bf16(const uint8_t* w, const float* x, int64_t K) {
   return s;
 }
 
-using BlockDot = float (*)(const uint8_t*, const Q8Row&, int64_t);
 using FloatDot = float (*)(const uint8_t*, const float*, int64_t);
-
-// The K types' dot products (the 32-value block types go to quant_products).
-BlockDot block_dot(DType t) {
-  switch (t) {
-    case DType::Q4_K: return dot_q4_k;
-    case DType::Q6_K: return dot_q6_k;
-    default: return nullptr;
-  }
-}
 
 }  // namespace
 
 bool gemv_blocks_supports(DType t) {
-  return t == DType::F16 || t == DType::BF16 || quant_products_supports(t) || block_dot(t) != nullptr;
+  return t == DType::F16 || t == DType::BF16 || quant_products_supports(t) || kquant_supports(t);
 }
 
 void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
@@ -356,6 +230,7 @@ void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   TOY_CHECK(N <= kGemvMaxRows && gemv_blocks_supports(w.dtype()), "[gemv] {} rows of a {} weight", N,
             name(w.dtype()));
   if (quant_products_supports(w.dtype())) return quant_products(x, w, y, accumulate);
+  if (kquant_supports(w.dtype())) return kquant_products(x, w, y, accumulate);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   const size_t rb = row_bytes(w.dtype(), K);
@@ -374,24 +249,7 @@ void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
     });
     return;
   }
-  const BlockDot dot = block_dot(w.dtype());
-  // The activations, quantized once (K / 32 scales, K values, K / 16 sums per row), in one
-  // scratch buffer of floats.
-  const int64_t row_floats = K / 32 + K / 4 + K / 32;
-  float* buf = scratch_floats(size_t(N * row_floats), 5);  // slot of matmul_weight: never live at once
-  Q8Row rows[kGemvMaxRows];
-  for (int64_t n = 0; n < N; ++n) {
-    float* base = buf + n * row_floats;
-    float* d = base;
-    int8_t* q = reinterpret_cast<int8_t*>(base + K / 32);
-    int16_t* s16 = reinterpret_cast<int16_t*>(base + K / 32 + K / 4);
-    quantize_activations(w.dtype(), xp + n * K, K, d, q, s16);
-    rows[n] = {d, q, s16};
-  }
-  for_row_blocks(out, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t n = 0; n < N; ++n) put(n, r, dot(wp + size_t(r) * rb, rows[n], K));
-  });
+  TOY_CHECK(false, "[gemv] no products for {} weights", name(w.dtype()));
 }
 
 // A prepared row: the 32-block types, quant_products' lone packed row; the K types, scales,
@@ -430,8 +288,7 @@ void PreparedRows::products(int64_t row, const uint8_t* w, int64_t r0, int64_t r
   }
   const auto* d = reinterpret_cast<const float*>(in);
   const Q8Row q{d, reinterpret_cast<const int8_t*>(d + K_ / 32), reinterpret_cast<const int16_t*>(d + K_ / 32 + K_ / 4)};
-  const BlockDot dot = block_dot(weight_);
-  for (int64_t r = r0; r < r1; ++r) y[r - r0] = dot(w + size_t(r) * rb, q, K_);
+  for (int64_t r = r0; r < r1; ++r) y[r - r0] = kquant_dot(weight_, w + size_t(r) * rb, q, K_);
 }
 
 extern std::atomic<bool> g_quant_vnni_on;  // quant_products.cpp
