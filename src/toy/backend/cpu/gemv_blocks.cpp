@@ -262,9 +262,9 @@ PreparedRows::PreparedRows(DType weight, const float* x, int64_t rows, int64_t K
     row_bytes_ = size_t(K) * 4;
   else
     row_bytes_ = size_t(K / 32 + K / 4 + K / 32) * 4;
-  buf_.resize(row_bytes_ * size_t(rows));
+  buf_ = reinterpret_cast<uint8_t*>(scratch_floats((row_bytes_ * size_t(rows) + 3) / 4, 5));
   for (int64_t n = 0; n < rows; ++n) {
-    uint8_t* out = buf_.data() + size_t(n) * row_bytes_;
+    uint8_t* out = buf_ + size_t(n) * row_bytes_;
     if (quant_products_supports(weight)) {
       quant_pack_lone_row(x + n * K, K, out);
     } else if (weight == DType::F16 || weight == DType::BF16) {
@@ -278,7 +278,7 @@ PreparedRows::PreparedRows(DType weight, const float* x, int64_t rows, int64_t K
 }
 
 void PreparedRows::products(int64_t row, const uint8_t* w, int64_t r0, int64_t r1, float* y) const {
-  const uint8_t* in = buf_.data() + size_t(row) * row_bytes_;
+  const uint8_t* in = buf_ + size_t(row) * row_bytes_;
   if (quant_products_supports(weight_)) return quant_lone_row_products(weight_, in, w, K_, r0, r1, y);
   const size_t rb = row_bytes(weight_, K_);
   if (weight_ == DType::F16 || weight_ == DType::BF16) {

@@ -1,8 +1,6 @@
 // Products of a few activation rows with a stored-dtype weight, read straight from its
 // blocks (see gemv_blocks.cpp). matmul_weight uses it for up to kGemvMaxRows rows.
 #pragma once
-#include <vector>
-
 #include "toy/core/tensor.h"
 
 namespace toy::cpu {
@@ -44,8 +42,8 @@ class PreparedRows {
  private:
   DType weight_;
   int64_t K_;
-  size_t row_bytes_;           // of one prepared row in buf_
-  std::vector<uint8_t> buf_;   // the prepared rows
+  size_t row_bytes_;  // of one prepared row in buf_
+  uint8_t* buf_;      // the prepared rows: the calling thread's scratch (slot 5)
 };
 
 // Q8_0/Q4_0/Q5_0 products use the CPU's VNNI dot when the kernel variant has one (the same

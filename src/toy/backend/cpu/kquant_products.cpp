@@ -214,10 +214,14 @@ void kquant_products(const Tensor& x, const Tensor& w, Tensor& y, bool accumulat
   // The activations rounded once (scales, values, sums of 16 per row) in one scratch buffer.
   const int64_t row_floats = K / 32 + K / 4 + K / 32;
   float* buf = scratch_floats(size_t(N * row_floats), 6);
-  std::vector<Q8Row> rows(static_cast<size_t>(N));
+  // The calling thread's, reused (a warm decoder allocates nothing); the workers get the
+  // pointer (a thread_local named in the lambda would be each worker's own).
+  thread_local std::vector<Q8Row> row_list;
+  row_list.resize(size_t(N));
+  Q8Row* rows = row_list.data();
   for (int64_t n = 0; n < N; ++n) {
     float* d = buf + n * row_floats;
-    rows[size_t(n)] = {d, reinterpret_cast<const int8_t*>(d + K / 32), reinterpret_cast<const int16_t*>(d + K / 32 + K / 4)};
+    rows[n] = {d, reinterpret_cast<const int8_t*>(d + K / 32), reinterpret_cast<const int16_t*>(d + K / 32 + K / 4)};
   }
   parallel_for(0, N, 8, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
@@ -234,7 +238,7 @@ void kquant_products(const Tensor& x, const Tensor& w, Tensor& y, bool accumulat
       const int rx = int(std::min<int64_t>(kTileRows, N - n0));
       const Rows f = rows_fn(t, rx);
       for (int64_t r = r0; r < r1; ++r) {
-        f(wp + size_t(r) * rb, rows.data() + n0, K, res);
+        f(wp + size_t(r) * rb, rows + n0, K, res);
         for (int i = 0; i < rx; ++i) {
           float& o = yp[(n0 + i) * out + r];
           o = accumulate ? o + res[i] : res[i];
