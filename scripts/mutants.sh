@@ -279,6 +279,18 @@ toy_op_tests
 ^Forward\.KQuant
       const float d = xd * dw, dmin = -xd * dmw;
       const float d = std::nextafter(xd * dw, 0.0f), dmin = -xd * dmw;
+kquant-q5_k-fifth-bit-of-the-wrong-sub-block
+src/toy/backend/cpu/kquant_products.cpp
+toy_op_tests
+^Forward\.LinearDecodePath|^Forward\.KQuant
+      const __m256i fifth1 = _mm256_and_si256(hbits, _mm256_set1_epi8(char(2 << (2 * j))));
+      const __m256i fifth1 = _mm256_and_si256(hbits, _mm256_set1_epi8(char(1 << (2 * j))));
+kquant-q5_k-mins-unscaled
+src/toy/backend/cpu/kquant_products.cpp
+toy_op_tests
+^Forward\.KQuant
+      summs[i] = std::fma(dmin, float(_mm_cvtsi128_si32(total)), summs[i]);
+      summs[i] = summs[i] + dmin * float(_mm_cvtsi128_si32(total)) * 1.0000001f;
 kquant-tile-scale-of-the-first-row
 src/toy/backend/cpu/kquant_products.cpp
 toy_op_tests

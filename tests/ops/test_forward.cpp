@@ -1080,20 +1080,13 @@ TEST(Forward, ActivationsAreRoundedAsLlamaCppRoundsThem) {
   EXPECT_EQ(q[700], 127);
 }
 
-// The decode path (up to kGemvMaxRows rows; F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K read
-// straight from the blocks): F16/BF16 equal the widened product of the activations rounded to
-// f16 / bf16 (as llama.cpp converts them; off by at most half an ulp each); the block types round the
-// activations to 8-bit blocks first, as llama.cpp does, so they are checked twice: against
-// the product of the rounded activations and the widened weight computed in double (only
-// summation order differs: 1e-5), and against the f32 product within the bound the rounding
-// implies — each activation moves by at most half its block's step d / 2, plus, for Q8_0's
-// f16 scale, 2^-11 d for each of up to 127 steps: |y - y_f32| <= sum_k |w_k| d_k (1/2 + 127/2048).
-// The K types' decode products are llama.cpp's AVX2 arithmetic (ggml's vec_dot_q4_K_q8_K and
-// vec_dot_q6_K_q8_K), written out here as plain loops over the documented block layouts: per
+// The K types' decode products are llama.cpp's AVX2 arithmetic (ggml's vec_dot_q{4,5,6}_K_q8_K),
+// written out here as plain loops over the documented block layouts: per
 // super-block of 256, lane k (0..7) of an exact integer sum takes bytes 4k..4k+3 of every
 // 32-value run times its scale; one fma by d_x * d_w per lane; the lanes summed in hsum's
 // order (k + 4, then halves, then pairs); Q4_K's mins as 4 lanes of min * activation sum in
-// their own fma accumulator, by -d_x * dmin, added last ((0 + 2) + (1 + 3)). Bit for bit, so
+// their own fma accumulator, by -d_x * dmin, added last ((0 + 2) + (1 + 3)); Q5_K's (a fifth
+// bit per value from qh) summed in integers, one scalar fma a super-block. Bit for bit, so
 // a K-quant model decodes to llama.cpp's numbers from the same activations.
 TEST(Forward, KQuantDecodeProductsAreLlamaCppsAvx2ArithmeticBitForBit) {
   const int64_t K = 768, out = 6;
@@ -1107,7 +1100,7 @@ TEST(Forward, KQuantDecodeProductsAreLlamaCppsAvx2ArithmeticBitForBit) {
     for (int i = 0; i < 4; ++i) r[i] = a[i] + a[i + 4];
     return (r[0] + r[2]) + (r[1] + r[3]);
   };
-  for (DType dt : {DType::Q4_K, DType::Q6_K}) {
+  for (DType dt : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(std::string(name(dt)));
     const Tensor w = cast(randn_t(Shape{out, K}, 23, 0.3f), dt);
     const auto* wp = static_cast<const uint8_t*>(w.raw_data());
@@ -1127,14 +1120,15 @@ TEST(Forward, KQuantDecodeProductsAreLlamaCppsAvx2ArithmeticBitForBit) {
       const std::vector<float> y = linear(x, w).to_f32_vector();
       EXPECT_EQ(y, y_avx2);
       for (int64_t r = 0; r < out; ++r) {
-        float acc[8] = {}, acc_m[4] = {};
+        float acc[8] = {}, acc_m[4] = {}, summs = 0.0f;
         for (int64_t sb = 0; sb < K / 256; ++sb) {
-          const uint8_t* b = wp + size_t(r) * rb + size_t(sb) * (dt == DType::Q4_K ? 144 : 210);
+          const uint8_t* b = wp + size_t(r) * rb + size_t(sb) * (dt == DType::Q4_K ? 144 : dt == DType::Q5_K ? 176 : 210);
           const int8_t* xq = q.data() + sb * 256;
           const int16_t* bs = s16.data() + sb * 16;
           const float xd = d[size_t(sb * 8)];
           int64_t sumi[8] = {};
-          if (dt == DType::Q4_K) {
+          if (dt == DType::Q4_K || dt == DType::Q5_K) {
+            const bool five = dt == DType::Q5_K;
             int sc[8], mn[8];
             for (int j = 0; j < 8; ++j) {
               const uint8_t* s = b + 4;
@@ -1142,15 +1136,21 @@ TEST(Forward, KQuantDecodeProductsAreLlamaCppsAvx2ArithmeticBitForBit) {
               mn[j] = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
             }
             for (int j = 0; j < 8; ++j)      // sub-block j: nibbles of bytes 32 (j / 2) .. + 31
-              for (int i = 0; i < 32; ++i) {  // (low for even j, high for odd)
-                const int byte = b[16 + 32 * (j / 2) + i];
-                sumi[i / 4] += int64_t(sc[j]) * ((j % 2 ? byte >> 4 : byte & 15) * xq[32 * j + i]);
+              for (int i = 0; i < 32; ++i) {  // (low for even j, high for odd); Q5_K: plus 16 x bit j of qh[i]
+                const int byte = b[(five ? 48 : 16) + 32 * (j / 2) + i];
+                const int value = (j % 2 ? byte >> 4 : byte & 15) + (five ? 16 * (b[16 + i] >> j & 1) : 0);
+                sumi[i / 4] += int64_t(sc[j]) * (value * xq[32 * j + i]);
               }
+            int64_t mins_total = 0;
             for (int t = 0; t < 4; ++t) {
               const int64_t prod = int64_t(mn[2 * t]) * (bs[4 * t] + bs[4 * t + 1]) +
                                    int64_t(mn[2 * t + 1]) * (bs[4 * t + 2] + bs[4 * t + 3]);
-              acc_m[t] = std::fma(-xd * half(b + 2), float(prod), acc_m[t]);
+              if (five)
+                mins_total += prod;  // (Q5_K: the 4 lanes summed in integers, one scalar fma)
+              else
+                acc_m[t] = std::fma(-xd * half(b + 2), float(prod), acc_m[t]);
             }
+            if (five) summs = std::fma(-xd * half(b + 2), float(mins_total), summs);
             for (int k = 0; k < 8; ++k) acc[k] = std::fma(xd * half(b), float(sumi[k]), acc[k]);
           } else {
             const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
@@ -1165,15 +1165,25 @@ TEST(Forward, KQuantDecodeProductsAreLlamaCppsAvx2ArithmeticBitForBit) {
             for (int k = 0; k < 8; ++k) acc[k] = std::fma(xd * half(b + 208), float(sumi[k]), acc[k]);
           }
         }
-        const float want = dt == DType::Q4_K ? hsum8(acc) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3])) : hsum8(acc);
+        const float want = dt == DType::Q4_K   ? hsum8(acc) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]))
+                           : dt == DType::Q5_K ? hsum8(acc) + summs
+                                               : hsum8(acc);
         EXPECT_EQ(y[size_t(r)], want) << "row " << r << " seed " << seed;
       }
     }
   }
 }
 
+// The decode path (up to kGemvMaxRows rows; F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K read
+// straight from the blocks): F16/BF16 equal the widened product of the activations rounded to
+// f16 / bf16 (as llama.cpp converts them; off by at most half an ulp each); the block types round the
+// activations to 8-bit blocks first, as llama.cpp does, so they are checked twice: against
+// the product of the rounded activations and the widened weight computed in double (only
+// summation order differs: 1e-5), and against the f32 product within the bound the rounding
+// implies — each activation moves by at most half its block's step d / 2, plus, for Q8_0's
+// f16 scale, 2^-11 d for each of up to 127 steps: |y - y_f32| <= sum_k |w_k| d_k (1/2 + 127/2048).
 TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
-  for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(std::string(name(dt)));
     ASSERT_TRUE(cpu::gemv_blocks_supports(dt));
     const int64_t K = 512, out = 37;
@@ -1254,7 +1264,7 @@ TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
 // prompts take SGEMM over widened tiles: close, not equal.
 TEST(Forward, KQuantRowsTogetherGetTheBitsOfEachRowAlone) {
   const bool avx512 = cpu::avx512_forms();
-  for (DType dt : {DType::Q4_K, DType::Q6_K}) {
+  for (DType dt : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const Tensor w = cast(randn_t(Shape{23, 512}, 19, 0.2f), dt);
     for (bool wide : {false, true}) {
       if (wide && !avx512) continue;

@@ -1,6 +1,6 @@
-// Products with Q4_K / Q6_K weights and activations rounded to Q8_K (llama.cpp's
+// Products with Q4_K / Q5_K / Q6_K weights and activations rounded to Q8_K (llama.cpp's
 // quantize_row_q8_K: gemv_blocks.h), in llama.cpp's AVX2 arithmetic (ggml's
-// vec_dot_q4_K_q8_K / vec_dot_q6_K_q8_K order), so a K-quant model computes llama.cpp's
+// vec_dot_q{4,5,6}_K_q8_K order), so a K-quant model computes llama.cpp's
 // numbers from the same activations: per super-block of 256, each sub-block's scale is
 // applied in integers (maddubs of weight and activation bytes, then madd with the scale as
 // 16 bits) into 8 int32 lanes — lane k holds bytes 4k..4k+3 of every 32-value run — and one
@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <vector>
@@ -40,6 +41,19 @@ inline __m256i broadcast16(__m256i eight_twice, int i) {
   return _mm256_shuffle_epi8(eight_twice, _mm256_set1_epi16(int16_t((2 * i) | ((2 * i + 1) << 8))));
 }
 
+// Q4_K's and Q5_K's 12 packed bytes -> scales 0..7 then mins 0..7, as 16-bit values (6 bits
+// each: the low 6 of bytes 0..3 / 4..7 for sub-blocks 0..3; for 4..7 a nibble of bytes 8..11
+// plus the top two bits of bytes 0..3 / 4..7).
+inline __m256i k4_scales_mins(const uint8_t* packed) {
+  uint32_t p[3], u[4];
+  std::memcpy(p, packed, 12);
+  u[0] = p[0] & 0x3f3f3f3f;
+  u[1] = (p[2] & 0x0f0f0f0f) | (((p[0] >> 6) & 0x03030303) << 4);
+  u[2] = p[1] & 0x3f3f3f3f;
+  u[3] = ((p[2] >> 4) & 0x0f0f0f0f) | (((p[1] >> 6) & 0x03030303) << 4);
+  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
+}
+
 // Q4_K: d, dmin (f16), 12 bytes of 6-bit scales and mins for the 8 sub-blocks of 32, 128
 // bytes of nibbles (32 bytes per 64 values: low nibbles the first 32, high the next). The
 // mins enter as -d_x * dmin times, in 4 int32 lanes, min_2t * sum_2t + min_2t+1 * sum_2t+1
@@ -54,16 +68,7 @@ __attribute__((always_inline)) inline void q4_k_rows(const uint8_t* w, const Q8R
   for (int64_t sb = 0; sb < K / 256; ++sb, w += 144) {
     prefetch_ahead(w, 3);
     const float dw = half_at(w), dmw = half_at(w + 2);
-    // The 12 packed bytes -> scales 0..7, then mins 0..7, a byte each (6 bits: the low 6 of
-    // bytes 0..3 / 4..7 for sub-blocks 0..3; for 4..7 a nibble of bytes 8..11 plus the top
-    // two bits of bytes 0..3 / 4..7).
-    uint32_t p[3], u[4];
-    std::memcpy(p, w + 4, 12);
-    u[0] = p[0] & 0x3f3f3f3f;
-    u[1] = (p[2] & 0x0f0f0f0f) | (((p[0] >> 6) & 0x03030303) << 4);
-    u[2] = p[1] & 0x3f3f3f3f;
-    u[3] = ((p[2] >> 4) & 0x0f0f0f0f) | (((p[1] >> 6) & 0x03030303) << 4);
-    const __m256i scales_mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
+    const __m256i scales_mins = k4_scales_mins(w + 4);
     const __m256i scales = _mm256_permute2x128_si256(scales_mins, scales_mins, 0x00);
     const __m128i mins = _mm256_extracti128_si256(scales_mins, 1);
     __m256i v[8], s[8];  // sub-block j's values (0..15) and its scale in every 16-bit lane
@@ -94,6 +99,54 @@ __attribute__((always_inline)) inline void q4_k_rows(const uint8_t* w, const Q8R
     m = _mm_add_ss(m, _mm_movehdup_ps(m));
     res[i] = hsum256(acc[i]) + _mm_cvtss_f32(m);
   }
+}
+
+// Q5_K: d, dmin (f16), the 12 bytes of scales and mins as Q4_K, 32 bytes of fifth bits (bit
+// j of byte i: element i of sub-block j), 128 bytes of nibbles as Q4_K. Values 0..31. The
+// mins: the 4 lanes of min * activation sum added up in integers, then one scalar fma per
+// super-block by -d_x * dmin into a running sum, added to the lanes' total last.
+template <int RX>
+__attribute__((always_inline)) inline void q5_k_rows(const uint8_t* w, const Q8Row* x, int64_t K, float* res) {
+  __m256 acc[RX];
+  float summs[RX];
+  for (int i = 0; i < RX; ++i) acc[i] = _mm256_setzero_ps(), summs[i] = 0.0f;
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  for (int64_t sb = 0; sb < K / 256; ++sb, w += 176) {
+    prefetch_ahead(w, 3);
+    const float dw = half_at(w), dmw = half_at(w + 2);
+    const __m256i scales_mins = k4_scales_mins(w + 4);
+    const __m256i scales = _mm256_permute2x128_si256(scales_mins, scales_mins, 0x00);
+    const __m128i mins = _mm256_extracti128_si256(scales_mins, 1);
+    const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
+    __m256i v[8], s[8];  // sub-block j's values (0..31) and its scale in every 16-bit lane
+    for (int j = 0; j < 4; ++j) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 48 + 32 * j));
+      const __m256i fifth0 = _mm256_and_si256(hbits, _mm256_set1_epi8(char(1 << (2 * j))));
+      const __m256i fifth1 = _mm256_and_si256(hbits, _mm256_set1_epi8(char(2 << (2 * j))));
+      v[2 * j] = _mm256_add_epi8(_mm256_and_si256(q, low), _mm256_slli_epi16(_mm256_srli_epi16(fifth0, 2 * j), 4));
+      v[2 * j + 1] = _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(q, 4), low),
+                                     _mm256_slli_epi16(_mm256_srli_epi16(fifth1, 2 * j + 1), 4));
+    }
+    for (int j = 0; j < 8; ++j) s[j] = broadcast16(scales, j);
+    for (int i = 0; i < RX; ++i) {
+      const int8_t* xq = x[i].q + sb * 256;
+      __m256i sumi = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) {
+        const __m256i lo = _mm256_madd_epi16(s[2 * j], _mm256_maddubs_epi16(v[2 * j], load32(xq + 64 * j)));
+        const __m256i hi = _mm256_madd_epi16(s[2 * j + 1], _mm256_maddubs_epi16(v[2 * j + 1], load32(xq + 64 * j + 32)));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(lo, hi));
+      }
+      const float xd = x[i].d[sb * 8];
+      const float d = xd * dw, dmin = -xd * dmw;
+      const __m256i sums16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].sum16 + sb * 16));
+      const __m128i sums32 = _mm_hadd_epi16(_mm256_castsi256_si128(sums16), _mm256_extracti128_si256(sums16, 1));
+      const __m128i prod = _mm_madd_epi16(mins, sums32);
+      const __m128i total = _mm_hadd_epi32(_mm_hadd_epi32(prod, _mm_setzero_si128()), _mm_setzero_si128());
+      summs[i] = std::fma(dmin, float(_mm_cvtsi128_si32(total)), summs[i]);
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[i]);
+    }
+  }
+  for (int i = 0; i < RX; ++i) res[i] = hsum256(acc[i]) + summs[i];
 }
 
 // Q6_K: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales (one per 16 values),
@@ -159,6 +212,15 @@ void q4_k_avx2(const uint8_t* w, const Q8Row* x, int64_t K, float* res) {
   q4_k_rows<RX>(w, x, K, res);
 }
 template <int RX>
+void q5_k_avx2(const uint8_t* w, const Q8Row* x, int64_t K, float* res) {
+  q5_k_rows<RX>(w, x, K, res);
+}
+template <int RX>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void q5_k_evex(const uint8_t* w, const Q8Row* x, int64_t K,
+                                                                     float* res) {
+  q5_k_rows<RX>(w, x, K, res);
+}
+template <int RX>
 void q6_k_avx2(const uint8_t* w, const Q8Row* x, int64_t K, float* res) {
   q6_k_rows<RX>(w, x, K, res);
 }
@@ -181,12 +243,14 @@ Rows rows_fn(DType t, int rx) {
                                             {q4_k_evex<1>, q4_k_evex<2>, q4_k_evex<3>, q4_k_evex<4>}};
   static constexpr Rows q6[2][kTileRows] = {{q6_k_avx2<1>, q6_k_avx2<2>, q6_k_avx2<3>, q6_k_avx2<4>},
                                             {q6_k_evex<1>, q6_k_evex<2>, q6_k_evex<3>, q6_k_evex<4>}};
-  return (t == DType::Q4_K ? q4 : q6)[avx512_forms() ? 1 : 0][rx - 1];
+  static constexpr Rows q5[2][kTileRows] = {{q5_k_avx2<1>, q5_k_avx2<2>, q5_k_avx2<3>, q5_k_avx2<4>},
+                                            {q5_k_evex<1>, q5_k_evex<2>, q5_k_evex<3>, q5_k_evex<4>}};
+  return (t == DType::Q4_K ? q4 : t == DType::Q5_K ? q5 : q6)[avx512_forms() ? 1 : 0][rx - 1];
 }
 
 }  // namespace
 
-bool kquant_supports(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
+bool kquant_supports(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
 namespace {
 std::atomic<bool> g_kquant_prompts{true};
