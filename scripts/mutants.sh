@@ -291,6 +291,24 @@ toy_op_tests
 ^Forward\.KQuant
       summs[i] = std::fma(dmin, float(_mm_cvtsi128_si32(total)), summs[i]);
       summs[i] = summs[i] + dmin * float(_mm_cvtsi128_si32(total)) * 1.0000001f;
+kquant-q3_k-fours-halved
+src/toy/backend/cpu/kquant_products.cpp
+toy_op_tests
+^Forward\.LinearDecodePath|^Forward\.KQuant
+        fours[bit] = _mm256_slli_epi16(_mm256_srli_epi16(clear, bit), 2);
+        fours[bit] = _mm256_slli_epi16(_mm256_srli_epi16(clear, bit), 1);
+kquant-q3_k-high-scale-bits-shifted
+src/toy/backend/cpu/kquant_products.cpp
+toy_op_tests
+^Forward\.LinearDecodePath|^Forward\.KQuant
+    u[2] = ((a[0] >> 4) & 0x0f0f0f0f) | (((a[2] >> 4) & 0x03030303) << 4);
+    u[2] = ((a[0] >> 4) & 0x0f0f0f0f) | (((a[2] >> 6) & 0x03030303) << 4);
+kquant-q2_k-dmin-an-ulp-off
+src/toy/backend/cpu/kquant_products.cpp
+toy_op_tests
+^Forward\.KQuant
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(-xd * dmw), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, sums16)), acc[i]);
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(-xd * dmw * 1.0000001f), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, sums16)), acc[i]);
 kquant-tile-scale-of-the-first-row
 src/toy/backend/cpu/kquant_products.cpp
 toy_op_tests

@@ -21,6 +21,29 @@ using namespace toy;
 using namespace toy::test;
 
 namespace {
+// A weight of block type dt: quantized from normal values, or, for the types toy reads but
+// does not write (Q2_K, Q3_K), blocks of seeded random bytes with finite scales (every byte
+// pattern is a valid block but for the f16 scales at the end).
+Tensor stored_weight(DType dt, int64_t out, int64_t K, uint64_t seed, float scale) {
+  if (dt != DType::Q3_K && dt != DType::Q2_K) return cast(randn_t(Shape{out, K}, seed, scale), dt);
+  Tensor w = empty(Shape{out, K}, dt);
+  auto* p = static_cast<uint8_t*>(w.raw_data());
+  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (size_t i = 0; i < w.nbytes(); ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = uint8_t(state >> 56);
+  }
+  const f16 d = from_f32<f16>(scale * 0.02f), dmin = from_f32<f16>(scale * 0.01f);
+  const size_t block = dt == DType::Q3_K ? 110 : 84;  // Q3_K: d last; Q2_K: d, dmin last
+  for (size_t b = 0; b < w.nbytes(); b += block) {
+    std::memcpy(p + b + block - (dt == DType::Q3_K ? 2 : 4), &d.bits, 2);
+    if (dt == DType::Q2_K) std::memcpy(p + b + 82, &dmin.bits, 2);
+  }
+  return w;
+}
+}  // namespace
+
+namespace {
 std::vector<double> map(const Tensor& x, double (*f)(double)) {
   std::vector<double> r = to_double(x);
   for (auto& v : r) v = f(v);
@@ -1080,7 +1103,7 @@ TEST(Forward, ActivationsAreRoundedAsLlamaCppRoundsThem) {
   EXPECT_EQ(q[700], 127);
 }
 
-// The K types' decode products are llama.cpp's AVX2 arithmetic (ggml's vec_dot_q{4,5,6}_K_q8_K),
+// The K types' decode products are llama.cpp's AVX2 arithmetic (ggml's vec_dot_q{2..6}_K_q8_K),
 // written out here as plain loops over the documented block layouts: per
 // super-block of 256, lane k (0..7) of an exact integer sum takes bytes 4k..4k+3 of every
 // 32-value run times its scale; one fma by d_x * d_w per lane; the lanes summed in hsum's
@@ -1100,9 +1123,9 @@ TEST(Forward, KQuantDecodeProductsAreLlamaCppsAvx2ArithmeticBitForBit) {
     for (int i = 0; i < 4; ++i) r[i] = a[i] + a[i + 4];
     return (r[0] + r[2]) + (r[1] + r[3]);
   };
-  for (DType dt : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType dt : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(std::string(name(dt)));
-    const Tensor w = cast(randn_t(Shape{out, K}, 23, 0.3f), dt);
+    const Tensor w = stored_weight(dt, out, K, 23, 0.3f);
     const auto* wp = static_cast<const uint8_t*>(w.raw_data());
     const size_t rb = row_bytes(dt, K);
     for (uint64_t seed : {24, 25}) {
@@ -1122,7 +1145,11 @@ TEST(Forward, KQuantDecodeProductsAreLlamaCppsAvx2ArithmeticBitForBit) {
       for (int64_t r = 0; r < out; ++r) {
         float acc[8] = {}, acc_m[4] = {}, summs = 0.0f;
         for (int64_t sb = 0; sb < K / 256; ++sb) {
-          const uint8_t* b = wp + size_t(r) * rb + size_t(sb) * (dt == DType::Q4_K ? 144 : dt == DType::Q5_K ? 176 : 210);
+          const uint8_t* b = wp + size_t(r) * rb + size_t(sb) * (dt == DType::Q2_K   ? 84
+                                                                     : dt == DType::Q3_K ? 110
+                                                                     : dt == DType::Q4_K ? 144
+                                                                     : dt == DType::Q5_K ? 176
+                                                                                         : 210);
           const int8_t* xq = q.data() + sb * 256;
           const int16_t* bs = s16.data() + sb * 16;
           const float xd = d[size_t(sb * 8)];
@@ -1152,6 +1179,26 @@ TEST(Forward, KQuantDecodeProductsAreLlamaCppsAvx2ArithmeticBitForBit) {
             }
             if (five) summs = std::fma(-xd * half(b + 2), float(mins_total), summs);
             for (int k = 0; k < 8; ++k) acc[k] = std::fma(xd * half(b), float(sumi[k]), acc[k]);
+          } else if (dt == DType::Q2_K) {
+            // (the mins first, into the same lanes: lane k = min_2k bsum_2k + min_2k+1 bsum_2k+1)
+            for (int k = 0; k < 8; ++k) {
+              const int64_t m = int64_t(b[2 * k] >> 4) * bs[2 * k] + int64_t(b[2 * k + 1] >> 4) * bs[2 * k + 1];
+              acc[k] = std::fma(-xd * half(b + 82), float(m), acc[k]);
+            }
+            for (int e = 0; e < 256; ++e) {
+              const int j = e / 128, r = (e % 128) / 32, i = e % 32;
+              const int value = b[16 + 32 * j + i] >> (2 * r) & 3;
+              sumi[i / 4] += int64_t(b[e / 16] & 15) * (value * xq[e]);
+            }
+            for (int k = 0; k < 8; ++k) acc[k] = std::fma(xd * half(b + 80), float(sumi[k]), acc[k]);
+          } else if (dt == DType::Q3_K) {
+            for (int e = 0; e < 256; ++e) {  // element e: run r = (e % 128) / 32 of half j = e / 128
+              const int j = e / 128, r = (e % 128) / 32, i = e % 32, idx = e / 16;
+              const int value = (b[32 + 32 * j + i] >> (2 * r) & 3) - ((b[i] >> (4 * j + r) & 1) ? 0 : 4);
+              const int sc = ((b[96 + idx % 8] >> (4 * (idx / 8)) & 15) | (b[104 + idx % 4] >> (2 * (idx / 4)) & 3) << 4) - 32;
+              sumi[i / 4] += int64_t(sc) * (value * xq[e]);
+            }
+            for (int k = 0; k < 8; ++k) acc[k] = std::fma(xd * half(b + 108), float(sumi[k]), acc[k]);
           } else {
             const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
             for (int e = 0; e < 256; ++e) {  // element e: run r = e / 32 of half e / 128
@@ -1174,7 +1221,7 @@ TEST(Forward, KQuantDecodeProductsAreLlamaCppsAvx2ArithmeticBitForBit) {
   }
 }
 
-// The decode path (up to kGemvMaxRows rows; F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K read
+// The decode path (up to kGemvMaxRows rows; F16, BF16, Q8_0, Q4_0, Q5_0, Q2_K..Q6_K read
 // straight from the blocks): F16/BF16 equal the widened product of the activations rounded to
 // f16 / bf16 (as llama.cpp converts them; off by at most half an ulp each); the block types round the
 // activations to 8-bit blocks first, as llama.cpp does, so they are checked twice: against
@@ -1183,11 +1230,12 @@ TEST(Forward, KQuantDecodeProductsAreLlamaCppsAvx2ArithmeticBitForBit) {
 // implies — each activation moves by at most half its block's step d / 2, plus, for Q8_0's
 // f16 scale, 2^-11 d for each of up to 127 steps: |y - y_f32| <= sum_k |w_k| d_k (1/2 + 127/2048).
 TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
-  for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                   DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(std::string(name(dt)));
     ASSERT_TRUE(cpu::gemv_blocks_supports(dt));
     const int64_t K = 512, out = 37;
-    Tensor w = cast(randn_t(Shape{out, K}, 13, 0.2f), dt);
+    Tensor w = stored_weight(dt, out, K, 13, 0.2f);
     const std::vector<float> wv = cast(w, DType::F32).to_f32_vector();
     Tensor b = randn_t(Shape{out}, 14);
     const std::vector<float> bv = b.to_f32_vector();
@@ -1264,8 +1312,8 @@ TEST(Forward, LinearDecodePathReadsBlocksDirectly) {
 // prompts take SGEMM over widened tiles: close, not equal.
 TEST(Forward, KQuantRowsTogetherGetTheBitsOfEachRowAlone) {
   const bool avx512 = cpu::avx512_forms();
-  for (DType dt : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
-    const Tensor w = cast(randn_t(Shape{23, 512}, 19, 0.2f), dt);
+  for (DType dt : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const Tensor w = stored_weight(dt, 23, 512, 19, 0.2f);
     for (bool wide : {false, true}) {
       if (wide && !avx512) continue;
       cpu::use_avx512_forms(wide);

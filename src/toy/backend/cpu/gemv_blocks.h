@@ -7,7 +7,7 @@ namespace toy::cpu {
 
 inline constexpr int64_t kGemvMaxRows = 8;
 
-// Whether gemv_blocks handles weights of type t (F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K).
+// Whether gemv_blocks handles weights of type t (F16, BF16, Q8_0, Q4_0, Q5_0, Q2_K to Q6_K).
 bool gemv_blocks_supports(DType t);
 // The activation rounding the block products use (llama.cpp's Q8 blocks, with f32 scales):
 // per block of 32, d = max|x| / 127 and q = round(x / d) (ties to even); sum16 holds the

@@ -1,6 +1,6 @@
-// Products with Q4_K / Q5_K / Q6_K weights and activations rounded to Q8_K (llama.cpp's
+// Products with the K-quant weights (Q2_K to Q6_K) and activations rounded to Q8_K (llama.cpp's
 // quantize_row_q8_K: gemv_blocks.h), in llama.cpp's AVX2 arithmetic (ggml's
-// vec_dot_q{4,5,6}_K_q8_K order), so a K-quant model computes llama.cpp's
+// vec_dot_q{2,3,4,5,6}_K_q8_K order), so a K-quant model computes llama.cpp's
 // numbers from the same activations: per super-block of 256, each sub-block's scale is
 // applied in integers (maddubs of weight and activation bytes, then madd with the scale as
 // 16 bits) into 8 int32 lanes — lane k holds bytes 4k..4k+3 of every 32-value run — and one
@@ -149,6 +149,104 @@ __attribute__((always_inline)) inline void q5_k_rows(const uint8_t* w, const Q8R
   for (int i = 0; i < RX; ++i) res[i] = hsum256(acc[i]) + summs[i];
 }
 
+// Q2_K: 16 bytes of scales (low nibble) and mins (high nibble) per 16 values, 64 bytes of
+// 2-bit values (byte 32j + i, bits 2r: element 128j + 32r + i), d and dmin (f16). As
+// llama.cpp: each super-block first adds -d_x * dmin times the 8 lanes of min * activation
+// sum (pairs of 16), then d_x * d_w times the integer sums, both into the one accumulator.
+template <int RX>
+__attribute__((always_inline)) inline void q2_k_rows(const uint8_t* w, const Q8Row* x, int64_t K, float* res) {
+  __m256 acc[RX];
+  for (int i = 0; i < RX; ++i) acc[i] = _mm256_setzero_ps();
+  const __m256i three = _mm256_set1_epi8(3);
+  for (int64_t sb = 0; sb < K / 256; ++sb, w += 84) {
+    prefetch_ahead(w, 2);
+    const float dw = half_at(w + 80), dmw = half_at(w + 82);
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+    const __m128i sc8 = _mm_and_si128(packed, _mm_set1_epi8(0x0f));
+    const __m256i mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0f)));
+    __m256i v[8], s[8];  // run 4j + r: its values (0..3), its two 16-value scales
+    for (int j = 0; j < 2; ++j) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * j));
+      for (int r = 0; r < 4; ++r) {
+        const int run = 4 * j + r;
+        v[run] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * r), three);
+        const char is = char(2 * run), is1 = char(2 * run + 1);
+        s[run] = _mm256_cvtepi8_epi16(
+            _mm_shuffle_epi8(sc8, _mm_setr_epi8(is, is, is, is, is, is, is, is, is1, is1, is1, is1, is1, is1, is1, is1)));
+      }
+    }
+    for (int i = 0; i < RX; ++i) {
+      const int8_t* xq = x[i].q + sb * 256;
+      const float xd = x[i].d[sb * 8];
+      const __m256i sums16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].sum16 + sb * 16));
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(-xd * dmw), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, sums16)), acc[i]);
+      __m256i sumi = _mm256_setzero_si256();
+      for (int j = 0; j < 2; ++j) {
+        __m256i p[4];
+        for (int r = 0; r < 4; ++r)
+          p[r] = _mm256_madd_epi16(s[4 * j + r], _mm256_maddubs_epi16(v[4 * j + r], load32(xq + 32 * (4 * j + r))));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3])));
+      }
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(xd * dw), _mm256_cvtepi32_ps(sumi), acc[i]);
+    }
+  }
+  for (int i = 0; i < RX; ++i) res[i] = hsum256(acc[i]);
+}
+
+// Q3_K: hmask[32] (bit 4j + r of byte i: element 128j + 32r + i keeps its value; clear:
+// minus 4), 64 bytes of 2-bit values (byte 32j + i, bits 2r), 12 bytes of 16 six-bit scales
+// (minus 32), d (f16). As llama.cpp: the 2-bit part and the 4s (unsigned, maddubs each)
+// subtracted in 16 bits, then madd with the run's two 16-value scales.
+template <int RX>
+__attribute__((always_inline)) inline void q3_k_rows(const uint8_t* w, const Q8Row* x, int64_t K, float* res) {
+  __m256 acc[RX];
+  for (int i = 0; i < RX; ++i) acc[i] = _mm256_setzero_ps();
+  const __m256i three = _mm256_set1_epi8(3);
+  for (int64_t sb = 0; sb < K / 256; ++sb, w += 110) {
+    prefetch_ahead(w, 2);
+    const float dw = half_at(w + 108);
+    // Scales 0..15: low nibbles of packed bytes 0..7 (scales 0..7), their high nibbles
+    // (8..15), the top two bits from bytes 8..11 (2 bits a scale, four per byte).
+    uint32_t a[3], u[4];
+    std::memcpy(a, w + 96, 12);
+    u[0] = (a[0] & 0x0f0f0f0f) | ((a[2] & 0x03030303) << 4);
+    u[1] = (a[1] & 0x0f0f0f0f) | (((a[2] >> 2) & 0x03030303) << 4);
+    u[2] = ((a[0] >> 4) & 0x0f0f0f0f) | (((a[2] >> 4) & 0x03030303) << 4);
+    u[3] = ((a[1] >> 4) & 0x0f0f0f0f) | (((a[2] >> 6) & 0x03030303) << 4);
+    const __m128i sc8 = _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)), _mm_set1_epi8(32));
+    const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+    __m256i lo[8], fours[8], s[8];  // run 4j + r: its 2-bit values, its 4s (hmask bit clear), scales
+    for (int j = 0; j < 2; ++j) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 + 32 * j));
+      for (int r = 0; r < 4; ++r) {
+        const int bit = 4 * j + r;
+        lo[bit] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * r), three);
+        const __m256i clear = _mm256_andnot_si256(hbits, _mm256_set1_epi8(char(1 << bit)));
+        fours[bit] = _mm256_slli_epi16(_mm256_srli_epi16(clear, bit), 2);
+        const char is = char(2 * bit), is1 = char(2 * bit + 1);
+        s[bit] = _mm256_cvtepi8_epi16(
+            _mm_shuffle_epi8(sc8, _mm_setr_epi8(is, is, is, is, is, is, is, is, is1, is1, is1, is1, is1, is1, is1, is1)));
+      }
+    }
+    for (int i = 0; i < RX; ++i) {
+      const int8_t* xq = x[i].q + sb * 256;
+      __m256i sumi = _mm256_setzero_si256();
+      for (int j = 0; j < 2; ++j) {
+        __m256i p[4];
+        for (int r = 0; r < 4; ++r) {
+          const int run = 4 * j + r;
+          const __m256i xr = load32(xq + 32 * run);
+          p[r] = _mm256_madd_epi16(
+              s[run], _mm256_sub_epi16(_mm256_maddubs_epi16(lo[run], xr), _mm256_maddubs_epi16(fours[run], xr)));
+        }
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3])));
+      }
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(x[i].d[sb * 8] * dw), _mm256_cvtepi32_ps(sumi), acc[i]);
+    }
+  }
+  for (int i = 0; i < RX; ++i) res[i] = hsum256(acc[i]);
+}
+
 // Q6_K: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales (one per 16 values),
 // d (f16). Values 0..63 stand for value - 32: the 32s come off in integers, as 32 times each
 // 16-value scale times its activation sum (8 lanes: sub-block k's two scales and sums).
@@ -212,6 +310,24 @@ void q4_k_avx2(const uint8_t* w, const Q8Row* x, int64_t K, float* res) {
   q4_k_rows<RX>(w, x, K, res);
 }
 template <int RX>
+void q2_k_avx2(const uint8_t* w, const Q8Row* x, int64_t K, float* res) {
+  q2_k_rows<RX>(w, x, K, res);
+}
+template <int RX>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void q2_k_evex(const uint8_t* w, const Q8Row* x, int64_t K,
+                                                                     float* res) {
+  q2_k_rows<RX>(w, x, K, res);
+}
+template <int RX>
+void q3_k_avx2(const uint8_t* w, const Q8Row* x, int64_t K, float* res) {
+  q3_k_rows<RX>(w, x, K, res);
+}
+template <int RX>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void q3_k_evex(const uint8_t* w, const Q8Row* x, int64_t K,
+                                                                     float* res) {
+  q3_k_rows<RX>(w, x, K, res);
+}
+template <int RX>
 void q5_k_avx2(const uint8_t* w, const Q8Row* x, int64_t K, float* res) {
   q5_k_rows<RX>(w, x, K, res);
 }
@@ -245,12 +361,19 @@ Rows rows_fn(DType t, int rx) {
                                             {q6_k_evex<1>, q6_k_evex<2>, q6_k_evex<3>, q6_k_evex<4>}};
   static constexpr Rows q5[2][kTileRows] = {{q5_k_avx2<1>, q5_k_avx2<2>, q5_k_avx2<3>, q5_k_avx2<4>},
                                             {q5_k_evex<1>, q5_k_evex<2>, q5_k_evex<3>, q5_k_evex<4>}};
-  return (t == DType::Q4_K ? q4 : t == DType::Q5_K ? q5 : q6)[avx512_forms() ? 1 : 0][rx - 1];
+  static constexpr Rows q3[2][kTileRows] = {{q3_k_avx2<1>, q3_k_avx2<2>, q3_k_avx2<3>, q3_k_avx2<4>},
+                                            {q3_k_evex<1>, q3_k_evex<2>, q3_k_evex<3>, q3_k_evex<4>}};
+  static constexpr Rows q2[2][kTileRows] = {{q2_k_avx2<1>, q2_k_avx2<2>, q2_k_avx2<3>, q2_k_avx2<4>},
+                                            {q2_k_evex<1>, q2_k_evex<2>, q2_k_evex<3>, q2_k_evex<4>}};
+  const auto& table = t == DType::Q2_K ? q2 : t == DType::Q3_K ? q3 : t == DType::Q4_K ? q4 : t == DType::Q5_K ? q5 : q6;
+  return table[avx512_forms() ? 1 : 0][rx - 1];
 }
 
 }  // namespace
 
-bool kquant_supports(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+bool kquant_supports(DType t) {
+  return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
 
 namespace {
 std::atomic<bool> g_kquant_prompts{true};

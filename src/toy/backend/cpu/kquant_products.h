@@ -1,4 +1,4 @@
-// Products with the K-quant weight types (Q4_K, Q5_K, Q6_K) and activations rounded to Q8_K, in
+// Products with the K-quant weight types (Q2_K to Q6_K) and activations rounded to Q8_K, in
 // llama.cpp's AVX2 arithmetic (see kquant_products.cpp), for one activation row (decoding,
 // gemv_blocks) or many (prompts): every row gets the same bits however many ran together.
 #pragma once
