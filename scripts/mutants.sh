@@ -1765,8 +1765,8 @@ moe-weight-block-past-the-rows
 src/toy/backend/cpu/moe.cpp
 toy_op_tests
 ^Forward\.StoredExperts
-    const int64_t e = few[size_t(b0 / span)], r0 = b0 % span, r1 = std::min(d.N, r0 + (b1 - b0));
-    const int64_t e = few[size_t(b0 / span)], r0 = b0 % span, r1 = r0 + (b1 - b0) > d.N ? r0 : r0 + (b1 - b0);
+      const int64_t e = few[size_t(b / span)], r0 = b % span, r1 = std::min(d.N, r0 + kBlock);
+      const int64_t e = few[size_t(b / span)], r0 = b % span, r1 = r0 + kBlock > d.N ? r0 : r0 + kBlock;
 moe-weight-many-pairs-from-the-blocks
 src/toy/backend/cpu/moe.cpp
 toy_op_tests

@@ -249,7 +249,10 @@ __attribute__((always_inline)) inline void q3_k_rows(const uint8_t* w, const Q8R
 
 // Q6_K: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales (one per 16 values),
 // d (f16). Values 0..63 stand for value - 32: the 32s come off in integers, as 32 times each
-// 16-value scale times its activation sum (8 lanes: sub-block k's two scales and sums).
+// 16-value scale times its activation sum (8 lanes: sub-block k's two scales and sums). NOTE:
+// llama.cpp's AVX2 form subtracts the 32s inside each lane (maddubs of 32 and the activations),
+// so its lanes hold other integers with the same total: after the per-lane fma the result may
+// differ from llama.cpp's in the last bits (the other K types match it exactly).
 template <int RX>
 __attribute__((always_inline)) inline void q6_k_rows(const uint8_t* w, const Q8Row* x, int64_t K, float* res) {
   __m256 acc[RX];

@@ -80,15 +80,19 @@ void mul_mat_id_weight(const Tensor& w, const Tensor& x, const Tensor& ids, Tens
     matmul_weight(xe, we, ye, false);
     for (size_t i = 0; i < pe.size(); ++i) std::copy_n(ye.data<float>() + i * d.N, d.N, po + pe[i] * d.N);
   }
-  if (few.empty()) return;
+  if (few.empty() || d.N == 0) return;
   const PreparedRows rows(t, px, d.T * d.X, d.K);  // (scratch slot 5: matmul_weight above is done with it)
   // Each expert's output rows padded to whole blocks of 16, so a block never spans two experts.
   constexpr int64_t kBlock = 16;
   const int64_t span = (d.N + kBlock - 1) / kBlock * kBlock;
+  // (for_row_blocks may hand over several blocks at once — all of them on one thread.)
   for_row_blocks(int64_t(few.size()) * span, kBlock, [&](int64_t b0, int64_t b1) {
-    const int64_t e = few[size_t(b0 / span)], r0 = b0 % span, r1 = std::min(d.N, r0 + (b1 - b0));
-    if (r0 >= d.N) return;
-    for (int64_t pair : pairs[size_t(e)]) rows.products(x_row(pair), pw + size_t(e) * matrix_bytes, r0, r1, po + pair * d.N + r0);
+    for (int64_t b = b0; b < b1; b += kBlock) {
+      const int64_t e = few[size_t(b / span)], r0 = b % span, r1 = std::min(d.N, r0 + kBlock);
+      if (r0 >= d.N) continue;
+      for (int64_t pair : pairs[size_t(e)])
+        rows.products(x_row(pair), pw + size_t(e) * matrix_bytes, r0, r1, po + pair * d.N + r0);
+    }
   });
 }
 
