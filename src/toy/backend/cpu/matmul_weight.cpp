@@ -39,7 +39,7 @@ void matmul_weight(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate)
   // then get decoding's numbers); on AVX2 alone, prompts take SGEMM below (faster there).
   if (quant_products_supports(w.dtype()) && (N <= kGemvMaxRows || quant_products_for_prompts()))
     return quant_products(x, w, y, accumulate);
-  // Q4_K/Q6_K: the same integer arithmetic for any number of rows (llama.cpp's).
+  // Q2_K..Q6_K (kquant_products.h): the same integer arithmetic for any number of rows (llama.cpp's).
   if (kquant_supports(w.dtype()) && w.size(1) % 256 == 0 && (N <= kGemvMaxRows || kquant_for_prompts()))
     return kquant_products(x, w, y, accumulate);
   if (N <= kGemvMaxRows && gemv_blocks_supports(w.dtype())) return gemv_blocks(x, w, y, accumulate);
