@@ -1767,6 +1767,12 @@ toy_op_tests
 ^Forward\.StoredExperts
       const int64_t e = few[size_t(b / span)], r0 = b % span, r1 = std::min(d.N, r0 + kBlock);
       const int64_t e = few[size_t(b / span)], r0 = b % span, r1 = r0 + kBlock > d.N ? r0 : r0 + kBlock;
+moe-weight-only-the-first-block-handed
+src/toy/backend/cpu/moe.cpp
+toy_op_tests
+^Forward\.StoredExperts
+    for (int64_t b = b0; b < b1; b += kBlock) {
+    for (int64_t b = b0; b < b0 + 1; b += kBlock) {
 moe-weight-many-pairs-from-the-blocks
 src/toy/backend/cpu/moe.cpp
 toy_op_tests
