@@ -5,6 +5,7 @@
 // chunk c (thread_pool.h) finds the buffers chunk c grew before, so a warm model never
 // allocates because another thread than last time ran a chunk. Outside a job: the thread's.
 #pragma once
+#include <array>
 #include <cstddef>
 #include <vector>
 
@@ -16,7 +17,11 @@ namespace toy::cpu {
 // buffers that are live at the same time. Contents are unspecified.
 inline float* scratch_floats(size_t n, int slot) {
   thread_local std::vector<float> own[7];
-  static std::vector<float> per_chunk[kMaxThreads][7];  // chunk c runs on one thread at a time
+  // Chunk c runs on one thread at a time. Never freed, as the pool is not: a thread outside the
+  // pool (a server's engine) may still run kernels while exit() destroys statics, and a static
+  // array made at the first kernel call would be destroyed before objects made earlier.
+  using Buffers = std::array<std::array<std::vector<float>, 7>, kMaxThreads>;
+  static Buffers& per_chunk = *new Buffers;
   const int chunk = current_chunk();
   std::vector<float>& v = chunk >= 0 ? per_chunk[chunk][slot] : own[slot];
   if (v.size() < n) v.resize(n);
