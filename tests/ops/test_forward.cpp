@@ -897,6 +897,11 @@ TEST(Forward, StoredExpertsInOneKernelEqualTheirGroupedLinearsBitForBit) {
         const std::vector<float> av = alone.to_f32_vector();
         EXPECT_EQ(std::vector<float>(yv.begin() + N, yv.begin() + 2 * N), av);
       }
+    // No tokens: an empty result, with and without a gradient to carry (the grouped form).
+    Tensor none = zeros(Shape{0, U, K});
+    EXPECT_EQ(mul_mat_id(w, none, zeros(Shape{0, U}, DType::I32)).shape(), (Shape{0, U, N})) << name(dt);
+    none.requires_grad_(true);
+    EXPECT_EQ(mul_mat_id(w, none, zeros(Shape{0, U}, DType::I32)).shape(), (Shape{0, U, N})) << name(dt);
   }
 }
 

@@ -24,6 +24,7 @@ Tensor expert_matrix(const Tensor& w, int64_t e) { return view(slice(w, 0, e, e 
 // pair order. Runs under autograd and where the fused kernel is missing.
 Tensor mul_mat_id_grouped(const Tensor& w, const Tensor& x, const Tensor& ids) {
   const int64_t E = w.size(0), T = ids.size(0), U = ids.size(1), X = x.size(1);
+  if (T * U == 0) return zeros(Shape{T, U, w.size(1)}, DType::F32, x.device());  // no pairs: nothing to concatenate
   const Tensor host_ids = contiguous(to(ids, Device::CPU));
   const int32_t* id = host_ids.data<int32_t>();
   std::vector<std::vector<int32_t>> rows(static_cast<size_t>(E)), pairs(static_cast<size_t>(E));
