@@ -1803,6 +1803,12 @@ toy_sim_tests
 ^Fallbacks\.AttentionDecode
     auto as_q = [&](const Tensor& t) { return t.dtype() == q.dtype() ? t : cast(t, q.dtype()); };
     auto as_q = [&](const Tensor& t) { return t; };
+adamw-avx512-form-second-moment-takes-beta1
+src/toy/backend/cpu/optim.cpp
+toy_op_tests
+^KernelForms\.AdamW
+    const __m512 vv = _mm512_fmadd_ps(vb2, _mm512_loadu_ps(v + i), _mm512_mul_ps(vc2, _mm512_mul_ps(gv, gv)));
+    const __m512 vv = _mm512_fmadd_ps(vb2, _mm512_loadu_ps(v + i), _mm512_mul_ps(vc1, _mm512_mul_ps(gv, gv)));
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -183,6 +183,33 @@ BenchResult bench_rowwise(const char* name, int reps, bool norm) {
   return r;
 }
 
+// AdamW on 16M parameters (the arrays well past every cache: it is bound by memory) against
+// a memcpy moving as many bytes (it reads the parameter, gradient and both moments and writes
+// three of them: 7 x 64 MiB), timed alternately as bench_rowwise does.
+BenchResult bench_adamw(int reps) {
+  const int64_t n = int64_t(16) << 20;
+  Generator gen(4);
+  Tensor p = randn(Shape{n}, gen), g = randn(Shape{n}, gen), m = zeros(Shape{n}), v = zeros(Shape{n});
+  const Tensor lr = scalar(1e-3), step = scalar(1.0);
+  const size_t bytes = size_t(n) * 4 * 7 / 2;  // read + written = 7 arrays
+  std::unique_ptr<char[]> src(new char[bytes]), dst(new char[bytes]);
+  std::memset(src.get(), 1, bytes);
+  std::memset(dst.get(), 0, bytes);
+  NoGradGuard ng;
+  auto kernel = [&] { adamw_step(p, g, m, v, lr, step, AdamWOptions{0.9f, 0.95f, 1e-8f, 0.1f}); };
+  auto copy = [&] { host::parallel_copy(dst.get(), src.get(), bytes); };
+  auto [t, mt] = paired_median_seconds(kernel, copy, reps, 1);
+  BenchResult r;
+  r.name = "adamw";
+  r.value = 2.0 * double(bytes) / t / 1e9;
+  r.unit = "GB/s";
+  r.baseline = 2.0 * double(bytes) / mt / 1e9;
+  r.baseline_what = "memcpy of as many bytes on the same threads, GB/s";
+  r.ratio = mt / t;
+  r.target = 0.90;
+  return r;
+}
+
 int run_ops_bench(const OpsBenchOptions& o) {
   if (o.threads) set_num_threads(o.threads);
   const int threads = num_threads();
@@ -197,6 +224,7 @@ int run_ops_bench(const OpsBenchOptions& o) {
   if (want("attention_fwd_bwd")) print_result(bench_attention(o.reps * 2), o.json);
   if (want("rms_norm")) print_result(bench_rowwise("rms_norm", o.reps * 2, true), o.json);
   if (want("softmax")) print_result(bench_rowwise("softmax", o.reps * 2, false), o.json);
+  if (want("adamw")) print_result(bench_adamw(o.reps), o.json);
   if (want("gated_delta_rule")) print_result(bench_gated_delta(std::max(1, o.reps / 3)), o.json);
   if (want("gated_delta_rule_prefill")) print_result(bench_gated_delta_prefill(o.reps), o.json);
   return 0;

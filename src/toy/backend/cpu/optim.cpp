@@ -5,6 +5,8 @@
 
 #include "toy/backend/cpu/cpu_kernels.h"
 #include "toy/backend/cpu/simd.h"
+#include "toy/backend/cpu/simd512.h"
+#include "toy/backend/cpu/variant.h"
 #include "toy/core/thread_pool.h"
 
 namespace toy::cpu {
@@ -69,6 +71,36 @@ void adamw_span(float* p, const float* g, float* m, float* v, int64_t b, int64_t
   }
 }
 
+// adamw_span on 16 lanes, the AVX2 form's operations per element (so the same bits); the
+// last fewer-than-16 elements go to it.
+TOY_AVX512 void adamw_span512(float* p, const float* g, float* m, float* v, int64_t b, int64_t e, const AdamWStep& c,
+                              float wd) {
+  const __m512 vb1 = _mm512_set1_ps(c.beta1), vb2 = _mm512_set1_ps(c.beta2);
+  const __m512 vc1 = _mm512_set1_ps(1.0f - c.beta1), vc2 = _mm512_set1_ps(1.0f - c.beta2);
+  const __m512 vdecay = _mm512_set1_ps(1.0f - c.lr * wd), vstep = _mm512_set1_ps(c.step_size);
+  const __m512 vibc2 = _mm512_set1_ps(c.inv_sqrt_bc2), veps = _mm512_set1_ps(c.eps);
+  int64_t i = b;
+  for (; i + 16 <= e; i += 16) {
+    const __m512 gv = _mm512_loadu_ps(g + i);
+    const __m512 mv = _mm512_fmadd_ps(vb1, _mm512_loadu_ps(m + i), _mm512_mul_ps(vc1, gv));
+    const __m512 vv = _mm512_fmadd_ps(vb2, _mm512_loadu_ps(v + i), _mm512_mul_ps(vc2, _mm512_mul_ps(gv, gv)));
+    _mm512_storeu_ps(m + i, mv);
+    _mm512_storeu_ps(v + i, vv);
+    const __m512 denom = _mm512_add_ps(_mm512_mul_ps(_mm512_sqrt_ps(vv), vibc2), veps);
+    const __m512 pv = _mm512_mul_ps(_mm512_loadu_ps(p + i), vdecay);
+    _mm512_storeu_ps(p + i, _mm512_sub_ps(pv, _mm512_div_ps(_mm512_mul_ps(vstep, mv), denom)));
+  }
+  if (i < e) adamw_span(p, g, m, v, i, e, c, wd);
+}
+
+// The form the variant runs (variant.h).
+void adamw_elements(float* p, const float* g, float* m, float* v, int64_t b, int64_t e, const AdamWStep& c, float wd) {
+  if (avx512_forms())
+    adamw_span512(p, g, m, v, b, e, c, wd);
+  else
+    adamw_span(p, g, m, v, b, e, c, wd);
+}
+
 }  // namespace
 
 void adamw(Tensor& param, const Tensor& grad, Tensor& m_t, Tensor& v_t, const Tensor& lr_t, const Tensor& step_t,
@@ -79,7 +111,7 @@ void adamw(Tensor& param, const Tensor& grad, Tensor& m_t, Tensor& v_t, const Te
   float* m = m_t.data<float>();
   float* v = v_t.data<float>();
   parallel_for(0, param.numel(), 1 << 14,
-               [&](int64_t b, int64_t e) { adamw_span(p, g, m, v, b, e, c, a.weight_decay); });
+               [&](int64_t b, int64_t e) { adamw_elements(p, g, m, v, b, e, c, a.weight_decay); });
 }
 
 void optimizer_clock(Tensor& step_t, Tensor& lr_t, const Tensor& position, const LrSchedule& s) {
@@ -103,7 +135,7 @@ void adamw_ranges(Tensor& values, const Tensor& grads, Tensor& m_t, Tensor& v_t,
     auto r = std::upper_bound(ranges.begin(), ranges.end(), b,
                               [](int64_t x, const kern::ArenaRange& q) { return x < q.end; });
     for (; r != ranges.end() && r->begin < e; ++r)
-      adamw_span(p, g, m, v, std::max(b, r->begin), std::min(e, r->end), c, r->decay ? a.weight_decay : 0.0f);
+      adamw_elements(p, g, m, v, std::max(b, r->begin), std::min(e, r->end), c, r->decay ? a.weight_decay : 0.0f);
   });
 }
 
