@@ -156,10 +156,11 @@ BenchResult bench_gated_delta_prefill(int reps) {
   return r;
 }
 
-// A row-wise kernel on [4096, 4096] f32 against a memcpy of the same bytes (read x, write
+// A row-wise or elementwise kernel on [4096, 4096] f32 (rms_norm, softmax, silu, gelu with
+// the tanh approximation) against a memcpy of the same bytes (read x, write
 // y) on the same threads. The two are timed alternately so that both see the same machine
 // (memory bandwidth on shared hosts drifts by 2x over minutes).
-BenchResult bench_rowwise(const char* name, int reps, bool norm) {
+BenchResult bench_rowwise(const std::string& name, int reps) {
   const int64_t R = 4096, D = 4096;
   Generator g(3);
   Tensor x = randn(Shape{R, D}, g), w = randn(Shape{D}, g);
@@ -168,7 +169,10 @@ BenchResult bench_rowwise(const char* name, int reps, bool norm) {
   std::memset(dst.get(), 0, bytes);
   const char* src = static_cast<const char*>(x.raw_data());
   NoGradGuard ng;
-  auto kernel = [&] { Tensor y = norm ? rms_norm(x, w) : softmax(x); };
+  auto kernel = [&] {
+    Tensor y = name == "rms_norm" ? rms_norm(x, w) : name == "softmax" ? softmax(x)
+             : name == "silu"     ? silu(x)      : gelu(x, GeluApprox::Tanh);
+  };
   auto copy = [&] { host::parallel_copy(dst.get(), src, bytes); };
   auto [t, mt] = paired_median_seconds(kernel, copy, reps, 1);
   const double moved = 2.0 * double(bytes);  // read x, write y
@@ -222,8 +226,8 @@ int run_ops_bench(const OpsBenchOptions& o) {
   if (want("matmul_f32_train"))
     print_result(bench_matmul("matmul_f32_train", 768, 128, 512, peak, o.reps * 5, 0.40), o.json);
   if (want("attention_fwd_bwd")) print_result(bench_attention(o.reps * 2), o.json);
-  if (want("rms_norm")) print_result(bench_rowwise("rms_norm", o.reps * 2, true), o.json);
-  if (want("softmax")) print_result(bench_rowwise("softmax", o.reps * 2, false), o.json);
+  for (const char* rowwise : {"rms_norm", "softmax", "silu", "gelu"})
+    if (want(rowwise)) print_result(bench_rowwise(rowwise, o.reps * 2), o.json);
   if (want("adamw")) print_result(bench_adamw(o.reps), o.json);
   if (want("gated_delta_rule")) print_result(bench_gated_delta(std::max(1, o.reps / 3)), o.json);
   if (want("gated_delta_rule_prefill")) print_result(bench_gated_delta_prefill(o.reps), o.json);
