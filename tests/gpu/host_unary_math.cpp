@@ -4,7 +4,7 @@
 //    CPU's thresholds (0.0625, 20, -87.34, 88.72), huge values, ±inf and NaN, with finite,
 //    zero, infinite and NaN upstream gradients: NaN where the CPU gives NaN, the same infinity
 //    where it gives one, otherwise |got - want| <= kRel * max(|want|, terms) + kAbs.
-//    kRel = 2e-6: the CPU's vector exp/log and sigmoid (rcp + one Newton step) are a few ulp
+//    kRel = 2e-6: the CPU's vector exp/log (inside sigmoid, silu and the GELUs) are a few ulp
 //    from libm's (the largest difference seen is 4.6e-7 relative, in gelu_tanh's gradient).
 //    `terms` is the size of what a result was summed from, where that sum cancels: the CPU's
 //    tanh past |x| = 0.0625 is 2 sigmoid(2x) - 1 (size 1; up to 1.4e-6 relative apart from

@@ -111,11 +111,12 @@ inline __m256 log256(__m256 x) {
 // of a non-positive argument is needed, and nothing can overflow.
 inline void sigmoid_pair256(__m256 x, __m256* s, __m256* one_minus_s) {
   const __m256 t = exp256_nonpos(_mm256_or_ps(x, _mm256_set1_ps(-0.0f)));  // exp(-|x|)
-  // 1 / (1 + t) for 1 + t in [1, 2]: reciprocal estimate and one Newton step (~1e-7
-  // relative; a division is several times slower and these feed every silu/gelu).
+  // 1 / (1 + t) for 1 + t in [1, 2], divided exactly: the reciprocal estimate (rcpps) differs
+  // between CPU makers, so with it the bits of every sigmoid, silu and gelu did too (and its
+  // Newton step gave 0.49999997 at 0 on AMD); these kernels are bound by memory, and the
+  // division cost nothing measurable (toy bench ops silu/gelu on Zen 4).
   const __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), t);
-  __m256 r = _mm256_rcp_ps(d);
-  r = _mm256_mul_ps(r, _mm256_fnmadd_ps(d, r, _mm256_set1_ps(2.0f)));
+  const __m256 r = _mm256_div_ps(_mm256_set1_ps(1.0f), d);
   const __m256 tr = _mm256_mul_ps(t, r);
   *s = _mm256_blendv_ps(r, tr, x);  // the sign bit of x selects
   *one_minus_s = _mm256_blendv_ps(tr, r, x);

@@ -49,13 +49,11 @@ TOY_AVX512 inline __m512 exp512_nonpos(__m512 x) {
 TOY_AVX512 inline __m256 low256(__m512 v) { return _mm512_castps512_ps256(v); }
 TOY_AVX512 inline __m256 high256(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 
-// sigmoid_pair256 on 16 lanes. The reciprocal estimate is the 8-lane instruction's on each
-// half: the 16-lane one (rcp14) is a different approximation and would change the bits.
+// sigmoid_pair256 on 16 lanes (an exact division, as there: the same bits on any CPU).
 TOY_AVX512 inline void sigmoid_pair512(__m512 x, __m512* s, __m512* one_minus_s) {
   const __m512 t = exp512_nonpos(_mm512_or_ps(x, _mm512_set1_ps(-0.0f)));  // exp(-|x|)
   const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), t);
-  __m512 r = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_rcp_ps(low256(d))), _mm256_rcp_ps(high256(d)), 1);
-  r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
+  const __m512 r = _mm512_div_ps(_mm512_set1_ps(1.0f), d);
   const __m512 tr = _mm512_mul_ps(t, r);
   const __mmask16 negative = _mm512_movepi32_mask(_mm512_castps_si512(x));  // the sign bit, as blendv reads it
   *s = _mm512_mask_blend_ps(negative, r, tr);

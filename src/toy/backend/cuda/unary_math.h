@@ -8,11 +8,9 @@
 // gradients (relu, clamp) give +0 where the mask is off even for a NaN or infinite g, silu and
 // gelu give NaN at -inf (-inf * 0) and their gradients NaN at ±inf (inf * 0), and e^x below
 // -87.34 inside sigmoid and the GELUs is 0 as the CPU's exp_nonpos flushes it. The CPU's vector
-// exp/log and its rcp-plus-Newton reciprocal become the accurate expf/logf/tanhf/log1pf and an
-// exact division, so finite results differ from the CPU's by a few ulp (rcpps differs between
-// CPU makers; on an AMD EPYC the CPU's sigmoid is 1 - 2^-24 at +inf and 0.49999997 at 0, its
-// tanh(+inf) 1 - 2^-23, where these give 1, 0.5 and 1). The exact GELU keeps the CPU's erfc fit
-// (Numerical Recipes' erfcc) and its flush.
+// exp/log become the accurate expf/logf/tanhf/log1pf (the reciprocal in sigmoid is an exact
+// division on both), so finite results differ from the CPU's by a few ulp. The exact GELU keeps
+// the CPU's erfc fit (Numerical Recipes' erfcc) and its flush.
 //
 // The random numbers: Philox4x32-10 (core/rng.cpp) and the uniform and dropout transforms give
 // the CPU's bits; Box-Muller (backend/cpu/random.cpp) takes its log and cos in double precision
