@@ -35,11 +35,6 @@ namespace toy::cpu {
 
 namespace {
 
-
-}  // namespace
-
-namespace {
-
 inline float round_to_f16(float v) { return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT)); }
 
 // 32 floats times inv, rounded to nearest (even), saturated to int8, stored in order.

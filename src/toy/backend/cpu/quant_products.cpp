@@ -233,6 +233,7 @@ TOY_QUANT_TILE_256(tile_evex256, TOY_EVEX256, TOY_UNSIGNED_EVEX, evex_block_dot)
 #undef TOY_AS_STORED
 #undef TOY_OFFSET_TO_UNSIGNED
 #undef TOY_UNSIGNED_EVEX
+#undef TOY_EVEX256
 
 // RW weight rows x P pairs of activation rows (x: the first pair's block 0; pairs follow
 // every nb blocks), two rows a register; res[r * 2P + 2p + half].
