@@ -1827,6 +1827,12 @@ toy_op_tests
 ^KernelForms\.Activations
   *db = _mm512_mul_ps(g, _mm512_mul_ps(a, s));
   *db = _mm512_mul_ps(g, _mm512_mul_ps(a, c));
+moe-weight-prepares-only-the-first-row
+src/toy/backend/cpu/moe.cpp
+toy_op_tests
+^Forward\.StoredExperts
+    for (int64_t pair : pairs[size_t(e)]) needed[size_t(x_row(pair))] = 1;
+    for (int64_t pair : pairs[size_t(e)]) needed[0] = pair >= 0;
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -249,7 +249,8 @@ void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
 
 // A prepared row: the 32-block types, quant_products' lone packed row; the K types, scales,
 // values and sums of 16 as gemv_blocks quantizes them; F16/BF16, the rounded floats.
-PreparedRows::PreparedRows(DType weight, const float* x, int64_t rows, int64_t K) : weight_(weight), K_(K) {
+PreparedRows::PreparedRows(DType weight, const float* x, int64_t rows, int64_t K, std::span<const uint8_t> needed)
+    : weight_(weight), K_(K) {
   TOY_CHECK(gemv_blocks_supports(weight), "[gemv] no products for {} weights", name(weight));
   if (quant_products_supports(weight))
     row_bytes_ = quant_lone_row_bytes(K);
@@ -258,17 +259,30 @@ PreparedRows::PreparedRows(DType weight, const float* x, int64_t rows, int64_t K
   else
     row_bytes_ = size_t(K / 32 + K / 4 + K / 32) * 4;
   buf_ = reinterpret_cast<uint8_t*>(scratch_floats((row_bytes_ * size_t(rows) + 3) / 4, 5));
-  for (int64_t n = 0; n < rows; ++n) {
-    uint8_t* out = buf_ + size_t(n) * row_bytes_;
-    if (quant_products_supports(weight)) {
-      quant_pack_lone_row(x + n * K, K, out);
-    } else if (weight == DType::F16 || weight == DType::BF16) {
-      round_activations(weight, x + n * K, K, reinterpret_cast<float*>(out));
-    } else {
-      auto* d = reinterpret_cast<float*>(out);
-      quantize_activations(weight, x + n * K, K, d, reinterpret_cast<int8_t*>(d + K / 32),
-                           reinterpret_cast<int16_t*>(d + K / 32 + K / 4));
-    }
+  TOY_CHECK(needed.empty() || int64_t(needed.size()) == rows, "[gemv] {} row marks for {} rows", needed.size(), rows);
+  // A prompt's experts with few pairs read a small part of its rows: only those are prepared,
+  // on every thread when there are many (a decoding token's few stay on this thread: waking
+  // the pool would cost more).
+  const int64_t count = needed.empty() ? rows : int64_t(std::count(needed.begin(), needed.end(), uint8_t(1)));
+  auto prepare_rows = [&](int64_t b, int64_t e) {
+    for (int64_t n = b; n < e; ++n)
+      if (needed.empty() || needed[size_t(n)]) prepare(x + n * K, buf_ + size_t(n) * row_bytes_);
+  };
+  if (count >= 16)
+    parallel_for(0, rows, 4, prepare_rows);
+  else
+    prepare_rows(0, rows);
+}
+
+void PreparedRows::prepare(const float* x, uint8_t* out) const {
+  if (quant_products_supports(weight_)) {
+    quant_pack_lone_row(x, K_, out);
+  } else if (weight_ == DType::F16 || weight_ == DType::BF16) {
+    round_activations(weight_, x, K_, reinterpret_cast<float*>(out));
+  } else {
+    auto* d = reinterpret_cast<float*>(out);
+    quantize_activations(weight_, x, K_, d, reinterpret_cast<int8_t*>(d + K_ / 32),
+                         reinterpret_cast<int16_t*>(d + K_ / 32 + K_ / 4));
   }
 }
 

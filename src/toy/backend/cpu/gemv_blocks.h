@@ -1,6 +1,7 @@
 // Products of a few activation rows with a stored-dtype weight, read straight from its
 // blocks (see gemv_blocks.cpp). matmul_weight uses it for up to kGemvMaxRows rows.
 #pragma once
+#include <span>
 #include "toy/core/tensor.h"
 
 namespace toy::cpu {
@@ -35,11 +36,14 @@ void gemv_blocks(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
 // where a decoding token's chosen experts all run in one parallel region.
 class PreparedRows {
  public:
-  PreparedRows(DType weight, const float* x, int64_t rows, int64_t K);
+  // Prepares the rows of x [rows, K] that `needed` marks (all of them when it is empty), in
+  // parallel; products may then be asked of those rows only.
+  PreparedRows(DType weight, const float* x, int64_t rows, int64_t K, std::span<const uint8_t> needed = {});
   // y[r - r0] = x[row] . w[r] for r in [r0, r1); w the weight's row 0.
   void products(int64_t row, const uint8_t* w, int64_t r0, int64_t r1, float* y) const;
 
  private:
+  void prepare(const float* x, uint8_t* out) const;  // one row
   DType weight_;
   int64_t K_;
   size_t row_bytes_;  // of one prepared row in buf_

@@ -81,7 +81,10 @@ void mul_mat_id_weight(const Tensor& w, const Tensor& x, const Tensor& ids, Tens
     for (size_t i = 0; i < pe.size(); ++i) std::copy_n(ye.data<float>() + i * d.N, d.N, po + pe[i] * d.N);
   }
   if (few.empty() || d.N == 0) return;
-  const PreparedRows rows(t, px, d.T * d.X, d.K);  // (scratch slot 5: matmul_weight above is done with it)
+  std::vector<uint8_t> needed(size_t(d.T * d.X), 0);  // the rows of x the few experts' pairs read
+  for (int64_t e : few)
+    for (int64_t pair : pairs[size_t(e)]) needed[size_t(x_row(pair))] = 1;
+  const PreparedRows rows(t, px, d.T * d.X, d.K, needed);  // (scratch slot 5: matmul_weight above is done with it)
   // Each expert's output rows padded to whole blocks of 16, so a block never spans two experts.
   constexpr int64_t kBlock = 16;
   const int64_t span = (d.N + kBlock - 1) / kBlock * kBlock;
