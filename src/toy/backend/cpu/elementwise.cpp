@@ -225,16 +225,18 @@ void map_elements(const std::array<const Tensor*, K>& in, Tensor& out, F f) {
 // the last 16 go through the 8-lane form.
 namespace {
 
-// f.template operator()<op>() for the activations below: the op a compile-time constant, so
-// that the switch of unary8 and unary_grad8 folds away inside the element loop.
+// The activations: what the 16-lane forms cover, and what the 8-lane forms run with the op
+// fixed at compile time.
+bool is_activation(UnaryOp op) { return op == UnaryOp::Sigmoid || op == UnaryOp::Silu || op == UnaryOp::GeluTanh; }
+
+// f.template operator()<op>() for an activation: the op a compile-time constant, so that the
+// switch of unary8 and unary_grad8 folds away inside the element loop.
 template <class F>
 void with_activation(UnaryOp op, F&& f) {
   if (op == UnaryOp::Sigmoid) f.template operator()<UnaryOp::Sigmoid>();
   if (op == UnaryOp::Silu) f.template operator()<UnaryOp::Silu>();
   if (op == UnaryOp::GeluTanh) f.template operator()<UnaryOp::GeluTanh>();
 }
-
-bool has_form512(UnaryOp op) { return op == UnaryOp::Sigmoid || op == UnaryOp::Silu || op == UnaryOp::GeluTanh; }
 
 TOY_AVX512 inline __m512 gelu_u2_512(__m512 x) {
   const __m512 c2 = _mm512_set1_ps(2.0f * 0.7978845608028654f), k = _mm512_set1_ps(0.044715f);
@@ -332,7 +334,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& y, const UnaryArgs& a) {
   dispatch_float(x.dtype(), "unary", [&]<class T>(std::type_identity<T>) {
     auto f = [&](const Lanes<1>& v) { return unary8(op, v[0], a); };
     if constexpr (std::is_same_v<T, float>) {
-      if (has_form512(op) && wide_f32<T>({&x, &y})) {
+      if (is_activation(op) && wide_f32<T>({&x, &y})) {
         const float* px = x.data<float>();
         float* py = y.data<float>();
         parallel_for(0, y.numel(), kGrain, [&](int64_t b, int64_t e) {
@@ -343,15 +345,11 @@ void unary(UnaryOp op, const Tensor& x, Tensor& y, const UnaryArgs& a) {
     }
     // The activations with the op fixed at compile time (the switch in unary8 is not hoisted
     // out of the loop: SiLU ran at about 0.6 of the speed).
-    switch (op) {
-      case UnaryOp::Sigmoid:
-      case UnaryOp::Silu:
-      case UnaryOp::GeluTanh:
-        return with_activation(op, [&]<UnaryOp kOp>() {
-          map_elements<T, 1>({&x}, y, [&](const Lanes<1>& v) { return unary8(kOp, v[0], a); });
-        });
-      default: map_elements<T, 1>({&x}, y, f);
-    }
+    if (is_activation(op))
+      return with_activation(op, [&]<UnaryOp kOp>() {
+        map_elements<T, 1>({&x}, y, [&](const Lanes<1>& v) { return unary8(kOp, v[0], a); });
+      });
+    map_elements<T, 1>({&x}, y, f);
   });
 }
 
@@ -359,7 +357,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
   dispatch_float(x.dtype(), "unary_backward", [&]<class T>(std::type_identity<T>) {
     auto f = [&](const Lanes<3>& v) { return unary_grad8(op, v[0], v[1], v[2], a); };
     if constexpr (std::is_same_v<T, float>) {
-      if (has_form512(op) && wide_f32<T>({&x, &y, &g, &dx})) {
+      if (is_activation(op) && wide_f32<T>({&x, &y, &g, &dx})) {
         const float *px = x.data<float>(), *py = y.data<float>(), *pg = g.data<float>();
         float* pd = dx.data<float>();
         parallel_for(0, dx.numel(), kGrain, [&](int64_t b, int64_t e) {
@@ -368,16 +366,11 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
         return;
       }
     }
-    // As in unary: the activations with the op fixed at compile time.
-    switch (op) {
-      case UnaryOp::Sigmoid:
-      case UnaryOp::Silu:
-      case UnaryOp::GeluTanh:
-        return with_activation(op, [&]<UnaryOp kOp>() {
-          map_elements<T, 3>({&x, &y, &g}, dx, [&](const Lanes<3>& v) { return unary_grad8(kOp, v[0], v[1], v[2], a); });
-        });
-      default: map_elements<T, 3>({&x, &y, &g}, dx, f);
-    }
+    if (is_activation(op))  // as in unary
+      return with_activation(op, [&]<UnaryOp kOp>() {
+        map_elements<T, 3>({&x, &y, &g}, dx, [&](const Lanes<3>& v) { return unary_grad8(kOp, v[0], v[1], v[2], a); });
+      });
+    map_elements<T, 3>({&x, &y, &g}, dx, f);
   });
 }
 
