@@ -1833,6 +1833,12 @@ toy_op_tests
 ^Forward\.StoredExperts
     for (int64_t pair : pairs[size_t(e)]) needed[size_t(x_row(pair))] = 1;
     for (int64_t pair : pairs[size_t(e)]) needed[0] = pair >= 0;
+swiglu-avx512-streamed-upper-half-takes-the-lower
+src/toy/backend/cpu/elementwise.cpp
+toy_op_tests
+^KernelForms\.StreamingSwiglu
+      _mm256_stream_ps(o + i + 8, high256(v));
+      _mm256_stream_ps(o + i + 8, low256(v));
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -260,3 +260,18 @@ TEST(KernelForms, ActivationsGiveTheSameBitsInBothForms) {
     }
   }
 }
+
+// SwiGLU of packed halves with an output of 16 MB and more takes streaming stores: the bits
+// of each row alone (no streaming there), in both forms.
+TEST(KernelForms, StreamingSwigluEqualsOneRowAloneInBothForms) {
+  const int64_t F = 4096, rows = (int64_t(16) << 20) / (4 * F) + 3;  // just past the threshold
+  const Tensor x = randn_t(Shape{rows, 2 * F}, 51, 3.0f);
+  auto [narrow, wide] = both_forms([&] { return swiglu(x).to_f32_vector(); });
+  std::string where;
+  EXPECT_TRUE(same_bits(narrow, wide, &where)) << "AVX2 vs AVX-512 forms: " << where;
+  for (int64_t r : {int64_t(0), int64_t(1), rows / 2, rows - 1}) {
+    const std::vector<float> alone = swiglu(slice(x, 0, r, r + 1)).to_f32_vector();
+    const std::vector<float> in_big(wide.begin() + r * F, wide.begin() + (r + 1) * F);
+    EXPECT_TRUE(same_bits(alone, in_big, &where)) << "row " << r << " alone vs streamed: " << where;
+  }
+}

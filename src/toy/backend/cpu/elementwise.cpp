@@ -297,9 +297,18 @@ TOY_AVX512 int64_t unary_grad_span512(UnaryOp op, const float* x, const float* g
   return i;
 }
 
-TOY_AVX512 int64_t swiglu_span512(const float* a, const float* u, float* o, int64_t b, int64_t e) {
+// stream: o is 32-byte aligned and takes non-temporal stores (as store8_f32).
+TOY_AVX512 int64_t swiglu_span512(const float* a, const float* u, float* o, int64_t b, int64_t e, bool stream = false) {
   int64_t i = b;
-  for (; i + 16 <= e; i += 16) _mm512_storeu_ps(o + i, swiglu16(_mm512_loadu_ps(a + i), _mm512_loadu_ps(u + i)));
+  for (; i + 16 <= e; i += 16) {
+    const __m512 v = swiglu16(_mm512_loadu_ps(a + i), _mm512_loadu_ps(u + i));
+    if (stream) {
+      _mm256_stream_ps(o + i, low256(v));
+      _mm256_stream_ps(o + i + 8, high256(v));
+    } else {
+      _mm512_storeu_ps(o + i, v);
+    }
+  }
   return i;
 }
 
@@ -491,6 +500,9 @@ void swiglu_packed(const Tensor& x, Tensor& out) {
     const T* px = x.data<T>();
     T* po = out.data<T>();
     const bool wide = wide_f32<T>({});  // (x and out are contiguous here)
+    // A large output streams past the caches (no read for ownership; rows whole vectors).
+    bool stream = false;
+    if constexpr (std::is_same_v<T, float>) stream = stream_rows(po, F, out.nbytes());
     parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(F, 1)), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const T* a = px + r * 2 * F;
@@ -498,10 +510,16 @@ void swiglu_packed(const Tensor& x, Tensor& out) {
         T* o = po + r * F;
         int64_t j = 0;
         if constexpr (std::is_same_v<T, float>)
-          if (wide) j = swiglu_span512(a, g, o, 0, F);
-        for (; j + 8 <= F; j += 8) store8(o + j, swiglu8(load8(a + j), load8(g + j)));
+          if (wide) j = swiglu_span512(a, g, o, 0, F, stream);
+        for (; j + 8 <= F; j += 8) {
+          if constexpr (std::is_same_v<T, float>)
+            store8_f32(o + j, swiglu8(load8(a + j), load8(g + j)), stream);
+          else
+            store8(o + j, swiglu8(load8(a + j), load8(g + j)));
+        }
         if (j < F) store_tail(o + j, swiglu8(load_tail(a + j, F - j), load_tail(g + j, F - j)), F - j);
       }
+      if (stream) _mm_sfence();
     });
   });
 }
