@@ -249,19 +249,21 @@ TOY_AVX512 inline __m512 sigmoid512(__m512 x) {
   return s;
 }
 
-TOY_AVX512 inline __m512 unary16(UnaryOp op, __m512 x) {
-  if (op == UnaryOp::Sigmoid) return sigmoid512(x);
-  if (op == UnaryOp::Silu) return _mm512_mul_ps(x, sigmoid512(x));
+template <UnaryOp kOp>
+TOY_AVX512 inline __m512 unary16(__m512 x) {
+  if constexpr (kOp == UnaryOp::Sigmoid) return sigmoid512(x);
+  if constexpr (kOp == UnaryOp::Silu) return _mm512_mul_ps(x, sigmoid512(x));
   return _mm512_mul_ps(x, sigmoid512(gelu_u2_512(x)));  // GeluTanh
 }
 
-TOY_AVX512 inline __m512 unary_grad16(UnaryOp op, __m512 x, __m512 g) {
+template <UnaryOp kOp>
+TOY_AVX512 inline __m512 unary_grad16(__m512 x, __m512 g) {
   __m512 s, c;  // s and 1 - s
-  if (op == UnaryOp::Sigmoid) {
+  if constexpr (kOp == UnaryOp::Sigmoid) {
     sigmoid_pair512(x, &s, &c);
     return _mm512_mul_ps(g, _mm512_mul_ps(s, c));
   }
-  if (op == UnaryOp::Silu) {
+  if constexpr (kOp == UnaryOp::Silu) {
     sigmoid_pair512(x, &s, &c);
     return _mm512_mul_ps(g, _mm512_fmadd_ps(_mm512_mul_ps(x, s), c, s));
   }
@@ -284,16 +286,18 @@ TOY_AVX512 inline void swiglu_grad16(__m512 a, __m512 b, __m512 g, __m512* da, _
 }
 
 // Elements [b, e) 16 at a time; each returns where the 8-lane form takes over.
-TOY_AVX512 int64_t unary_span512(UnaryOp op, const float* x, float* y, int64_t b, int64_t e) {
+template <UnaryOp kOp>
+TOY_AVX512 int64_t unary_span512(const float* x, float* y, int64_t b, int64_t e) {
   int64_t i = b;
-  for (; i + 16 <= e; i += 16) _mm512_storeu_ps(y + i, unary16(op, _mm512_loadu_ps(x + i)));
+  for (; i + 16 <= e; i += 16) _mm512_storeu_ps(y + i, unary16<kOp>(_mm512_loadu_ps(x + i)));
   return i;
 }
 
-TOY_AVX512 int64_t unary_grad_span512(UnaryOp op, const float* x, const float* g, float* dx, int64_t b, int64_t e) {
+template <UnaryOp kOp>
+TOY_AVX512 int64_t unary_grad_span512(const float* x, const float* g, float* dx, int64_t b, int64_t e) {
   int64_t i = b;
   for (; i + 16 <= e; i += 16)
-    _mm512_storeu_ps(dx + i, unary_grad16(op, _mm512_loadu_ps(x + i), _mm512_loadu_ps(g + i)));
+    _mm512_storeu_ps(dx + i, unary_grad16<kOp>(_mm512_loadu_ps(x + i), _mm512_loadu_ps(g + i)));
   return i;
 }
 
@@ -318,8 +322,8 @@ TOY_AVX512 int64_t swiglu_grad_span512(const float* a, const float* u, const flo
   for (; i + 16 <= e; i += 16) {
     __m512 va, vu;
     swiglu_grad16(_mm512_loadu_ps(a + i), _mm512_loadu_ps(u + i), _mm512_loadu_ps(g + i), &va, &vu);
-    if (da) _mm512_storeu_ps(da + i, va);
-    if (du) _mm512_storeu_ps(du + i, vu);
+    _mm512_storeu_ps(da + i, va);
+    _mm512_storeu_ps(du + i, vu);
   }
   return i;
 }
@@ -341,45 +345,45 @@ bool wide_f32(std::initializer_list<const Tensor*> ts) {
 
 void unary(UnaryOp op, const Tensor& x, Tensor& y, const UnaryArgs& a) {
   dispatch_float(x.dtype(), "unary", [&]<class T>(std::type_identity<T>) {
-    auto f = [&](const Lanes<1>& v) { return unary8(op, v[0], a); };
-    if constexpr (std::is_same_v<T, float>) {
-      if (is_activation(op) && wide_f32<T>({&x, &y})) {
-        const float* px = x.data<float>();
-        float* py = y.data<float>();
-        parallel_for(0, y.numel(), kGrain, [&](int64_t b, int64_t e) {
-          map_span<float, 1>({px}, py, unary_span512(op, px, py, b, e), e, f);
-        });
-        return;
-      }
-    }
     // The activations with the op fixed at compile time (the switch in unary8 is not hoisted
-    // out of the loop: SiLU ran at about 0.6 of the speed).
+    // out of the loop: SiLU ran at about 0.6 of the speed), 16 lanes where the variant has them.
     if (is_activation(op))
       return with_activation(op, [&]<UnaryOp kOp>() {
-        map_elements<T, 1>({&x}, y, [&](const Lanes<1>& v) { return unary8(kOp, v[0], a); });
+        auto f = [&](const Lanes<1>& v) { return unary8(kOp, v[0], a); };
+        if constexpr (std::is_same_v<T, float>) {
+          if (wide_f32<T>({&x, &y})) {
+            const float* px = x.data<float>();
+            float* py = y.data<float>();
+            parallel_for(0, y.numel(), kGrain, [&](int64_t b, int64_t e) {
+              map_span<float, 1>({px}, py, unary_span512<kOp>(px, py, b, e), e, f);
+            });
+            return;
+          }
+        }
+        map_elements<T, 1>({&x}, y, f);
       });
-    map_elements<T, 1>({&x}, y, f);
+    map_elements<T, 1>({&x}, y, [&](const Lanes<1>& v) { return unary8(op, v[0], a); });
   });
 }
 
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& g, Tensor& dx, const UnaryArgs& a) {
   dispatch_float(x.dtype(), "unary_backward", [&]<class T>(std::type_identity<T>) {
-    auto f = [&](const Lanes<3>& v) { return unary_grad8(op, v[0], v[1], v[2], a); };
-    if constexpr (std::is_same_v<T, float>) {
-      if (is_activation(op) && wide_f32<T>({&x, &y, &g, &dx})) {
-        const float *px = x.data<float>(), *py = y.data<float>(), *pg = g.data<float>();
-        float* pd = dx.data<float>();
-        parallel_for(0, dx.numel(), kGrain, [&](int64_t b, int64_t e) {
-          map_span<float, 3>({px, py, pg}, pd, unary_grad_span512(op, px, pg, pd, b, e), e, f);
-        });
-        return;
-      }
-    }
     if (is_activation(op))  // as in unary
       return with_activation(op, [&]<UnaryOp kOp>() {
-        map_elements<T, 3>({&x, &y, &g}, dx, [&](const Lanes<3>& v) { return unary_grad8(kOp, v[0], v[1], v[2], a); });
+        auto f = [&](const Lanes<3>& v) { return unary_grad8(kOp, v[0], v[1], v[2], a); };
+        if constexpr (std::is_same_v<T, float>) {
+          if (wide_f32<T>({&x, &y, &g, &dx})) {
+            const float *px = x.data<float>(), *py = y.data<float>(), *pg = g.data<float>();
+            float* pd = dx.data<float>();
+            parallel_for(0, dx.numel(), kGrain, [&](int64_t b, int64_t e) {
+              map_span<float, 3>({px, py, pg}, pd, unary_grad_span512<kOp>(px, pg, pd, b, e), e, f);
+            });
+            return;
+          }
+        }
+        map_elements<T, 3>({&x, &y, &g}, dx, f);
       });
-    map_elements<T, 3>({&x, &y, &g}, dx, f);
+    map_elements<T, 3>({&x, &y, &g}, dx, [&](const Lanes<3>& v) { return unary_grad8(op, v[0], v[1], v[2], a); });
   });
 }
 
