@@ -158,8 +158,9 @@ BenchResult bench_gated_delta_prefill(int reps) {
 
 // A row-wise or elementwise kernel on [4096, 4096] f32 (rms_norm, softmax, silu, gelu with
 // the tanh approximation, swiglu of the packed gate|up halves) against a memcpy of x on the
-// same threads, each as bytes moved per second (swiglu writes half what it reads). The two are timed alternately so that both see the same machine
-// (memory bandwidth on shared hosts drifts by 2x over minutes).
+// same threads, each as bytes moved per second (swiglu writes half what it reads). The two
+// are timed alternately so that both see the same machine (memory bandwidth on shared hosts
+// drifts by 2x over minutes).
 BenchResult bench_rowwise(const std::string& name, int reps) {
   const int64_t R = 4096, D = 4096;
   Generator g(3);
