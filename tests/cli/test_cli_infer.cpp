@@ -303,6 +303,8 @@ TEST(CliBench, KernelVariantIsNamedForcedAndGivesTheSameNumbers) {
                      ProcOptions{{"TOY_CPU=avx2"}});
     ASSERT_EQ(r.status, 0) << describe(r);
     EXPECT_EQ(nlohmann::json::parse(r.out).at("kernel_variant"), "avx2");
+    // (The AVX2 forms multiply BF16 operands as their f32 widenings, whatever the CPU has.)
+    EXPECT_EQ(nlohmann::json::parse(r.out).at("bf16_products"), "widened to f32 (SGEMM)");
     r = run_toy({"bench", "run", "-m", m, "--threads", "1", "--reps", "1", "-p", "16", "-n", "4", "--json"},
                 ProcOptions{{"TOY_CPU=avx512"}});
     if (r.status == 0)

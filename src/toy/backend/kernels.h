@@ -84,6 +84,10 @@ using Matmul = void(const Tensor& a, const Tensor& b, Tensor& c, float alpha, fl
 using MatmulWeight = void(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);
 // dx [N, in] = g [N, out] W: the backward of MatmulWeight with respect to x.
 using MatmulWeightT = void(const Tensor& g, const Tensor& w, Tensor& dx);
+// Whether Matmul multiplies two operands of type t (F16 or BF16) as they are, faster than their
+// f32 widenings (a GPU's tensor cores; a CPU's BF16 dot product). Mixed precision then hands
+// it operands of that type, else f32 operands holding the rounded values.
+using MatmulTakesHalf = bool(DType t);
 
 // ---- reductions -------------------------------------------------------------------------
 enum class ReduceOp : uint8_t { Sum, Max };

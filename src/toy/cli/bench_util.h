@@ -22,9 +22,11 @@ inline std::string cpu_name() { return provenance().value("cpu", std::string("?"
 // The CPU and the kernel variant, for the human-readable lines.
 inline std::string cpu_label() { return cpu_name() + ", " + kernel_variant_name() + " kernels"; }
 
-// A benchmark's JSON line: its fields plus the CPU kernel variant that ran them.
+// A benchmark's JSON line: its fields plus the CPU kernel variant that ran them and how BF16
+// products ran (mixed precision, BF16 weights).
 inline std::string bench_line(nlohmann::json j) {
   j["kernel_variant"] = kernel_variant_name();
+  j["bf16_products"] = bf16_products_form();
   return j.dump();
 }
 

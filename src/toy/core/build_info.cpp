@@ -53,9 +53,10 @@ std::string version_text() {
   build += ", AddressSanitizer";
 #endif
 #endif
-  std::string variant, products = "-";
+  std::string variant, products = "-", bf16 = "-";
   try {
     products = quant_products_form();
+    bf16 = bf16_products_form();
     variant = kernel_variant_name();
     variant += kernel_variant_forced() ? " (TOY_CPU)" : " (this CPU's best; TOY_CPU=avx2 forces the AVX2 forms)";
   } catch (const Error& e) {
@@ -63,9 +64,9 @@ std::string version_text() {
   }
   return fmt::format(
       "toy {}\ncommit: {}\ncompiler: {} (C++{}, {})\nCPU features used: AVX2, FMA, F16C (CPU kernels); {}\n"
-      "kernel variant: {}\nblock-quant products: {}\nthis CPU: {}\nOpenBLAS kernels: {}{}\n",
+      "kernel variant: {}\nblock-quant products: {}\nbf16 products: {}\nthis CPU: {}\nOpenBLAS kernels: {}{}\n",
       version(), git_commit(), compiler(), __cplusplus / 100 % 100, build,
-      missing.empty() ? "this CPU has them" : "this CPU lacks" + missing, variant, products, cpu,
+      missing.empty() ? "this CPU has them" : "this CPU lacks" + missing, variant, products, bf16, cpu,
       openblas_core(), std::getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
 }
 

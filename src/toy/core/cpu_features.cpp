@@ -2,6 +2,11 @@
 
 #include <cstdlib>
 
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "toy/core/error.h"
 
 namespace toy {
@@ -99,6 +104,37 @@ bool cpu_has_avx512_skx() {
 #endif
 }
 
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__)
+  if (!cpu_has_avx512_skx()) return false;
+  unsigned r[4];
+  cpuid(7, 0, r);
+  if (r[0] < 1) return false;  // no sub-leaf 1
+  cpuid(7, 1, r);
+  return r[0] & (1u << 5);
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_amx_bf16() {
+#if defined(__x86_64__) && defined(__linux__)
+  static const bool granted = [] {
+    if (max_leaf() < 7 || !cpu_has_avx512_skx()) return false;
+    if ((saved_state() & 0x60000) != 0x60000) return false;  // XTILECFG and XTILEDATA state
+    unsigned r[4];
+    cpuid(7, 0, r);
+    if (!(r[3] & (1u << 22)) || !(r[3] & (1u << 24))) return false;  // AMX-BF16, AMX-TILE
+    // Linux hands the tile data state (8 KB per thread) to processes that ask for it.
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
+#else
+  return false;
+#endif
+}
+
 bool cpu_is_amd() {
 #if defined(__x86_64__)
   unsigned r[4];
@@ -151,6 +187,30 @@ std::string quant_products_form() {
     case QuantDot::Avx512Vnni: return "AVX512-VNNI, 512-bit (two activation rows a register)";
     case QuantDot::AvxVnni: return "AVX-VNNI, 256-bit";
     default: return "AVX2 multiply-adds";
+  }
+}
+
+namespace {
+Bf16Products choose_bf16_products() {
+  if (kernel_variant() != KernelVariant::Avx512) return Bf16Products::Widened;
+  if (cpu_has_amx_bf16()) return Bf16Products::Amx;
+  if (cpu_has_avx512_bf16() && cpu_is_amd()) return Bf16Products::Avx512Dot;
+  return Bf16Products::Widened;
+}
+}  // namespace
+
+Bf16Products bf16_products() {
+  static const Bf16Products form = choose_bf16_products();
+  return form;
+}
+
+bool bf16_dot_products() { return bf16_products() != Bf16Products::Widened; }
+
+std::string bf16_products_form() {
+  switch (bf16_products()) {
+    case Bf16Products::Amx: return "AMX-BF16 tiles";
+    case Bf16Products::Avx512Dot: return "AVX512-BF16 (vdpbf16ps)";
+    default: return "widened to f32 (SGEMM)";
   }
 }
 

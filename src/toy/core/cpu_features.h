@@ -18,6 +18,8 @@ bool cpu_has_avx512_vnni_vl();
 // AVX2 with FMA; AVX-512 F, DQ, BW and VL (Skylake-X's set); the vendor is AMD.
 bool cpu_has_avx2_fma();
 bool cpu_has_avx512_skx();
+// AVX512-BF16 (vdpbf16ps and the f32 -> bf16 conversions) with Skylake-X's set.
+bool cpu_has_avx512_bf16();
 bool cpu_is_amd();
 
 // The set of kernel forms this process runs: AVX-512 forms (F, BW, VL, DQ; VNNI where the
@@ -38,5 +40,18 @@ enum class QuantDot { Avx2, AvxVnni, Avx512Vnni };
 QuantDot quant_dot();
 // Its name for `toy --version`.
 std::string quant_products_form();
+
+// AMX with its BF16 tiles (Intel since Sapphire Rapids), the OS saving the tile state and
+// granting this process its use (asked once, on the first call).
+bool cpu_has_amx_bf16();
+
+// How products of two BF16 operands run (backend/cpu/gemm_bf16.h), under the avx512 variant:
+// on AMX tiles where the CPU has them; else on vdpbf16ps on AMD CPUs with AVX512-BF16 (Zen 4
+// and later: twice an f32 FMA's multiply-adds per instruction — an Intel core without AMX runs
+// it at half the rate of its f32 FMAs, no gain); else widened to f32 for SGEMM.
+enum class Bf16Products { Widened, Avx512Dot, Amx };
+Bf16Products bf16_products();
+bool bf16_dot_products();  // bf16_products() != Widened
+// (Its name: bf16_products_form() of runtime.h.)
 
 }  // namespace toy

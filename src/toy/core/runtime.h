@@ -29,6 +29,9 @@ std::string missing_cpu_features();
 // The CPU kernel variant in use, "avx2" or "avx512" (TOY_CPU or this CPU's best; see
 // core/cpu_features.h); every benchmark line names it. Throws toy::Error for a bad TOY_CPU.
 std::string kernel_variant_name();
+// How products of two BF16 operands run here: "AMX-BF16 tiles", "AVX512-BF16 (vdpbf16ps)" or
+// "widened to f32 (SGEMM)" (cpu_features.h, Bf16Products).
+std::string bf16_products_form();
 // The core OpenBLAS runs ("Haswell", "Zen", "SkylakeX", "Prescott", ...).
 std::string openblas_core();
 // When OpenBLAS fell back to kernels older than this CPU: sets OPENBLAS_CORETYPE and

@@ -11,6 +11,7 @@ namespace {
 const KernelRef<kern::Matmul> k_matmul("matmul");
 const KernelRef<kern::MatmulWeight> k_matmul_weight("matmul_weight");
 const KernelRef<kern::MatmulWeightT> k_matmul_weight_t("matmul_weight_t");
+const KernelRef<kern::MatmulTakesHalf> k_matmul_takes_half("matmul_takes_half");
 
 Tensor t_view(const Tensor& x) {
   // Transposed view of the last two dims, no tape record.
@@ -126,11 +127,13 @@ Tensor linear_stored(const Tensor& x, const Tensor& w, const Tensor& b) {
         // operands rounded to the weight's type with an f32 accumulator and f32 results, as
         // the forward's did (PyTorch's autocast rounds the same way): dx = round(g) W and
         // dW = round(g)^T round(x). On a GPU all three products run on the tensor cores.
-        // The rounded operands in the form each device multiplies fastest — the weight's type
-        // for a GPU's tensor cores, its f32 widening for the CPU's BLAS (the same values; only
-        // the order of the sums differs, as it does between devices anyway).
+        // The rounded operands in the form the device multiplies fastest — the weight's type
+        // for a GPU's tensor cores or a CPU's BF16 dot product, else its f32 widening for
+        // BLAS (the same values; only the order of the sums differs, as it does between
+        // devices anyway).
         NoGradGuard ng;
-        const bool half_operands = g.device() == Device::CUDA;
+        const bool half_operands =
+            k_matmul_takes_half.available(g.device()) && k_matmul_takes_half(g.device())(w.dtype());
         auto rounded = [&](const Tensor& t) {
           return half_operands ? cast(t, w.dtype()) : cast(cast(t, w.dtype()), DType::F32);
         };

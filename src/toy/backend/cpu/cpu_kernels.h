@@ -19,6 +19,7 @@ kern::Dropout dropout;
 kern::Matmul matmul;
 kern::MatmulWeight matmul_weight;
 kern::MatmulWeightT matmul_weight_t;
+kern::MatmulTakesHalf matmul_takes_half;
 kern::Reduce reduce;
 kern::Argsort argsort;
 kern::TopK top_k;

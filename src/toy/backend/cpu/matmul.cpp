@@ -1,6 +1,8 @@
 // Matmul on the CPU: OpenBLAS SGEMM (kept single-threaded) inside our own partitioning —
 // batches first, then the larger of M and N is split across threads. F16/BF16 operands are
-// widened to f32 scratch first; transposed views go to BLAS as Trans with no copy.
+// widened to f32 scratch first; transposed views go to BLAS as Trans with no copy. Two BF16
+// operands with an f32 result go to gemm_bf16 instead where the CPU has a BF16 dot product
+// (mixed-precision training's backward products).
 #include <cblas.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 
 #include "toy/backend/cpu/cpu_kernels.h"
 #include "toy/backend/cpu/dispatch.h"
+#include "toy/backend/cpu/gemm_bf16.h"
 #include "toy/backend/cpu/simd.h"
 #include "toy/core/cpu_features.h"
 #include "toy/core/thread_pool.h"
@@ -52,12 +55,38 @@ Tensor gemm_ready(const Tensor& x) {
   return c;
 }
 
+// c (f32) = a @ b (+ c) for bf16 a and b on gemm_bf16, batch by batch (each call threaded).
+void matmul_bf16(const Tensor& a, const Tensor& b, Tensor& c, bool accumulate) {
+  const int nd = c.ndim();
+  const int64_t M = c.size(nd - 2), N = c.size(nd - 1), K = a.size(nd - 1);
+  const bf16* pa = a.data<bf16>();
+  const bf16* pb = b.data<bf16>();
+  float* pc = c.data<float>();
+  for (int64_t bi = 0; bi < c.numel() / (M * N); ++bi) {
+    int64_t oa = 0, ob = 0;
+    for (int64_t d = nd - 3, rest = bi; d >= 0; --d) {
+      const int64_t i = rest % c.size(int(d));
+      rest /= c.size(int(d));
+      oa += i * a.stride(int(d));
+      ob += i * b.stride(int(d));
+    }
+    gemm_bf16(M, N, K, {pa + oa, true, a.stride(nd - 2), a.stride(nd - 1)},
+              {pb + ob, true, b.stride(nd - 2), b.stride(nd - 1)}, pc + bi * M * N, N, accumulate);
+  }
+}
+
 }  // namespace
+
+// BF16 where gemm_bf16 runs; F16 operands are widened (no F16 dot product is used yet).
+bool matmul_takes_half(DType t) { return t == DType::BF16 && gemm_bf16_available(); }
 
 void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& c_out, float alpha, float beta) {
   const int nd = c_out.ndim();
   const int64_t M = c_out.size(nd - 2), N = c_out.size(nd - 1), K = a_in.size(nd - 1);
   if (c_out.numel() == 0) return;
+  if (a_in.dtype() == DType::BF16 && b_in.dtype() == DType::BF16 && c_out.dtype() == DType::F32 && alpha == 1.0f &&
+      (beta == 0.0f || beta == 1.0f) && gemm_bf16_available())
+    return matmul_bf16(a_in, b_in, c_out, beta == 1.0f);
   Tensor a = gemm_ready(a_in), b = gemm_ready(b_in);
   // f32 accumulator: c itself, or scratch for f16/bf16 outputs.
   Tensor c = c_out;

@@ -4,12 +4,14 @@
 // rounds them for that weight type (8-bit blocks, f16 or bf16: gemv_blocks.h). The forward splits W's rows (the output
 // columns) across threads; the backward splits x's rows. Deterministic for a thread count.
 // A few rows (decoding) go to gemv_blocks instead: dot products straight from the blocks;
-// Q8_0/Q4_0/Q5_0 weights, any number of rows, to quant_products (integer products).
+// Q8_0/Q4_0/Q5_0 weights, any number of rows, to quant_products (integer products); BF16
+// weights, more rows, to gemm_bf16 where the CPU has a BF16 dot product.
 #include <cblas.h>
 
 #include <algorithm>
 
 #include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/backend/cpu/gemm_bf16.h"
 #include "toy/backend/cpu/gemv_blocks.h"
 #include "toy/backend/cpu/kquant_products.h"
 #include "toy/backend/cpu/quant_products.h"
@@ -43,6 +45,11 @@ void matmul_weight(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate)
   if (kquant_supports(w.dtype()) && w.size(1) % 256 == 0 && (N <= kGemvMaxRows || kquant_for_prompts()))
     return kquant_products(x, w, y, accumulate);
   if (N <= kGemvMaxRows && gemv_blocks_supports(w.dtype())) return gemv_blocks(x, w, y, accumulate);
+  // y = x W^T: x's rows rounded to bf16 as they are packed (round_activations' rounding), W^T
+  // read k-contiguous.
+  if (w.dtype() == DType::BF16 && gemm_bf16_available())
+    return gemm_bf16(N, out, in, {x.data<float>(), false, in, 1}, {w.raw_data(), true, 1, in}, y.data<float>(), out,
+                     accumulate);
   const float* xp = x.data<float>();
   // The activations are rounded as in the few-row path (and as llama.cpp rounds them), so a
   // model computes the same function whatever the number of rows.

@@ -13,14 +13,17 @@
 
 namespace toy::cpu {
 
+// Slots 0..4: the float kernels; 5, 6: matmul_weight; 7, 8: gemm_bf16's packed operands.
+inline constexpr int kScratchSlots = 9;
+
 // A float buffer of at least n elements owned by the calling thread; `slot` separates
 // buffers that are live at the same time. Contents are unspecified.
 inline float* scratch_floats(size_t n, int slot) {
-  thread_local std::vector<float> own[7];
+  thread_local std::vector<float> own[kScratchSlots];
   // Chunk c runs on one thread at a time. Never freed, as the pool is not: a thread outside the
   // pool (a server's engine) may still run kernels while exit() destroys statics, and a static
   // array made at the first kernel call would be destroyed before objects made earlier.
-  using Buffers = std::array<std::array<std::vector<float>, 7>, kMaxThreads>;
+  using Buffers = std::array<std::array<std::vector<float>, kScratchSlots>, kMaxThreads>;
   static Buffers& per_chunk = *new Buffers;
   const int chunk = current_chunk();
   std::vector<float>& v = chunk >= 0 ? per_chunk[chunk][slot] : own[slot];

@@ -345,6 +345,8 @@ void register_matmul(Registry& r) {
   r.add<kern::Matmul>("matmul", Device::CUDA, &matmul);
   r.add<kern::MatmulWeight>("matmul_weight", Device::CUDA, &matmul_weight);
   r.add<kern::MatmulWeightT>("matmul_weight_t", Device::CUDA, &matmul_weight_t);
+  r.add<kern::MatmulTakesHalf>("matmul_takes_half", Device::CUDA,
+                               +[](DType t) { return t == DType::F16 || t == DType::BF16; });
 }
 
 }  // namespace toy::cuda
