@@ -1839,6 +1839,48 @@ toy_op_tests
 ^KernelForms\.StreamingSwiglu
       _mm256_stream_ps(o + i + 8, high256(v));
       _mm256_stream_ps(o + i + 8, low256(v));
+amx-tile-second-a-tile-meets-the-first-b-twice
+src/toy/backend/cpu/gemm_bf16.cpp
+toy_op_tests
+^GemmBf16\.
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(2, 4, 6);
+dot-tile-forgets-c-between-k-blocks
+src/toy/backend/cpu/gemm_bf16.cpp
+toy_op_tests
+^GemmBf16\.
+                 int(std::min<int64_t>(kNR, N - j)), accumulate || p0 > 0);
+                 int(std::min<int64_t>(kNR, N - j)), accumulate);
+amx-forgets-c-between-k-blocks
+src/toy/backend/cpu/gemm_bf16.cpp
+toy_op_tests
+^GemmBf16\.
+                 int(std::min<int64_t>(32, N - j)), accumulate || p0 > 0);
+                 int(std::min<int64_t>(32, N - j)), accumulate);
+bf16-pack-transpose-swaps-two-row-quarters
+src/toy/backend/cpu/gemm_bf16.cpp
+toy_op_tests
+^GemmBf16\.
+    r[4 + j] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+    r[4 + j] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+bf16-weight-prompt-reads-w-untransposed
+src/toy/backend/cpu/matmul_weight.cpp
+toy_op_tests
+^GemmBf16\.
+    return gemm_bf16(N, out, in, {x.data<float>(), false, in, 1}, {w.raw_data(), true, 1, in}, y.data<float>(), out,
+    return gemm_bf16(N, out, in, {x.data<float>(), false, in, 1}, {w.raw_data(), true, in, 1}, y.data<float>(), out,
+cast-to-bf16-span-rounds-nans-as-numbers
+src/toy/backend/cpu/elementwise.cpp
+toy_op_tests
+^KernelForms\.CastToBf16
+    return _mm256_srli_epi32(_mm256_blendv_epi8(rounded, _mm256_or_si256(u, quiet), nan), 16);
+    return _mm256_srli_epi32(rounded, 16);
+cast-to-bf16-span-keeps-the-pack-lane-order
+src/toy/backend/cpu/elementwise.cpp
+toy_op_tests
+^KernelForms\.CastToBf16
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm256_permute4x64_epi64(packed, 0xd8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), packed);
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -275,3 +275,26 @@ TEST(KernelForms, StreamingSwigluEqualsOneRowAloneInBothForms) {
     EXPECT_TRUE(same_bits(alone, in_big, &where)) << "row " << r << " alone vs streamed: " << where;
   }
 }
+
+// The cast to bf16 (16 elements a step, then one at a time) rounds every class of f32 as
+// f32_to_bf16 does: ties to even, values that round up to infinity, subnormals, infinities,
+// NaNs quieted with their payload's top bits, at every position of a step and of the tail.
+TEST(KernelForms, CastToBf16RoundsEveryClassAsTheScalarForm) {
+  const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00008000u, 0x3f808000u,
+                              0x3f818000u, 0xbf808000u, 0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u,
+                              0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00000u, 0x7fbfffffu, 0x3f807fffu};
+  std::vector<uint32_t> bits;
+  uint64_t state = 12345;
+  for (int i = 0; i < 1000 + 7; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    bits.push_back(i % 3 == 0 ? special[size_t(i / 3) % std::size(special)] : uint32_t(state >> 32));
+  }
+  Tensor x = empty(Shape{int64_t(bits.size())}, DType::F32);
+  std::memcpy(x.data<float>(), bits.data(), bits.size() * 4);
+  const Tensor y = cast(x, DType::BF16);
+  for (size_t i = 0; i < bits.size(); ++i) {
+    float f;
+    std::memcpy(&f, &bits[i], 4);
+    ASSERT_EQ(y.data<bf16>()[i].bits, f32_to_bf16(f)) << "element " << i << ", bits " << std::hex << bits[i];
+  }
+}
