@@ -105,6 +105,41 @@ TEST(VisionTrain, StoppedAndResumedRunEqualsAStraightRunBitForBit) {
   fs::remove_all(d);
 }
 
+// --precision bf16: the projections multiply in BF16 over F32 masters (AMX / AVX512-BF16 where
+// the CPU has them, else the rounded values' f32 widenings). The run differs from f32 (so the
+// rounding is on) and stays within BF16's tolerance of it; a stopped bf16 run resumed gives
+// the straight bf16 run bit for bit; a resume may change the precision, which the checkpoint's
+// options then hold.
+TEST(VisionTrain, Bf16PrecisionStaysWithinBf16ToleranceOfF32AndResumesBitForBit) {
+  const fs::path d = scratch("bf16");
+  write_bars_csv(d / "bars.csv", 240, 1);
+  const VisionTrainResult f32 = train_vision(small_run(d / "bars.csv", d / "f32"));
+  VisionTrainOptions o = small_run(d / "bars.csv", d / "bf16");
+  o.precision = "bf16";
+  const VisionTrainResult bf16 = train_vision(o);
+  EXPECT_NE(bf16.train_loss, f32.train_loss) << "no rounding happened";
+  EXPECT_NEAR(bf16.train_loss, f32.train_loss, 0.03 * f32.train_loss);
+  EXPECT_NEAR(bf16.test_loss, f32.test_loss, 0.03 * f32.test_loss);
+  EXPECT_NEAR(bf16.test_accuracy, f32.test_accuracy, 0.03);
+  o.out = (d / "stopped").string();
+  o.stop_after = 23;
+  train_vision(o);
+  const VisionTrainResult resumed = resume_vision((d / "stopped").string());
+  EXPECT_EQ(resumed.train_loss, bf16.train_loss);
+  EXPECT_EQ(resumed.test_accuracy, bf16.test_accuracy);
+  EXPECT_EQ(bytes_of(d / "bf16" / "model.gguf"), bytes_of(d / "stopped" / "model.gguf"));
+  // Resumed in f32 for its last epoch: the f32 run's last epoch from bf16 weights.
+  VisionTrainOptions p = small_run(d / "bars.csv", d / "switched");
+  p.precision = "bf16";
+  p.stop_after = 20;
+  train_vision(p);
+  const VisionTrainResult switched =
+      resume_vision((d / "switched").string(), [](VisionTrainOptions& saved) { saved.precision = "f32"; });
+  EXPECT_NE(switched.train_loss, bf16.train_loss);
+  EXPECT_NEAR(switched.train_loss, f32.train_loss, 0.03 * f32.train_loss);
+  fs::remove_all(d);
+}
+
 TEST(VisionTrain, ResumeRefusesChangedData) {
   const fs::path d = scratch("changed");
   write_bars_csv(d / "bars.csv", 120, 1);

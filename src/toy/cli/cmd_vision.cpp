@@ -35,7 +35,7 @@ struct VisionFlags {
 const std::vector<std::string>& resume_flags() {
   static const std::vector<std::string> f = {"--resume",       "--epochs",    "--threads", "--device", "--stop-after",
                                              "--save-every",   "--save-minutes", "--log-every", "--quiet",  "--json",
-                                             "--zero", "--dp-bucket-mb", "--dp-overlap", "--dp-timeout"};
+                                             "--zero", "--dp-bucket-mb", "--dp-overlap", "--dp-timeout", "--precision"};
   return f;
 }
 
@@ -106,6 +106,11 @@ Run add_train(CLI::App* vision) {
   add_int(cmd, "--stop-after", o.stop_after, 0, int64_t(1) << 40, "Stop after this step with a checkpoint");
   add_int(cmd, "--save-every", o.save_every, 0, int64_t(1) << 40, "A checkpoint every N steps (0 = off)");
   add_real(cmd, "--save-minutes", o.save_minutes, {0, 1e6}, "A checkpoint at least every M minutes (0 = off)");
+  cmd->add_option("--precision", o.precision,
+                  "f32, or bf16: the projections multiply in BF16 with f32 accumulation over F32 master weights "
+                  "(AMX or AVX512-BF16 on a CPU that has them, the tensor cores on a GPU); may change on resume")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--keep", o.keep, "What model.gguf holds: best (validation accuracy) or last")
       ->capture_default_str()
       ->check(CLI::IsMember({"best", "last"}));
@@ -122,7 +127,8 @@ Run add_train(CLI::App* vision) {
         TOY_CHECK(std::find(resume_flags().begin(), resume_flags().end(), name) != resume_flags().end() ||
                       (name == "--out" && same_path(f->o.out, f->resume)),
                   "[vision] {} cannot be given with --resume: the run keeps the options it started with (a resume "
-                  "may change --epochs, --threads, --stop-after, --save-every, --save-minutes, --log-every, --quiet)",
+                  "may change --epochs, --threads, --stop-after, --save-every, --save-minutes, --log-every, --quiet, "
+                  "--precision)",
                   name);
       }
       r = resume_vision(f->resume, [cmd, f](VisionTrainOptions& saved) {
@@ -133,6 +139,7 @@ Run add_train(CLI::App* vision) {
         if (cmd->count("--save-every")) saved.save_every = f->o.save_every;
         if (cmd->count("--save-minutes")) saved.save_minutes = f->o.save_minutes;
         if (cmd->count("--log-every")) saved.log_every = f->o.log_every;
+        if (cmd->count("--precision")) saved.precision = f->o.precision;
         saved.quiet = f->o.quiet;
         saved.zero = f->o.zero, saved.dp_bucket_mb = f->o.dp_bucket_mb;
         saved.dp_overlap = f->o.dp_overlap, saved.dp_timeout = f->o.dp_timeout;

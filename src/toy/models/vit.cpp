@@ -191,6 +191,14 @@ Tensor Vit::input(const uint8_t* pixels, int64_t n) const {
 
 Device Vit::device() const { return patch_.weight.device(); }
 
+void Vit::set_mixed_precision(DType compute) {
+  for (nn::Linear* l : {&patch_, &head_}) l->compute = compute;
+  for (Block& b : blocks_)
+    for (nn::Linear* l : {&b.attn.qkv, &b.attn.q, &b.attn.k, &b.attn.v, &b.attn.out, &b.mlp.gate, &b.mlp.up,
+                          &b.mlp.down})
+      l->compute = compute;
+}
+
 Tensor Vit::logits(const Tensor& images_in) const {
   const Tensor images = to(images_in, device());
   const int64_t N = images.size(0), D = cfg_.dim, p = cfg_.patch;

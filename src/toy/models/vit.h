@@ -66,6 +66,9 @@ class Vit {
   Device device() const;  // where the weights live (params().move_to moves them)
   // 8-bit planar images (n of them, C x S x S each) -> the normalised F32 [n, C, S, S] input.
   Tensor input(const uint8_t* pixels, int64_t n) const;
+  // Mixed precision: the patch embedding, every block projection and the head multiply in
+  // `compute` (BF16) over their F32 masters (nn::Linear::compute); F32 turns it off.
+  void set_mixed_precision(DType compute);
 
  private:
   struct Block {

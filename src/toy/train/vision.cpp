@@ -62,6 +62,8 @@ void VisionTrainOptions::validate() const {
   TOY_CHECK(threads >= 0 && threads <= kMaxThreads, "[vision] --threads must be in 0..{}, got {}", kMaxThreads,
             threads);
   TOY_CHECK(keep == "best" || keep == "last", "[vision] --keep must be best or last, got '{}'", printable(keep));
+  TOY_CHECK(precision == "f32" || precision == "bf16", "[vision] --precision must be f32 or bf16, got '{}'",
+            printable(precision));
   TOY_CHECK(misclassified >= 0 && misclassified <= 1000, "[vision] misclassified images shown must be in 0..1000");
   VitConfig m = model;
   m.validate();
@@ -79,6 +81,7 @@ nlohmann::json VisionTrainOptions::to_json() const {
                       {"val_count", val_count},
                       {"threads", threads},
                       {"keep", keep},
+                      {"precision", precision},
                       {"misclassified", misclassified}};
   loop_to_json(j);
   return j;
@@ -101,6 +104,8 @@ VisionTrainOptions VisionTrainOptions::from_json(const nlohmann::json& j, const 
   TOY_CHECK(threads >= 0 && threads <= kMaxThreads, "{}: threads {} is outside 0..{}", where, threads, kMaxThreads);
   o.threads = int(threads);
   o.keep = get_string(j, "keep", where);
+  // (runs made before mixed precision have no such field: they trained in f32)
+  o.precision = j.contains("precision") ? get_string(j, "precision", where) : "f32";
   o.misclassified = get_int(j, "misclassified", where);
   try {
     o.validate();
@@ -734,6 +739,7 @@ VisionTrainResult train_vision(const VisionTrainOptions& opts) {
   r.model = std::make_unique<Vit>(mc);
   r.model->init(opts.seed);                // on the CPU (the same weights for every device),
   r.model->params().move_to(opts.device);  // then moved once
+  r.model->set_mixed_precision(precision_type(opts.precision));
   r.opt = std::make_unique<AdamW>(r.model->params(), opts.adamw());
   return run_loop(r, false);
 }
@@ -760,6 +766,7 @@ VisionTrainResult resume_vision(const std::string& dir,
   agree_on_start(r);
   r.model->params().move_to(r.o.device);  // the weights, best and AdamW's moments read on the CPU
   r.loop.best.move_to(r.o.device);
+  r.model->set_mixed_precision(precision_type(r.o.precision));  // (a resume may change it)
   TOY_CHECK(r.loop.step < r.total_steps, "[vision] the run in '{}' already finished its {} epochs (pass a larger --epochs "
             "to go on)", printable(dir), r.o.epochs);
   return run_loop(r, true);

@@ -40,6 +40,7 @@ struct VisionTrainOptions : LoopOptions {
   int64_t val_count = 5000;  // validation images held out of the training set (at most a tenth)
   int threads = 0;
   std::string keep = "best";  // model.gguf: best (validation accuracy) or last weights
+  std::string precision = "f32";  // f32 | bf16: the type the projections' products run in (toy train's)
   int64_t misclassified = 32; // test images shown in the report
 
   // The core's defaults for a ViT (warmup in steps).
