@@ -48,6 +48,8 @@ def parse_args():
                    help="OpenBLAS threads (default 0: OpenBLAS's own choice, all cores)")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--stream-tokens", type=int, default=1 << 16, help="length of the synthetic token stream")
+    p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                   help="bf16: forward and loss under torch.autocast(cpu, bfloat16), toy's --precision bf16")
     return p.parse_args()
 
 
@@ -188,7 +190,8 @@ def main():
 
     def step():
         x, y = get_batch()
-        loss = model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()
@@ -205,7 +208,7 @@ def main():
         rates.append(a.steps * a.batch * a.ctx / (time.perf_counter() - t0))
     print(json.dumps({"tokens_per_s": statistics.median(rates), "reps": rates, "threads": a.threads,
                       "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
-                      "torch": torch.__version__, "blas": loaded_blas(), "last_loss": losses[-1] if losses else None}))
+                      "torch": torch.__version__, "precision": a.precision, "blas": loaded_blas(), "last_loss": losses[-1] if losses else None}))
     sys.stdout.flush()
 
 

@@ -208,9 +208,9 @@ PeerRun run_peer(const TrainBenchOptions& o, const std::string& script, const Tr
                  int warmup) {
   const std::string cmd = fmt::format(
       "{} {} --layers {} --heads {} --dim {} --ctx {} --batch {} --vocab {} --lr {} --beta1 {} --beta2 {} --wd {} "
-      "--clip {} --steps {} --warmup {} --reps 1 --threads {} --seed {} --stream-tokens {} 2>&1",
+      "--clip {} --steps {} --warmup {} --reps 1 --threads {} --seed {} --stream-tokens {} --precision {} 2>&1",
       shell_quote(o.python), shell_quote(script), r.layers, r.heads, r.dim, r.ctx, r.batch, r.vocab, kLr, kBeta1,
-      kBeta2, kWeightDecay, kClip, steps, warmup, threads, kSeed, kStreamTokens);
+      kBeta2, kWeightDecay, kClip, steps, warmup, threads, kSeed, kStreamTokens, shell_quote(o.precision));
   PeerRun res;
   const PeerOutput out = run_peer_command(cmd, "tokens_per_s", o.python);
   if (!out.result) {
@@ -420,8 +420,6 @@ int run_train_bench(TrainBenchOptions o) {
   std::string peer_error = many ? std::string() : peer_unavailable(o, script);
   if (peer_error.empty() && !is_host(o.device))  // (the peer is a CPU script: no device counterpart)
     peer_error = fmt::format("the PyTorch peer runs on the CPU only, toy on --device {}", name(o.device));
-  if (peer_error.empty() && o.precision != "f32")  // (a ratio between two precisions would mislead)
-    peer_error = fmt::format("the PyTorch peer trains in f32, toy in {}", o.precision);
   bool warned = false;
   if (!o.json)
     std::printf("toy bench train: tokens per second of a full training step (fwd + loss + bwd + clip + AdamW), "
