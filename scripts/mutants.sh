@@ -1881,6 +1881,12 @@ toy_op_tests
 ^KernelForms\.CastToBf16
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm256_permute4x64_epi64(packed, 0xd8));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), packed);
+matmul-rounded-reads-a-bf16-operand-as-f32
+src/toy/backend/cpu/matmul.cpp
+toy_op_tests
+^GemmBf16\.
+      return Bf16Operand{x.raw_data(), x.dtype() == DType::BF16, x.stride(0), x.stride(1)};
+      return Bf16Operand{x.raw_data(), false, x.stride(0), x.stride(1)};
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -218,6 +218,25 @@ TEST(GemmBf16, MatmulKernelOfBf16TensorsEqualsTheF32ProductOfTheirValues) {
   EXPECT_TRUE(close(twice, scale(want, 2.0f), 1e-4, 1e-4));
 }
 
+// matmul_rounded (mixed precision's backward products) rounds f32 operands as the cast does:
+// the bits of matmul over the cast operands, for a transposed view too; for F16 (no F16
+// products) through the casts themselves.
+TEST(GemmBf16, MatmulRoundedGivesTheBitsOfMatmulOverTheCasts) {
+  for (DType t : {DType::BF16, DType::F16}) {
+    if (t == DType::BF16 && !cpu::gemm_bf16_available()) continue;
+    const Tensor g = randn_t(Shape{45, 70}, 61), x = randn_t(Shape{45, 33}, 62);
+    const Tensor w = cast(randn_t(Shape{70, 33}, 63), t);
+    Tensor dx = zeros(Shape{45, 33}), dw = zeros(Shape{70, 33});
+    cpu::matmul_rounded(g, w, t, dx);
+    cpu::matmul_rounded(transpose(g, 0, 1), x, t, dw);
+    Tensor want_dx = zeros(Shape{45, 33}), want_dw = zeros(Shape{70, 33});
+    cpu::matmul(cast(g, t), w, want_dx, 1.0f, 0.0f);
+    cpu::matmul(transpose(cast(g, t), 0, 1), cast(x, t), want_dw, 1.0f, 0.0f);
+    EXPECT_EQ(std::memcmp(dx.data<float>(), want_dx.data<float>(), 45 * 33 * 4), 0) << name(t);
+    EXPECT_EQ(std::memcmp(dw.data<float>(), want_dw.data<float>(), 70 * 33 * 4), 0) << name(t);
+  }
+}
+
 TEST(GemmBf16, MixedPrecisionLinearGradientsAreTheF32ProductsOfTheRoundedValues) {
   SKIP_WITHOUT_BF16();
   // y = x round(W)^T; dx = round(g) round(W); dW = round(g)^T round(x).

@@ -88,6 +88,11 @@ using MatmulWeightT = void(const Tensor& g, const Tensor& w, Tensor& dx);
 // f32 widenings (a GPU's tensor cores; a CPU's BF16 dot product). Mixed precision then hands
 // it operands of that type, else f32 operands holding the rounded values.
 using MatmulTakesHalf = bool(DType t);
+// c [M, N] (f32) = round(a) @ round(b): a [M, K] and b [K, N] 2-d (either may be a transposed
+// view), each f32 (rounded to t as it is read: what cast does) or already of type t. Mixed
+// precision's backward products without the casts' passes over the activations (called where
+// MatmulTakesHalf(t); a backend without it gets the casts and Matmul).
+using MatmulRounded = void(const Tensor& a, const Tensor& b, DType t, Tensor& c);
 
 // ---- reductions -------------------------------------------------------------------------
 enum class ReduceOp : uint8_t { Sum, Max };

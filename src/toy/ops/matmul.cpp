@@ -12,6 +12,7 @@ const KernelRef<kern::Matmul> k_matmul("matmul");
 const KernelRef<kern::MatmulWeight> k_matmul_weight("matmul_weight");
 const KernelRef<kern::MatmulWeightT> k_matmul_weight_t("matmul_weight_t");
 const KernelRef<kern::MatmulTakesHalf> k_matmul_takes_half("matmul_takes_half");
+const KernelRef<kern::MatmulRounded> k_matmul_rounded("matmul_rounded");
 
 Tensor t_view(const Tensor& x) {
   // Transposed view of the last two dims, no tape record.
@@ -137,19 +138,34 @@ Tensor linear_stored(const Tensor& x, const Tensor& w, const Tensor& b) {
         auto rounded = [&](const Tensor& t) {
           return half_operands ? cast(t, w.dtype()) : cast(cast(t, w.dtype()), DType::F32);
         };
-        const Tensor gr = rounded(g);
-        if (wants_grad(x)) {
-          Tensor dx = empty(Shape{g.size(0), w.size(1)}, DType::F32, g.device());
-          if (half_operands)
-            k_matmul(g.device())(gr, w, dx, 1.0f, 0.0f);  // [N, out] @ [out, in]
-          else
-            k_matmul_weight_t(g.device())(gr, w, dx);  // (the weight widened tile by tile)
-          r[0] = reshape(dx, x.shape());
-        }
-        if (wants_grad(w)) {
-          Tensor dw = empty(w.shape(), DType::F32, g.device());
-          k_matmul(g.device())(t_view(gr), rounded(x2), dw, 1.0f, 0.0f);  // [out, N] @ [N, in]
-          r[1] = dw;
+        // Where the device rounds as it multiplies (matmul_rounded), g and x go as they are.
+        if (half_operands && k_matmul_rounded.available(g.device())) {
+          const auto product = k_matmul_rounded(g.device());
+          if (wants_grad(x)) {
+            Tensor dx = empty(Shape{g.size(0), w.size(1)}, DType::F32, g.device());
+            product(g, w, w.dtype(), dx);  // [N, out] @ [out, in]
+            r[0] = reshape(dx, x.shape());
+          }
+          if (wants_grad(w)) {
+            Tensor dw = empty(w.shape(), DType::F32, g.device());
+            product(t_view(g), x2, w.dtype(), dw);  // [out, N] @ [N, in]
+            r[1] = dw;
+          }
+        } else {
+          const Tensor gr = rounded(g);
+          if (wants_grad(x)) {
+            Tensor dx = empty(Shape{g.size(0), w.size(1)}, DType::F32, g.device());
+            if (half_operands)
+              k_matmul(g.device())(gr, w, dx, 1.0f, 0.0f);  // [N, out] @ [out, in]
+            else
+              k_matmul_weight_t(g.device())(gr, w, dx);  // (the weight widened tile by tile)
+            r[0] = reshape(dx, x.shape());
+          }
+          if (wants_grad(w)) {
+            Tensor dw = empty(w.shape(), DType::F32, g.device());
+            k_matmul(g.device())(t_view(gr), rounded(x2), dw, 1.0f, 0.0f);  // [out, N] @ [N, in]
+            r[1] = dw;
+          }
         }
       } else if (wants_grad(x)) {
         // A frozen stored weight (a LoRA base): widened tile by tile, never as a whole.

@@ -20,6 +20,7 @@ kern::Matmul matmul;
 kern::MatmulWeight matmul_weight;
 kern::MatmulWeightT matmul_weight_t;
 kern::MatmulTakesHalf matmul_takes_half;
+kern::MatmulRounded matmul_rounded;
 kern::Reduce reduce;
 kern::Argsort argsort;
 kern::TopK top_k;

@@ -30,6 +30,7 @@ void install_cpu_backend(Registry& r) {
   sim::add_cpu_and_sim<kern::MatmulWeight, &cpu::matmul_weight>(r, "matmul_weight");
   sim::add_cpu_and_sim<kern::MatmulWeightT, &cpu::matmul_weight_t>(r, "matmul_weight_t");
   sim::add_cpu_and_sim<kern::MatmulTakesHalf, &cpu::matmul_takes_half>(r, "matmul_takes_half");
+  sim::add_cpu_and_sim<kern::MatmulRounded, &cpu::matmul_rounded>(r, "matmul_rounded");
   sim::add_cpu_and_sim<kern::Reduce, &cpu::reduce>(r, "reduce");
   sim::add_cpu_and_sim<kern::Argsort, &cpu::argsort>(r, "argsort");
   sim::add_cpu_and_sim<kern::TopK, &cpu::top_k>(r, "top_k");

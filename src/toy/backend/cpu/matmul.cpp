@@ -80,6 +80,24 @@ void matmul_bf16(const Tensor& a, const Tensor& b, Tensor& c, bool accumulate) {
 // BF16 where gemm_bf16 runs; F16 operands are widened (no F16 dot product is used yet).
 bool matmul_takes_half(DType t) { return t == DType::BF16 && gemm_bf16_available(); }
 
+// gemm_bf16 rounds f32 operands as it packs them; elsewhere (no BF16 products, or F16) the
+// rounded copies are made first and multiplied as matmul multiplies them.
+void matmul_rounded(const Tensor& a, const Tensor& b, DType t, Tensor& c) {
+  if (t == DType::BF16 && gemm_bf16_available()) {
+    auto operand = [](const Tensor& x) {
+      return Bf16Operand{x.raw_data(), x.dtype() == DType::BF16, x.stride(0), x.stride(1)};
+    };
+    return gemm_bf16(c.size(0), c.size(1), a.size(1), operand(a), operand(b), c.data<float>(), c.size(1), false);
+  }
+  auto rounded = [t](const Tensor& x) {
+    if (x.dtype() == t) return x;
+    Tensor r = empty(x.shape(), t, x.device());
+    copy(x, r);
+    return r;
+  };
+  matmul(rounded(a), rounded(b), c, 1.0f, 0.0f);
+}
+
 void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& c_out, float alpha, float beta) {
   const int nd = c_out.ndim();
   const int64_t M = c_out.size(nd - 2), N = c_out.size(nd - 1), K = a_in.size(nd - 1);
