@@ -91,10 +91,10 @@ std::vector<float> values(int64_t n, uint64_t seed) {
 struct Shape3 {
   int64_t M, N, K;
 };
-// Tile edges (12 x 32), pair padding (odd K), k blocks (256 k), row blocks (96), column
-// blocks (512), the 16 x 16 transposes' edges.
-const Shape3 kShapes[] = {{1, 1, 1},   {12, 32, 2},  {13, 33, 3},  {11, 17, 31}, {25, 65, 257},
-                          {97, 40, 33}, {5, 530, 18}, {30, 70, 600}, {2, 3, 513}};
+// Tile edges (12 x 32, 32 x 32), pair padding (odd K), k blocks (256 and 512 k), row blocks
+// (96, 128), column blocks (512, 256), the 16 x 16 transposes' edges.
+const Shape3 kShapes[] = {{1, 1, 1},    {12, 32, 2},  {13, 33, 3},    {11, 17, 31}, {25, 65, 257},
+                          {97, 40, 33}, {5, 530, 18}, {30, 70, 600}, {2, 3, 513},  {150, 270, 70}};
 
 }  // namespace
 
@@ -108,15 +108,19 @@ TEST(GemmBf16, EqualsExactSumsOfTheRoundedOperandsForEveryLayoutAndEdge) {
           const bool b_bf16 = !a_bf16;
           const auto a = values(s.M * s.K, ++seed), b = values(s.K * s.N, ++seed);
           const Stored sa = store(a, s.M, s.K, la), sb = store(b, s.K, s.N, lb);
-          // c with a row stride wider than N, its gap untouched.
+          // c with a row stride wider than N and a row past M, all NaN before: c's old values
+          // must not count (accumulate off), and the gaps and the extra row stay NaN.
           const int64_t ldc = s.N + 3;
-          std::vector<float> c(size_t(s.M * ldc), 7.0f);
+          std::vector<float> c(size_t((s.M + 1) * ldc), std::nanf(""));
           cpu::gemm_bf16(s.M, s.N, s.K, sa.operand(a_bf16), sb.operand(b_bf16), c.data(), ldc, false, form);
           std::vector<float> dense(size_t(s.M * s.N));
-          for (int64_t i = 0; i < s.M; ++i) {
-            for (int64_t j = 0; j < s.N; ++j) dense[size_t(i * s.N + j)] = c[size_t(i * ldc + j)];
-            for (int64_t j = s.N; j < ldc; ++j) ASSERT_EQ(c[size_t(i * ldc + j)], 7.0f) << "wrote past N";
-          }
+          for (int64_t i = 0; i <= s.M; ++i)
+            for (int64_t j = 0; j < ldc; ++j) {
+              if (i < s.M && j < s.N)
+                dense[size_t(i * s.N + j)] = c[size_t(i * ldc + j)];
+              else
+                ASSERT_TRUE(std::isnan(c[size_t(i * ldc + j)])) << "wrote past N or M at " << i << "," << j;
+            }
           ASSERT_TRUE(near_exact(dense, {}, a, b, s.M, s.N, s.K))
               << name(form) << ", layouts " << int(la) << "/" << int(lb) << ", a " << (a_bf16 ? "bf16" : "f32");
         }
@@ -157,6 +161,16 @@ TEST(GemmBf16, RoundsF32OperandsAsTheCastDoes) {
   }
   a[size_t((M - 1) * K + 3)] = std::nanf("");
   a[size_t((M - 1) * K + 4)] = INFINITY;
+  // f32 subnormals: the largest round up to 2^-126 (a normal bf16, so they count), others
+  // stay bf16 subnormals (which the instructions take as zero, from either operand form).
+  const uint32_t tiny[] = {0x007f8000u, 0x807fffffu, 0x007fc000u, 0x00000001u, 0x80400000u, 0x00008000u};
+  for (size_t t = 0; t < std::size(tiny); ++t) {
+    std::memcpy(&a[size_t(2 * K + 5 + int64_t(t))], &tiny[t], 4);
+    std::memcpy(&b[size_t((5 + int64_t(t)) * N + 7)], &tiny[t], 4);
+  }
+  // 2^120 meets a[2][5] (0x007f8000, 2^-126 once rounded): a 2^-6 share of c[2][9] that a
+  // packing which flushed f32 subnormals would lose.
+  b[size_t(5 * N + 9)] = 0x1p120f;
   for (Layout la : {Layout::RowMajor, Layout::ColMajor, Layout::Strided}) {
     const Stored sa = store(a, M, K, la), sb = store(b, K, N, Layout::RowMajor);
     std::vector<float> from_f32(size_t(M * N)), from_bits(size_t(M * N));

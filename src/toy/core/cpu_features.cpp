@@ -120,7 +120,8 @@ bool cpu_has_avx512_bf16() {
 bool cpu_has_amx_bf16() {
 #if defined(__x86_64__) && defined(__linux__)
   static const bool granted = [] {
-    if (max_leaf() < 7 || !cpu_has_avx512_skx()) return false;
+    // (AVX512-BF16 too: the operands are packed with it.)
+    if (max_leaf() < 7 || !cpu_has_avx512_bf16()) return false;
     if ((saved_state() & 0x60000) != 0x60000) return false;  // XTILECFG and XTILEDATA state
     unsigned r[4];
     cpuid(7, 0, r);

@@ -26,7 +26,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "toy/backend/cpu/scratch.h"
 #include "toy/backend/cpu/simd512.h"
@@ -55,10 +54,27 @@ uint32_t* scratch_words(size_t n, int slot) { return reinterpret_cast<uint32_t*>
 inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? __mmask16(0xffff) : n <= 0 ? 0 : __mmask16((1u << n) - 1); }
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// 16 f32 -> bf16 bits as f32_to_bf16 (the cast) rounds: nearest even on the bits, NaNs
+// quieted. vcvtneps2bf16 does that but for f32 subnormals, which it flushes to zero: the
+// instructions would take the bf16 subnormals the cast makes of most of them as zero anyway,
+// but not the 2^-126 (a normal) it makes of the largest (|x| from 0x007f8000 up), so those
+// lanes, rare enough to branch on, are rounded by the bits.
+TOY_AVX512_BF16 inline __m256i round_to_bf16(__m512 x) {
+  const __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i above = _mm512_sub_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                         _mm512_set1_epi32(0x007f8000));
+  const __mmask16 up = _mm512_cmplt_epu32_mask(above, _mm512_set1_epi32(0x8000));
+  if (__builtin_expect(up == 0, 1)) return h;
+  // (those lanes: + 2^15 carries into the exponent; the sign stays)
+  const __m256i rounded = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x8000)), 16));
+  return _mm256_mask_mov_epi16(h, up, rounded);
+}
+
 // 16 values of one k-row, lanes contiguous: bf16 bits in 16-bit lanes, masked lanes zero.
 TOY_AVX512_BF16 inline __m256i load_lanes(const Bf16Operand& x, int64_t offset, __mmask16 m) {
   if (x.is_bf16) return _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(x.p) + offset);
-  return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, static_cast<const float*>(x.p) + offset));
+  return round_to_bf16(_mm512_maskz_loadu_ps(m, static_cast<const float*>(x.p) + offset));
 }
 
 // 32 consecutive k of one lane (those past `n` zero) as 16 words.
@@ -68,8 +84,9 @@ TOY_AVX512_BF16 inline __m512i load_pairs(const Bf16Operand& x, int64_t offset, 
     return _mm512_maskz_loadu_epi16(m, static_cast<const uint16_t*>(x.p) + offset);
   }
   const float* f = static_cast<const float*>(x.p) + offset;
-  const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(n), f), hi = _mm512_maskz_loadu_ps(first_lanes(n - 16), f + 16);
-  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+  const __m256i lo = round_to_bf16(_mm512_maskz_loadu_ps(first_lanes(n), f));
+  const __m256i hi = round_to_bf16(_mm512_maskz_loadu_ps(first_lanes(n - 16), f + 16));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
 // Transposes 16 x 16 32-bit words in place (r[i] lane j <-> r[j] lane i).
@@ -98,13 +115,10 @@ TOY_AVX512_BF16 void transpose16(__m512i r[16]) {
   }
 }
 
-// Element (lane, k) of an operand as bf16 bits (the instructions' rounding: nearest even,
-// subnormals to zero, NaNs quieted).
+// Element (lane, k) of an operand as bf16 bits (the cast's rounding).
 uint32_t element_bits(const Bf16Operand& x, int64_t offset) {
   if (x.is_bf16) return static_cast<const uint16_t*>(x.p)[offset];
-  float f = static_cast<const float*>(x.p)[offset];
-  if (std::fpclassify(f) == FP_SUBNORMAL) f = std::copysign(0.0f, f);
-  return f32_to_bf16(f);
+  return f32_to_bf16(static_cast<const float*>(x.p)[offset]);
 }
 
 // A panel's layout: [pairs][W] words, or AMX a tiles ([pairs / 16][16 lanes][16 pairs], W 16).
@@ -235,6 +249,9 @@ TOY_AMX void amx_tile(const uint32_t* pa, const uint32_t* pb, int64_t ip, int64_
       for (int i = 0; i < rows; ++i) std::copy(c + i * ldc, c + i * ldc + cols, edge + i * 32);
   }
   const size_t stride = size_t(ldt) * 4;
+  // (GCC's tile loads are asm that names the pointer but not the memory: without this the
+  // edge buffer's writes above could move below them.)
+  __asm__ volatile("" ::: "memory");
   if (load_c || !whole) {
     _tile_loadd(0, t, stride);
     _tile_loadd(1, t + 16, stride);

@@ -4,8 +4,8 @@
 // training's three products per projection and the prompts of BF16 weights run on it where the
 // CPU has either.
 //
-// What it computes: c = a @ b (+ c), each operand rounded to bf16 (nearest even) as it is
-// packed unless it is bf16 already, every product exact in f32 and the sums in f32, along k in
+// What it computes: c = a @ b (+ c), each operand rounded to bf16 as it is packed unless it is
+// bf16 already (f32_to_bf16's rounding, the cast's: nearest even, NaNs quieted), every product exact in f32 and the sums in f32, along k in
 // a fixed order per form, so the bits depend on neither the thread count nor how c is split
 // (they do on the form: the sums' orders differ). As the instructions do, bf16 values below
 // the smallest normal (|x| < 2^-126) count as zero and so do subnormal partial sums (the f32
