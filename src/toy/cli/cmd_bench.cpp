@@ -215,6 +215,24 @@ BenchResult bench_adamw(int reps) {
   return r;
 }
 
+// A BF16 weight's product with 1024 rows of f32 activations (a prompt), 1024^3, against the
+// f32 FMA peak: what the CPU's BF16 products (AMX, vdpbf16ps) give beyond f32 arithmetic.
+BenchResult bench_bf16_weight(double peak, int reps) {
+  const int64_t n = 1024;
+  Generator gen(6);
+  const Tensor x = randn(Shape{n, n}, gen), w = cast(randn(Shape{n, n}, gen), DType::BF16);
+  NoGradGuard ng;
+  const double t = median_seconds([&] { Tensor y = linear(x, w); }, reps, 2);
+  BenchResult r;
+  r.name = "linear_bf16_weight_1024";
+  r.value = 2.0 * double(n) * double(n) * double(n) / t / 1e9;
+  r.unit = "GFLOP/s";
+  r.baseline = peak;
+  r.baseline_what = "f32 FMA peak of this machine; bf16 products: " + bf16_products_form();
+  r.ratio = r.value / peak;
+  return r;
+}
+
 // A projection's forward and backward in mixed precision (BF16 products over an F32 master,
 // as `--precision bf16` trains) against the same in f32: a batch of 8 x 512 tokens of width
 // 384 through a 1536-wide layer (cpu-small's MLP).
@@ -258,6 +276,7 @@ int run_ops_bench(const OpsBenchOptions& o) {
     if (want(rowwise)) print_result(bench_rowwise(rowwise, o.reps * 2), o.json);
   if (want("adamw")) print_result(bench_adamw(o.reps), o.json);
   if (want("linear_bf16_fwd_bwd")) print_result(bench_linear_bf16(o.reps), o.json);
+  if (want("linear_bf16_weight_1024")) print_result(bench_bf16_weight(peak, o.reps), o.json);
   if (want("gated_delta_rule")) print_result(bench_gated_delta(std::max(1, o.reps / 3)), o.json);
   if (want("gated_delta_rule_prefill")) print_result(bench_gated_delta_prefill(o.reps), o.json);
   return 0;
