@@ -52,17 +52,22 @@ unsigned max_leaf() {
   cpuid(0, 0, r);
   return r[0];
 }
+// EAX of CPUID leaf 7 sub-leaf 1 (AVX-VNNI, AVX512-BF16, ...), 0 where there is none.
+unsigned leaf7_sub1_eax() {
+  if (max_leaf() < 7) return 0;
+  unsigned r[4];
+  cpuid(7, 0, r);
+  if (r[0] < 1) return 0;
+  cpuid(7, 1, r);
+  return r[0];
+}
 #endif
 }  // namespace
 
 bool cpu_has_avx_vnni() {
 #if defined(__x86_64__)
-  if (max_leaf() < 7 || (saved_state() & 0x6) != 0x6) return false;  // YMM state
-  unsigned r[4];
-  cpuid(7, 0, r);
-  if (r[0] < 1) return false;  // no sub-leaf 1
-  cpuid(7, 1, r);
-  return r[0] & (1u << 4);
+  if ((saved_state() & 0x6) != 0x6) return false;  // YMM state
+  return leaf7_sub1_eax() & (1u << 4);
 #else
   return false;
 #endif
@@ -106,12 +111,7 @@ bool cpu_has_avx512_skx() {
 
 bool cpu_has_avx512_bf16() {
 #if defined(__x86_64__)
-  if (!cpu_has_avx512_skx()) return false;
-  unsigned r[4];
-  cpuid(7, 0, r);
-  if (r[0] < 1) return false;  // no sub-leaf 1
-  cpuid(7, 1, r);
-  return r[0] & (1u << 5);
+  return cpu_has_avx512_skx() && (leaf7_sub1_eax() & (1u << 5));
 #else
   return false;
 #endif
