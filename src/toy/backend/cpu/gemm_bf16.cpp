@@ -267,13 +267,15 @@ TOY_AMX void amx_tile(const uint32_t* pa, const uint32_t* pb, int64_t ip, int64_
   const uint32_t* a0 = pa + ip * padded * 16;
   const uint32_t* a1 = a0 + padded * 16;
   const uint32_t* b = pb + jp * padded * kNR;
+  // Each product follows the loads it needs (tile registers are not renamed: a load waits
+  // for the last product reading its register, so loads interleaved with products overlap).
   for (int64_t p = p0; p < p1; p += 16) {
     _tile_loadd(4, a0 + p * 16, 64);
-    _tile_loadd(5, a1 + p * 16, 64);
     _tile_loadd(6, b + p * kNR, kNR * 4);
-    _tile_loadd(7, b + p * kNR + 16, kNR * 4);
     _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, b + p * kNR + 16, kNR * 4);
     _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, a1 + p * 16, 64);
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
