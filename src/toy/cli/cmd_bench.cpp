@@ -40,20 +40,26 @@ struct OpsBenchOptions {
   std::string only;
 };
 
-BenchResult bench_matmul(const char* name, int64_t M, int64_t K, int64_t N, double peak, int reps, double target) {
-  Generator g(1);
-  Tensor a = randn(Shape{M, K}, g), b = randn(Shape{K, N}, g);
-  NoGradGuard ng;
-  double t = median_seconds([&] { Tensor c = matmul(a, b); }, reps, 2);
+// A product of M x K by K x N taking t seconds, in GFLOP/s against the FMA peak.
+BenchResult against_peak(const char* name, int64_t M, int64_t K, int64_t N, double t, double peak,
+                         const std::string& peak_what, double target) {
   BenchResult r;
   r.name = name;
   r.value = 2.0 * double(M) * double(N) * double(K) / t / 1e9;
   r.unit = "GFLOP/s";
   r.baseline = peak;
-  r.baseline_what = "FMA peak of this machine";
+  r.baseline_what = peak_what;
   r.ratio = r.value / peak;
   r.target = target;
   return r;
+}
+
+BenchResult bench_matmul(const char* name, int64_t M, int64_t K, int64_t N, double peak, int reps, double target) {
+  Generator g(1);
+  Tensor a = randn(Shape{M, K}, g), b = randn(Shape{K, N}, g);
+  NoGradGuard ng;
+  double t = median_seconds([&] { Tensor c = matmul(a, b); }, reps, 2);
+  return against_peak(name, M, K, N, t, peak, "FMA peak of this machine", target);
 }
 
 BenchResult bench_attention(int reps) {
@@ -223,14 +229,8 @@ BenchResult bench_bf16_weight(double peak, int reps) {
   const Tensor x = randn(Shape{n, n}, gen), w = cast(randn(Shape{n, n}, gen), DType::BF16);
   NoGradGuard ng;
   const double t = median_seconds([&] { Tensor y = linear(x, w); }, reps, 2);
-  BenchResult r;
-  r.name = "linear_bf16_weight_1024";
-  r.value = 2.0 * double(n) * double(n) * double(n) / t / 1e9;
-  r.unit = "GFLOP/s";
-  r.baseline = peak;
-  r.baseline_what = "f32 FMA peak of this machine; bf16 products: " + bf16_products_form();
-  r.ratio = r.value / peak;
-  return r;
+  return against_peak("linear_bf16_weight_1024", n, n, n, t, peak,
+                      "f32 FMA peak of this machine; bf16 products: " + bf16_products_form(), 0);
 }
 
 // A projection's forward and backward in mixed precision (BF16 products over an F32 master,

@@ -205,7 +205,6 @@ Bf16Products bf16_products() {
   return form;
 }
 
-bool bf16_dot_products() { return bf16_products() != Bf16Products::Widened; }
 
 std::string bf16_products_form() {
   switch (bf16_products()) {

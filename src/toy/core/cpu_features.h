@@ -51,7 +51,6 @@ bool cpu_has_amx_bf16();
 // it at half the rate of its f32 FMAs, no gain); else widened to f32 for SGEMM.
 enum class Bf16Products { Widened, Avx512Dot, Amx };
 Bf16Products bf16_products();
-bool bf16_dot_products();  // bf16_products() != Widened
 // (Its name: bf16_products_form() of runtime.h.)
 
 }  // namespace toy

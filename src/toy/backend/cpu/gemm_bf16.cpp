@@ -306,7 +306,7 @@ TOY_AMX void amx_block(int64_t t, int64_t M, int64_t N, int64_t padded, const ui
 
 }  // namespace
 
-bool gemm_bf16_available() { return bf16_dot_products(); }
+bool gemm_bf16_available() { return bf16_products() != Bf16Products::Widened; }
 
 void gemm_bf16(int64_t M, int64_t N, int64_t K, const Bf16Operand& a, const Bf16Operand& b, float* c, int64_t ldc,
                bool accumulate, Bf16Products form) {

@@ -26,8 +26,7 @@ struct Bf16Operand {
 };
 
 // Whether gemm_bf16 runs here: the avx512 kernel variant (TOY_CPU=avx2 turns it off) on a CPU
-// with AVX512-BF16 (Intel since Cooper Lake / Sapphire Rapids, AMD since Zen 4):
-// bf16_dot_products() of cpu_features.h.
+// with AMX or (AMD since Zen 4) AVX512-BF16: bf16_products() of cpu_features.h is not Widened.
 bool gemm_bf16_available();
 
 // c [M, N] (row stride ldc, f32) = a [M, K] @ b [K, N], plus c's values when accumulate.

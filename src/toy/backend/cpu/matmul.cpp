@@ -55,6 +55,17 @@ Tensor gemm_ready(const Tensor& x) {
   return c;
 }
 
+// Element offsets into a and b of batch bi of c (batch dims already broadcast to c's).
+void batch_offsets(const Tensor& a, const Tensor& b, const Tensor& c, int64_t bi, int64_t* oa, int64_t* ob) {
+  *oa = 0, *ob = 0;
+  for (int d = c.ndim() - 3; d >= 0; --d) {
+    const int64_t i = bi % c.size(d);
+    bi /= c.size(d);
+    *oa += i * a.stride(d);
+    *ob += i * b.stride(d);
+  }
+}
+
 // c (f32) = a @ b (+ c) for bf16 a and b on gemm_bf16, batch by batch (each call threaded).
 void matmul_bf16(const Tensor& a, const Tensor& b, Tensor& c, bool accumulate) {
   const int nd = c.ndim();
@@ -63,13 +74,8 @@ void matmul_bf16(const Tensor& a, const Tensor& b, Tensor& c, bool accumulate) {
   const bf16* pb = b.data<bf16>();
   float* pc = c.data<float>();
   for (int64_t bi = 0; bi < c.numel() / (M * N); ++bi) {
-    int64_t oa = 0, ob = 0;
-    for (int64_t d = nd - 3, rest = bi; d >= 0; --d) {
-      const int64_t i = rest % c.size(int(d));
-      rest /= c.size(int(d));
-      oa += i * a.stride(int(d));
-      ob += i * b.stride(int(d));
-    }
+    int64_t oa, ob;
+    batch_offsets(a, b, c, bi, &oa, &ob);
     gemm_bf16(M, N, K, {pa + oa, true, a.stride(nd - 2), a.stride(nd - 1)},
               {pb + ob, true, b.stride(nd - 2), b.stride(nd - 1)}, pc + bi * M * N, N, accumulate);
   }
@@ -124,18 +130,9 @@ void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& c_out, float alpha, 
   const int64_t sam = a.stride(nd - 2), sak = a.stride(nd - 1);
   const int64_t sbk = b.stride(nd - 2), sbn = b.stride(nd - 1);
 
-  auto batch_offsets = [&](int64_t bi, int64_t* oa, int64_t* ob) {
-    *oa = 0, *ob = 0;
-    for (int d = nd - 3; d >= 0; --d) {
-      int64_t i = bi % c.size(d);
-      bi /= c.size(d);
-      *oa += i * a.stride(d);
-      *ob += i * b.stride(d);
-    }
-  };
   auto gemm = [&](int64_t bi, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     int64_t oa, ob;
-    batch_offsets(bi, &oa, &ob);
+    batch_offsets(a, b, c, bi, &oa, &ob);
     const float* A = pa + oa + m0 * sam;
     const float* B = pb + ob + n0 * sbn;
     float* C = pc + bi * M * N + m0 * N + n0;
