@@ -1869,6 +1869,48 @@ toy_op_tests
 ^GemmBf16\.
     return gemm_bf16(N, out, in, {x.data<float>(), false, in, 1}, {w.raw_data(), true, 1, in}, y.data<float>(), out,
     return gemm_bf16(N, out, in, {x.data<float>(), false, in, 1}, {w.raw_data(), true, in, 1}, y.data<float>(), out,
+half-pack-transpose-swaps-two-k
+src/toy/backend/cpu/gemm_half.cpp
+toy_op_tests
+^GemmHalf\.
+    b[4 * h + 1] = _mm_unpackhi_epi32(s[0], s[2]);  // k 2, 3
+    b[4 * h + 1] = _mm_unpacklo_epi32(s[0], s[2]);  // k 2, 3
+half-tile-forgets-c-between-k-blocks
+src/toy/backend/cpu/gemm_half.cpp
+toy_op_tests
+^GemmHalf\.
+      const bool load = accumulate || k0 > 0;
+      const bool load = accumulate;
+half-pack-transposed-k-tail-misses-a-column
+src/toy/backend/cpu/gemm_half.cpp
+toy_op_tests
+^GemmHalf\.
+        for (int i = 0; i < 8; ++i) out[(k - k0) * kNR + jj + i] = col[i * b.j_stride + k];
+        for (int i = 0; i < 7; ++i) out[(k - k0) * kNR + jj + i] = col[i * b.j_stride + k];
+half-avx2-tile-drops-the-second-sixteen-columns
+src/toy/backend/cpu/gemm_half.cpp
+toy_op_tests
+^GemmHalf\.
+              if (cols > 16) tile(ai, lda, panel + 16, kc, ci + 16, ldc, cols - 16, load);
+              if (cols > 17) tile(ai, lda, panel + 16, kc, ci + 16, ldc, cols - 16, load);
+half-bf16-widened-as-f16
+src/toy/backend/cpu/gemm_half.cpp
+toy_op_tests
+^GemmHalf\.
+  const bool avx512 = avx512_forms(), bf16 = b.type == DType::BF16;
+  const bool avx512 = avx512_forms(), bf16 = false;
+half-weight-backward-reads-w-as-the-forward
+src/toy/backend/cpu/matmul_weight.cpp
+toy_op_tests
+^GemmHalf\.
+    return gemm_half(N, in, out, gp, out, {static_cast<const uint16_t*>(w.raw_data()), w.dtype(), in, 1}, dp, in,
+    return gemm_half(N, in, out, gp, out, {static_cast<const uint16_t*>(w.raw_data()), w.dtype(), 1, in}, dp, in,
+half-weight-prompt-skips-rounding
+src/toy/backend/cpu/matmul_weight.cpp
+toy_op_tests
+^GemmHalf\.
+    return gemm_half(N, out, in, xp, in, {static_cast<const uint16_t*>(w.raw_data()), w.dtype(), 1, in}, yp, out,
+    return gemm_half(N, out, in, x.data<float>(), in, {static_cast<const uint16_t*>(w.raw_data()), w.dtype(), 1, in}, yp, out,
 cast-to-bf16-span-rounds-nans-as-numbers
 src/toy/backend/cpu/elementwise.cpp
 toy_op_tests

@@ -233,6 +233,17 @@ BenchResult bench_bf16_weight(double peak, int reps) {
                       "f32 FMA peak of this machine; bf16 products: " + bf16_products_form(), 0);
 }
 
+// An F16 weight's product with a prompt of 512 rows (SmolLM2-135M's MLP up: 576 -> 1536),
+// against the f32 FMA peak: gemm_half widens the weight in registers, at FMA speed or not.
+BenchResult bench_f16_weight(double peak, int reps) {
+  const int64_t rows = 512, in = 576, out = 1536;
+  Generator gen(7);
+  const Tensor x = randn(Shape{rows, in}, gen), w = cast(randn(Shape{out, in}, gen), DType::F16);
+  NoGradGuard ng;
+  const double t = median_seconds([&] { Tensor y = linear(x, w); }, reps * 4, 2);
+  return against_peak("linear_f16_weight_prompt", rows, in, out, t, peak, "FMA peak of this machine", 0.6);
+}
+
 // A projection's forward and backward in mixed precision (BF16 products over an F32 master,
 // as `--precision bf16` trains) against the same in f32: a batch of 8 x 512 tokens of width
 // 384 through a 1536-wide layer (cpu-small's MLP).
@@ -277,6 +288,7 @@ int run_ops_bench(const OpsBenchOptions& o) {
   if (want("adamw")) print_result(bench_adamw(o.reps), o.json);
   if (want("linear_bf16_fwd_bwd")) print_result(bench_linear_bf16(o.reps), o.json);
   if (want("linear_bf16_weight_1024")) print_result(bench_bf16_weight(peak, o.reps), o.json);
+  if (want("linear_f16_weight_prompt")) print_result(bench_f16_weight(peak, o.reps), o.json);
   if (want("gated_delta_rule")) print_result(bench_gated_delta(std::max(1, o.reps / 3)), o.json);
   if (want("gated_delta_rule_prefill")) print_result(bench_gated_delta_prefill(o.reps), o.json);
   return 0;

@@ -1,17 +1,21 @@
-// Products with weights stored in their file's dtype (F16, BF16, GGUF block types): the rows
-// of W are widened to f32 a tile at a time into per-thread scratch and multiplied with SGEMM,
-// so no f32 copy of the whole matrix ever exists. The activations are first rounded as llama.cpp
-// rounds them for that weight type (8-bit blocks, f16 or bf16: gemv_blocks.h). The forward splits W's rows (the output
-// columns) across threads; the backward splits x's rows. Deterministic for a thread count.
-// A few rows (decoding) go to gemv_blocks instead: dot products straight from the blocks;
-// Q8_0/Q4_0/Q5_0 weights, any number of rows, to quant_products (integer products); BF16
-// weights, more rows, to gemm_bf16 where the CPU has a BF16 dot product.
+// Products with weights stored in their file's dtype (F16, BF16, GGUF block types), no f32
+// copy of a whole matrix ever made. The activations are first rounded as llama.cpp rounds them
+// for that weight type (8-bit blocks, f16 or bf16: gemv_blocks.h). Which kernel multiplies:
+// - a few rows (decoding): gemv_blocks, dot products straight from the blocks;
+// - Q8_0/Q4_0/Q5_0 (and Q2_K..Q6_K), any number of rows where the CPU allows: integer
+//   products (quant_products.h, kquant_products.h);
+// - BF16 with many rows, where the CPU has BF16 products: gemm_bf16;
+// - F16 and BF16 otherwise, and the backward through them: gemm_half (widened in registers);
+// - the rest: W's rows widened to f32 a tile at a time into per-thread scratch, then SGEMM;
+//   the forward splits W's rows (the output columns) across threads, the backward x's rows.
+// Deterministic for a thread count.
 #include <cblas.h>
 
 #include <algorithm>
 
 #include "toy/backend/cpu/cpu_kernels.h"
 #include "toy/backend/cpu/gemm_bf16.h"
+#include "toy/backend/cpu/gemm_half.h"
 #include "toy/backend/cpu/gemv_blocks.h"
 #include "toy/backend/cpu/kquant_products.h"
 #include "toy/backend/cpu/quant_products.h"
@@ -51,6 +55,7 @@ void matmul_weight(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate)
     return gemm_bf16(N, out, in, {x.data<float>(), false, in, 1}, {w.raw_data(), true, 1, in}, y.data<float>(), out,
                      accumulate);
   const float* xp = x.data<float>();
+  float* yp = y.data<float>();
   // The activations are rounded as in the few-row path (and as llama.cpp rounds them), so a
   // model computes the same function whatever the number of rows.
   if (rounds_activations(w.dtype())) {
@@ -60,7 +65,9 @@ void matmul_weight(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate)
     });
     xp = rp;
   }
-  float* yp = y.data<float>();
+  if (gemm_half_supports(w.dtype()))
+    return gemm_half(N, out, in, xp, in, {static_cast<const uint16_t*>(w.raw_data()), w.dtype(), 1, in}, yp, out,
+                     accumulate);
   const int64_t tiles = (out + kTileRows - 1) / kTileRows;
   parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
     float* buf = scratch_floats(size_t(kTileRows * in), kSlot);
@@ -78,6 +85,10 @@ void matmul_weight_t(const Tensor& g, const Tensor& w, Tensor& dx) {
   const int64_t N = g.size(0), in = w.size(1), out = w.size(0);
   const float* gp = g.data<float>();
   float* dp = dx.data<float>();
+  // dx = g W: W's rows are k-rows here.
+  if (gemm_half_supports(w.dtype()))
+    return gemm_half(N, in, out, gp, out, {static_cast<const uint16_t*>(w.raw_data()), w.dtype(), in, 1}, dp, in,
+                     false);
   float* buf = scratch_floats(size_t(kTileRows * in), kSlot);
   for (int64_t r0 = 0; r0 < out; r0 += kTileRows) {
     const int64_t r1 = std::min(out, r0 + kTileRows);

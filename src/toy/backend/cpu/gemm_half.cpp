@@ -1,0 +1,246 @@
+// gemm_half (gemm_half.h): b packed a block at a time into panels of 32 columns, k-major
+// ([k][32] halves: one 64-byte row per k, zeros past N), as halves (no widening in memory);
+// a read where it lies (rows of f32). Tiles of c keep their sums in registers and widen b's
+// row for each k in registers (F16C's vcvtph2ps, or a shift for BF16).
+//
+// Threads take contiguous runs of b's panels (c's columns). A run goes in groups of 8 panels;
+// per group and block of 256 k the group is packed (128 KB, in L2), then for each 96 rows of a
+// (96 KB) each panel's block (16 KB, in L1) meets the 96 rows' tiles (groups of 32 measured the
+// same on a Sapphire Rapids Xeon; 8 keep the scratch small). c is
+// reloaded between k blocks, which does not change its bits (it holds the f32 running sum).
+// a is not packed: its rows are broadcast from where they lie (packing them, per thread and
+// k block, cost more than it saved in a prompt's narrow products: K/V's 192 columns).
+//
+// Packing a weight's rows (k contiguous per column) transposes 8 x 8 halves at a time in SSE
+// registers; k-rows already contiguous in columns are copied.
+#include "toy/backend/cpu/gemm_half.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "toy/backend/cpu/scratch.h"
+#include "toy/backend/cpu/simd512.h"
+#include "toy/backend/cpu/variant.h"
+#include "toy/core/error.h"
+#include "toy/core/thread_pool.h"
+
+namespace toy::cpu {
+
+namespace {
+
+constexpr int kNR = 32;            // columns of a panel (an AVX-512 tile; two AVX2 tiles)
+constexpr int kMR512 = 12, kMR256 = 6;  // rows of a tile
+constexpr int64_t kKC = 256;       // k per block
+constexpr int64_t kMC = 96;        // rows of a per block (a multiple of both tiles' rows)
+constexpr int kGroup = 8;          // panels packed together
+// The scratch slot of matmul_weight's widened tiles (never live at the same time as these).
+constexpr int kSlot = 5;
+
+// ---- packing -----------------------------------------------------------------------------
+
+// 8 x 8 halves: r[i] lane q <-> r[q] lane i.
+inline void transpose8x8(__m128i r[8]) {
+  __m128i a[8], b[8];
+  for (int i = 0; i < 4; ++i) {
+    a[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 0-3, then 4-7
+    const __m128i* s = a + 4 * h;
+    b[4 * h + 0] = _mm_unpacklo_epi32(s[0], s[2]);  // k 0, 1
+    b[4 * h + 1] = _mm_unpackhi_epi32(s[0], s[2]);  // k 2, 3
+    b[4 * h + 2] = _mm_unpacklo_epi32(s[1], s[3]);  // k 4, 5
+    b[4 * h + 3] = _mm_unpackhi_epi32(s[1], s[3]);  // k 6, 7
+  }
+  for (int q = 0; q < 4; ++q) {
+    r[2 * q] = _mm_unpacklo_epi64(b[q], b[4 + q]);
+    r[2 * q + 1] = _mm_unpackhi_epi64(b[q], b[4 + q]);
+  }
+}
+
+// out[k - k0][jj] = b(k, j0 + jj) for k in [k0, k1), jj < 32; columns from N on are zeros
+// (never stored, but zeros cannot be denormals or NaNs that slow the FMAs).
+void pack_panel(const HalfOperand& b, int64_t N, int64_t j0, int64_t k0, int64_t k1, uint16_t* out) {
+  const int64_t cols = std::min<int64_t>(kNR, N - j0), kc = k1 - k0;
+  if (cols < kNR)
+    for (int64_t k = 0; k < kc; ++k) std::memset(out + k * kNR + cols, 0, size_t(kNR - cols) * 2);
+  if (b.j_stride == 1) {  // a k-row of columns lies contiguous
+    for (int64_t k = k0; k < k1; ++k) std::memcpy(out + (k - k0) * kNR, b.p + k * b.k_stride + j0, size_t(cols) * 2);
+    return;
+  }
+  int64_t jj = 0;
+  if (b.k_stride == 1) {  // each column's k contiguous: 8 x 8 transposes
+    for (; jj + 8 <= cols; jj += 8) {
+      const uint16_t* col = b.p + (j0 + jj) * b.j_stride;
+      int64_t k = k0;
+      for (; k + 8 <= k1; k += 8) {
+        __m128i r[8];
+        for (int i = 0; i < 8; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(col + i * b.j_stride + k));
+        transpose8x8(r);
+        for (int q = 0; q < 8; ++q) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (k - k0 + q) * kNR + jj), r[q]);
+      }
+      for (; k < k1; ++k)
+        for (int i = 0; i < 8; ++i) out[(k - k0) * kNR + jj + i] = col[i * b.j_stride + k];
+    }
+  }
+  for (; jj < cols; ++jj)
+    for (int64_t k = k0; k < k1; ++k) out[(k - k0) * kNR + jj] = b.p[k * b.k_stride + (j0 + jj) * b.j_stride];
+}
+
+// ---- tiles -------------------------------------------------------------------------------
+
+// c[MR rows, cols] (+)= a's MR rows (row stride lda) @ the panel's kc k-rows. Sums start from c
+// (load) or 0 and take the k in order.
+template <int MR, bool BF16>
+TOY_AVX512 void tile512(const float* a, int64_t lda, const uint16_t* b, int64_t kc, float* c, int64_t ldc, int cols,
+                        bool load) {
+  const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
+  const __mmask16 m1 = cols >= 32 ? __mmask16(0xffff) : cols <= 16 ? __mmask16(0) : __mmask16((1u << (cols - 16)) - 1);
+  __m512 acc[MR][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+    acc[i][0] = load ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
+    acc[i][1] = load ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256i h0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + k * kNR));
+    const __m256i h1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + k * kNR + 16));
+    __m512 b0, b1;
+    if constexpr (BF16) {
+      b0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16));
+      b1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16));
+    } else {
+      b0 = _mm512_cvtph_ps(h0);
+      b1 = _mm512_cvtph_ps(h1);
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i * lda + k]);
+      acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+    _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
+    _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
+  }
+}
+
+// The AVX2 form: MR rows x 16 columns of the panel (b already offset to the first of them).
+template <int MR, bool BF16>
+void tile256(const float* a, int64_t lda, const uint16_t* b, int64_t kc, float* c, int64_t ldc, int cols, bool load) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), lane);
+  const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols - 8), lane);
+  __m256 acc[MR][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    acc[i][0] = load ? _mm256_maskload_ps(c + i * ldc, m0) : _mm256_setzero_ps();
+    acc[i][1] = load ? _mm256_maskload_ps(c + i * ldc + 8, m1) : _mm256_setzero_ps();
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + k * kNR));
+    const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + k * kNR + 8));
+    __m256 b0, b1;
+    if constexpr (BF16) {
+      b0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h0), 16));
+      b1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h1), 16));
+    } else {
+      b0 = _mm256_cvtph_ps(h0);
+      b1 = _mm256_cvtph_ps(h1);
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(a + i * lda + k);
+      acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    _mm256_maskstore_ps(c + i * ldc, m0, acc[i][0]);
+    _mm256_maskstore_ps(c + i * ldc + 8, m1, acc[i][1]);
+  }
+}
+
+using Tile = void (*)(const float*, int64_t, const uint16_t*, int64_t, float*, int64_t, int, bool);
+
+template <bool BF16, int... R>
+constexpr auto tiles512(std::integer_sequence<int, R...>) {
+  return std::array<Tile, sizeof...(R)>{tile512<R + 1, BF16>...};
+}
+template <bool BF16, int... R>
+constexpr auto tiles256(std::integer_sequence<int, R...>) {
+  return std::array<Tile, sizeof...(R)>{tile256<R + 1, BF16>...};
+}
+
+// The tile of `rows` rows (1..the form's MR).
+Tile tile_for(bool avx512, bool bf16, int rows) {
+  static constexpr auto f512 = tiles512<false>(std::make_integer_sequence<int, kMR512>());
+  static constexpr auto b512 = tiles512<true>(std::make_integer_sequence<int, kMR512>());
+  static constexpr auto f256 = tiles256<false>(std::make_integer_sequence<int, kMR256>());
+  static constexpr auto b256 = tiles256<true>(std::make_integer_sequence<int, kMR256>());
+  if (avx512) return (bf16 ? b512 : f512)[rows - 1];
+  return (bf16 ? b256 : f256)[rows - 1];
+}
+
+// c's columns of panels [p0, p1), all rows, all k.
+void run_panels(int64_t p0, int64_t p1, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
+                const HalfOperand& b, float* c, int64_t ldc, bool accumulate) {
+  const bool avx512 = avx512_forms(), bf16 = b.type == DType::BF16;
+  const int mr = avx512 ? kMR512 : kMR256;
+  // (64-byte aligned: a panel's k-row is one cache line, its two loads never split one.)
+  float* packed_floats = scratch_floats(size_t(kGroup * kKC * kNR / 2 + 16), kSlot);
+  uint16_t* packed = reinterpret_cast<uint16_t*>(packed_floats + (16 - reinterpret_cast<uintptr_t>(packed_floats) / 4 % 16) % 16);
+  for (int64_t g0 = p0; g0 < p1; g0 += kGroup) {
+    const int64_t g1 = std::min(p1, g0 + kGroup);
+    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+      const int64_t k1 = std::min(K, k0 + kKC), kc = k1 - k0;
+      for (int64_t p = g0; p < g1; ++p) pack_panel(b, N, p * kNR, k0, k1, packed + (p - g0) * kKC * kNR);
+      const bool load = accumulate || k0 > 0;
+      for (int64_t i0 = 0; i0 < M; i0 += kMC) {
+        const int64_t i1 = std::min(M, i0 + kMC);
+        for (int64_t p = g0; p < g1; ++p) {
+          const uint16_t* panel = packed + (p - g0) * kKC * kNR;
+          const int64_t j = p * kNR;
+          const int cols = int(std::min<int64_t>(kNR, N - j));
+          for (int64_t i = i0; i < i1; i += mr) {
+            const int rows = int(std::min<int64_t>(mr, i1 - i));
+            const Tile tile = tile_for(avx512, bf16, rows);
+            const float* ai = a + i * lda + k0;
+            float* ci = c + i * ldc + j;
+            if (avx512) {
+              tile(ai, lda, panel, kc, ci, ldc, cols, load);
+            } else {
+              tile(ai, lda, panel, kc, ci, ldc, std::min(cols, 16), load);
+              if (cols > 16) tile(ai, lda, panel + 16, kc, ci + 16, ldc, cols - 16, load);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_half(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const HalfOperand& b, float* c,
+               int64_t ldc, bool accumulate) {
+  TOY_CHECK(gemm_half_supports(b.type), "[gemm_half] b must be F16 or BF16, got {}", name(b.type));
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + N, 0.0f);
+    return;
+  }
+  const int64_t panels = (N + kNR - 1) / kNR;
+  parallel_for(0, panels, 1,
+               [&](int64_t p0, int64_t p1) { run_panels(p0, p1, M, N, K, a, lda, b, c, ldc, accumulate); });
+}
+
+}  // namespace toy::cpu

@@ -1,0 +1,201 @@
+// gemm_half (backend/cpu/gemm_half.h): each element of c is one chain of f32 fused
+// multiply-adds along k in order, so std::fma recomputes its bits exactly; checked in both
+// forms (AVX-512 where the CPU has it, AVX2), for F16 and BF16 halves, every layout of b, the
+// edges of its tiles, panels and k blocks, accumulation, and any thread count; then the
+// products that reach it (an F16 or BF16 weight's prompt, and the backward through one).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "helpers.h"
+#include "toy/backend/cpu/gemm_bf16.h"
+#include "toy/backend/cpu/gemm_half.h"
+#include "toy/backend/cpu/variant.h"
+#include "toy/core/cpu_features.h"
+#include "toy/core/dtype.h"
+#include "toy/core/thread_pool.h"
+
+using namespace toy;
+using namespace toy::test;
+
+namespace {
+
+float half_value(uint16_t h, DType t) { return t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h); }
+uint16_t to_half(float x, DType t) { return t == DType::F16 ? f32_to_f16(x) : f32_to_bf16(x); }
+
+// The forms this CPU runs: AVX2 always, AVX-512 where the kernel variant has it.
+std::vector<bool> forms_here() {
+  std::vector<bool> f{false};
+  if (kernel_variant() == KernelVariant::Avx512) f.push_back(true);
+  return f;
+}
+struct FormScope {
+  explicit FormScope(bool avx512) { cpu::use_avx512_forms(avx512); }
+  ~FormScope() { cpu::use_avx512_forms(kernel_variant() == KernelVariant::Avx512); }
+};
+
+// b [K, N] of halves stored as a weight [N, K] (k contiguous), as [K, N] (columns contiguous),
+// or with neither stride 1; gaps hold a NaN's bits: read one and it shows.
+enum class Layout { WeightRows, KRows, Strided };
+struct HalfMatrix {
+  std::vector<uint16_t> bits;
+  cpu::HalfOperand op;
+  float at(int64_t k, int64_t j) const { return half_value(op.p[k * op.k_stride + j * op.j_stride], op.type); }
+};
+HalfMatrix make_b(int64_t K, int64_t N, DType t, Layout l, uint64_t seed) {
+  HalfMatrix m;
+  m.op.type = t;
+  if (l == Layout::WeightRows) m.op.k_stride = 1, m.op.j_stride = K;
+  if (l == Layout::KRows) m.op.k_stride = N, m.op.j_stride = 1;
+  if (l == Layout::Strided) m.op.k_stride = 2, m.op.j_stride = 2 * K + 3;
+  const int64_t size = l == Layout::Strided ? N * (2 * K + 3) : K * N;
+  m.bits.assign(size_t(std::max<int64_t>(size, 1)), 0x7e00);
+  std::mt19937 rng{uint32_t(seed)};
+  std::normal_distribution<float> normal;
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t j = 0; j < N; ++j) m.bits[size_t(k * m.op.k_stride + j * m.op.j_stride)] = to_half(normal(rng), t);
+  m.op.p = m.bits.data();
+  return m;
+}
+
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  std::mt19937 rng{uint32_t(seed)};
+  std::normal_distribution<float> normal;
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// What gemm_half promises: c = fma(a(i, k), b(k, j), c) for k in order, from 0 or c.
+std::vector<float> fma_chains(int64_t M, int64_t N, int64_t K, const std::vector<float>& a, int64_t lda,
+                              const HalfMatrix& b, const std::vector<float>& c0, int64_t ldc, bool accumulate) {
+  std::vector<float> c = c0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float s = accumulate ? c0[size_t(i * ldc + j)] : 0.0f;
+      for (int64_t k = 0; k < K; ++k) s = std::fma(a[size_t(i * lda + k)], b.at(k, j), s);
+      c[size_t(i * ldc + j)] = s;
+    }
+  return c;
+}
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+struct Shape3 {
+  int64_t M, N, K;
+};
+// Tiles 12 x 32 (AVX-512) and 6 x 16 (AVX2), row blocks of 96, k blocks of 256, groups of 32
+// panels: each shape reaches some edge of them.
+const Shape3 kShapes[] = {{1, 1, 1},    {5, 7, 3},     {13, 33, 9},  {12, 32, 256}, {6, 17, 257},
+                          {97, 65, 300}, {25, 100, 513}, {3, 1100, 20}, {40, 48, 8}};
+
+}  // namespace
+
+TEST(GemmHalf, EachElementIsOneFmaChainAlongKInEveryFormLayoutAndEdge) {
+  for (bool avx512 : forms_here()) {
+    FormScope form(avx512);
+    for (DType t : {DType::F16, DType::BF16})
+      for (Layout l : {Layout::WeightRows, Layout::KRows, Layout::Strided})
+        for (const Shape3& s : kShapes)
+          for (bool accumulate : {false, true}) {
+            const int64_t lda = s.K + 2, ldc = s.N + 3;  // gaps in a and c
+            const HalfMatrix b = make_b(s.K, s.N, t, l, 7 + s.K);
+            const std::vector<float> a = random_floats(size_t(s.M * lda), 11 + s.M);
+            std::vector<float> c = random_floats(size_t(s.M * ldc), 13 + s.N);
+            const std::vector<float> want = fma_chains(s.M, s.N, s.K, a, lda, b, c, ldc, accumulate);
+            cpu::gemm_half(s.M, s.N, s.K, a.data(), lda, b.op, c.data(), ldc, accumulate);
+            EXPECT_TRUE(same_bits(c, want)) << (avx512 ? "AVX-512" : "AVX2") << " " << name(t) << " layout "
+                                            << int(l) << " " << s.M << "x" << s.N << "x" << s.K << " accumulate "
+                                            << accumulate;
+          }
+  }
+}
+
+TEST(GemmHalf, EmptyKWritesZerosOrLeavesC) {
+  const HalfMatrix b = make_b(0, 5, DType::F16, Layout::KRows, 1);
+  const std::vector<float> a(4, 1.0f);
+  std::vector<float> c(20, 3.0f);
+  cpu::gemm_half(4, 5, 0, a.data(), 1, b.op, c.data(), 5, true);
+  EXPECT_EQ(c, std::vector<float>(20, 3.0f));
+  cpu::gemm_half(4, 5, 0, a.data(), 1, b.op, c.data(), 5, false);
+  EXPECT_EQ(c, std::vector<float>(20, 0.0f));
+}
+
+TEST(GemmHalf, WidensSubnormalInfiniteAndNanHalvesExactly) {
+  // A row of a picks one k; c(0, j) = b(k, j) * 1 must be b's value itself.
+  for (bool avx512 : forms_here()) {
+    FormScope form(avx512);
+    for (DType t : {DType::F16, DType::BF16}) {
+      const std::vector<uint16_t> special = t == DType::F16
+                                                ? std::vector<uint16_t>{0x0001, 0x03ff, 0x8001, 0x7c00, 0xfc00, 0x7bff, 0x8000, 0x7e00, 0xfe01}
+                                                : std::vector<uint16_t>{0x0001, 0x007f, 0x8001, 0x7f80, 0xff80, 0x7f7f, 0x8000, 0x7fc0, 0xffc1};
+      const int64_t N = int64_t(special.size()), K = 3;
+      HalfMatrix b = make_b(K, N, t, Layout::WeightRows, 3);
+      for (int64_t j = 0; j < N; ++j) b.bits[size_t(j * K + 1)] = special[size_t(j)];
+      const std::vector<float> a{0.0f, 1.0f, 0.0f};
+      std::vector<float> c(size_t(N), 5.0f);
+      cpu::gemm_half(1, N, K, a.data(), K, b.op, c.data(), N, false);
+      for (int64_t j = 0; j < N; ++j) {
+        const float want = half_value(special[size_t(j)], t) + 0.0f;  // 0 * finite + 0 first
+        EXPECT_EQ(std::memcmp(&c[size_t(j)], &want, 4), 0) << name(t) << " lane " << j << ": " << c[size_t(j)];
+      }
+    }
+  }
+}
+
+TEST(GemmHalf, GivesTheSameBitsForAnyThreadCountAndBothForms) {
+  const int threads = num_threads();
+  const HalfMatrix b = make_b(300, 200, DType::F16, Layout::WeightRows, 21);
+  const std::vector<float> a = random_floats(70 * 300, 22);
+  std::vector<std::vector<float>> results;
+  for (bool avx512 : forms_here()) {
+    FormScope form(avx512);
+    for (int n : {1, 2, 3}) {
+      set_num_threads(n);
+      std::vector<float> c(70 * 200);
+      cpu::gemm_half(70, 200, 300, a.data(), 300, b.op, c.data(), 200, false);
+      results.push_back(c);
+    }
+  }
+  set_num_threads(threads);
+  for (size_t r = 1; r < results.size(); ++r) EXPECT_TRUE(same_bits(results[r], results[0])) << "run " << r;
+}
+
+TEST(GemmHalf, PromptsOfHalfWeightsAreTheChainsOverTheRoundedActivations) {
+  // 40 rows: the prompt path. The activations are rounded to the weight's type first (as the
+  // decode path and llama.cpp round them), then multiplied by gemm_half.
+  for (DType t : {DType::F16, DType::BF16}) {
+    if (t == DType::BF16 && cpu::gemm_bf16_available()) continue;  // gemm_bf16's (its tests)
+    const Tensor w = cast(randn_t(Shape{70, 300}, 41, 0.1f), t);
+    const Tensor x = randn_t(Shape{40, 300}, 42);
+    const Tensor y = linear(x, w, Tensor());
+    HalfMatrix b;
+    b.op = {static_cast<const uint16_t*>(w.raw_data()), t, 1, 300};
+    std::vector<float> a(40 * 300);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = half_value(to_half(x.data<float>()[i], t), t);
+    const std::vector<float> want = fma_chains(40, 70, 300, a, 300, b, std::vector<float>(40 * 70), 70, false);
+    EXPECT_TRUE(same_bits(std::vector<float>(y.data<float>(), y.data<float>() + 40 * 70), want)) << name(t);
+  }
+}
+
+TEST(GemmHalf, BackwardThroughAFrozenHalfWeightIsTheChainsOverItsRows) {
+  // dx = g W for a weight that takes no gradient (a LoRA base): g as it is, W's rows as k.
+  for (DType t : {DType::F16, DType::BF16}) {
+    if (t == DType::BF16 && cpu::gemm_bf16_available()) continue;
+    const Tensor w = cast(randn_t(Shape{70, 300}, 51, 0.1f), t);
+    const Tensor x = param(randn_t(Shape{40, 300}, 52));
+    const Tensor g = randn_t(Shape{40, 70}, 53);
+    backward(linear(x, w, Tensor()), g);
+    HalfMatrix b;
+    b.op = {static_cast<const uint16_t*>(w.raw_data()), t, 300, 1};
+    const std::vector<float> ga(g.data<float>(), g.data<float>() + 40 * 70);
+    const std::vector<float> want = fma_chains(40, 300, 70, ga, 70, b, std::vector<float>(40 * 300), 300, false);
+    EXPECT_TRUE(same_bits(std::vector<float>(x.grad().data<float>(), x.grad().data<float>() + 40 * 300), want))
+        << name(t);
+  }
+}
