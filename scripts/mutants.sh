@@ -1911,6 +1911,18 @@ toy_op_tests
 ^GemmHalf\.
     return gemm_half(N, out, in, xp, in, {static_cast<const uint16_t*>(w.raw_data()), w.dtype(), 1, in}, yp, out,
     return gemm_half(N, out, in, x.data<float>(), in, {static_cast<const uint16_t*>(w.raw_data()), w.dtype(), 1, in}, yp, out,
+rows-panel-decodes-every-k-block-from-the-row-start
+src/toy/backend/cpu/gemm_half.cpp
+toy_op_tests
+^GemmHalf\.
+  const size_t skip = row_bytes(w.type, k0);
+  const size_t skip = 0;
+avx2-block-prompts-back-on-sgemm
+src/toy/backend/cpu/matmul_weight.cpp
+toy_op_tests
+^GemmHalf\.
+  if (is_block(w.dtype()))
+  if (false && is_block(w.dtype()))
 cast-to-bf16-span-rounds-nans-as-numbers
 src/toy/backend/cpu/elementwise.cpp
 toy_op_tests

@@ -2,7 +2,8 @@
 // multiply-adds along k in order, so std::fma recomputes its bits exactly; checked in both
 // forms (AVX-512 where the CPU has it, AVX2), for F16 and BF16 halves, every layout of b, the
 // edges of its tiles, panels and k blocks, accumulation, and any thread count; then the
-// products that reach it (an F16 or BF16 weight's prompt, and the backward through one).
+// products that reach it (an F16 or BF16 weight's prompt, and the backward through one); and
+// gemm_weight_rows, the same tiles over block-type weights decoded as they are packed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,9 +14,11 @@
 #include "helpers.h"
 #include "toy/backend/cpu/gemm_bf16.h"
 #include "toy/backend/cpu/gemm_half.h"
+#include "toy/backend/cpu/gemv_blocks.h"
 #include "toy/backend/cpu/variant.h"
 #include "toy/core/cpu_features.h"
 #include "toy/core/dtype.h"
+#include "toy/core/quant.h"
 #include "toy/core/thread_pool.h"
 
 using namespace toy;
@@ -198,4 +201,94 @@ TEST(GemmHalf, BackwardThroughAFrozenHalfWeightIsTheChainsOverItsRows) {
     EXPECT_TRUE(same_bits(std::vector<float>(x.grad().data<float>(), x.grad().data<float>() + 40 * 300), want))
         << name(t);
   }
+}
+
+namespace {
+
+// A weight [N, K] of block type t: random rows quantized (Q2_K and Q3_K, which toy does not
+// encode: random bytes with small f16 scales, as the formats lay them out).
+std::vector<uint8_t> block_weight(DType t, int64_t N, int64_t K, uint64_t seed) {
+  const size_t rb = row_bytes(t, K);
+  std::vector<uint8_t> w(rb * size_t(N));
+  std::mt19937 rng{uint32_t(seed)};
+  if (t == DType::Q2_K || t == DType::Q3_K) {
+    const size_t block = row_bytes(t, 256);
+    for (auto& byte : w) byte = uint8_t(rng());
+    for (size_t b = 0; b < w.size(); b += block) {
+      const uint16_t d = f32_to_f16(0.01f), dmin = f32_to_f16(0.002f);
+      std::memcpy(&w[b + block - (t == DType::Q2_K ? 4 : 2)], &d, 2);
+      if (t == DType::Q2_K) std::memcpy(&w[b + block - 2], &dmin, 2);
+    }
+    return w;
+  }
+  const std::vector<float> v = random_floats(size_t(N * K), seed);
+  for (int64_t r = 0; r < N; ++r) quantize_row(t, v.data() + r * K, w.data() + size_t(r) * rb, K);
+  return w;
+}
+
+}  // namespace
+
+TEST(GemmHalf, BlockWeightsAreFmaChainsOverTheirDecodedRowsInBothForms) {
+  const DType types[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                         DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  struct Case {
+    int64_t M, N, K;
+  };
+  // K past one k block of 256 and ending inside the next (288: 32-blocks), several panels
+  // and a partial one, tile-row edges.
+  const Case cases[] = {{1, 1, 256}, {13, 33, 512}, {97, 70, 768}, {7, 65, 288}};
+  for (bool avx512 : forms_here()) {
+    FormScope form(avx512);
+    for (DType t : types)
+      for (const Case& s : cases) {
+        if (s.K % dtype_info(t).block_size != 0) continue;
+        const std::vector<uint8_t> w = block_weight(t, s.N, s.K, 5 + s.K);
+        const size_t rb = row_bytes(t, s.K);
+        // The reference: every row decoded, as b(k, j) = row j's k-th value (an F32 b via KRows
+        // would need halves: compare against the chains directly).
+        std::vector<float> decoded(size_t(s.N * s.K));
+        for (int64_t j = 0; j < s.N; ++j) row_to_f32(t, w.data() + size_t(j) * rb, decoded.data() + j * s.K, s.K);
+        const std::vector<float> a = random_floats(size_t(s.M * s.K), 9 + s.M);
+        for (bool accumulate : {false, true}) {
+          std::vector<float> c = random_floats(size_t(s.M * s.N), 17);
+          std::vector<float> want = c;
+          for (int64_t i = 0; i < s.M; ++i)
+            for (int64_t j = 0; j < s.N; ++j) {
+              float sum = accumulate ? c[size_t(i * s.N + j)] : 0.0f;
+              for (int64_t k = 0; k < s.K; ++k) sum = std::fma(a[size_t(i * s.K + k)], decoded[size_t(j * s.K + k)], sum);
+              want[size_t(i * s.N + j)] = sum;
+            }
+          cpu::gemm_weight_rows(s.M, a.data(), s.K, {w.data(), t, s.N, s.K, rb}, c.data(), s.N, accumulate);
+          EXPECT_TRUE(same_bits(c, want)) << (avx512 ? "AVX-512 " : "AVX2 ") << name(t) << " " << s.M << "x" << s.N
+                                          << "x" << s.K << " accumulate " << accumulate;
+        }
+      }
+  }
+}
+
+TEST(GemmHalf, AvxTwoPromptsOfBlockWeightsTakeTheTilesOverTheRoundedActivations) {
+  // Forced to AVX2 without VNNI (a Zen 3): a Q8_0 or Q4_K prompt is no integer product there.
+  FormScope form(false);
+  cpu::gemv_use_vnni(false);
+  for (DType t : {DType::Q8_0, DType::Q4_K}) {
+    const int64_t N = 70, K = 512, M = 40;
+    const std::vector<uint8_t> bytes = block_weight(t, N, K, 61);
+    Tensor w = empty(Shape{N, K}, t);
+    std::memcpy(w.raw_data(), bytes.data(), bytes.size());
+    const Tensor x = randn_t(Shape{M, K}, 62);
+    const Tensor y = linear(x, w, Tensor());
+    std::vector<float> a(size_t(M * K)), decoded(size_t(N * K));
+    for (int64_t i = 0; i < M; ++i) cpu::round_activations(t, x.data<float>() + i * K, K, a.data() + i * K);
+    const size_t rb = row_bytes(t, K);
+    for (int64_t j = 0; j < N; ++j) row_to_f32(t, bytes.data() + size_t(j) * rb, decoded.data() + j * K, K);
+    std::vector<float> want(size_t(M * N));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float sum = 0.0f;
+        for (int64_t k = 0; k < K; ++k) sum = std::fma(a[size_t(i * K + k)], decoded[size_t(j * K + k)], sum);
+        want[size_t(i * N + j)] = sum;
+      }
+    EXPECT_TRUE(same_bits(std::vector<float>(y.data<float>(), y.data<float>() + M * N), want)) << name(t);
+  }
+  cpu::gemv_use_vnni(true);
 }

@@ -26,6 +26,7 @@
 #include "toy/backend/cpu/simd512.h"
 #include "toy/backend/cpu/variant.h"
 #include "toy/core/error.h"
+#include "toy/core/quant.h"
 #include "toy/core/thread_pool.h"
 
 namespace toy::cpu {
@@ -37,8 +38,10 @@ constexpr int kMR512 = 12, kMR256 = 6;  // rows of a tile
 constexpr int64_t kKC = 256;       // k per block
 constexpr int64_t kMC = 96;        // rows of a per block (a multiple of both tiles' rows)
 constexpr int kGroup = 8;          // panels packed together
-// The scratch slot of matmul_weight's widened tiles (never live at the same time as these).
-constexpr int kSlot = 5;
+// Scratch slots: matmul_weight's widened tiles (never live at the same time as the panels),
+// and gemm_bf16's a (the decoded rows; the two never run inside each other). Not slot 6:
+// matmul_weight's rounded activations, which a caller inside a parallel job holds in its chunk's.
+constexpr int kSlot = 5, kSlotRows = 7;
 
 // ---- packing -----------------------------------------------------------------------------
 
@@ -93,10 +96,29 @@ void pack_panel(const HalfOperand& b, int64_t N, int64_t j0, int64_t k0, int64_t
 
 // ---- tiles -------------------------------------------------------------------------------
 
+// What a panel holds: halves widened in registers, or f32 (block types, decoded as packed).
+enum class Elem { F16, BF16, F32 };
+
+// 16 (AVX-512) or 8 (AVX2) values of panel b from element i on, as f32.
+template <Elem E>
+TOY_AVX512 inline __m512 panel16(const void* b, int64_t i) {
+  if constexpr (E == Elem::F32) return _mm512_loadu_ps(static_cast<const float*>(b) + i);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(b) + i));
+  if constexpr (E == Elem::BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return _mm512_cvtph_ps(h);
+}
+template <Elem E>
+inline __m256 panel8(const void* b, int64_t i) {
+  if constexpr (E == Elem::F32) return _mm256_loadu_ps(static_cast<const float*>(b) + i);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(b) + i));
+  if constexpr (E == Elem::BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  return _mm256_cvtph_ps(h);
+}
+
 // c[MR rows, cols] (+)= a's MR rows (row stride lda) @ the panel's kc k-rows. Sums start from c
 // (load) or 0 and take the k in order.
-template <int MR, bool BF16>
-TOY_AVX512 void tile512(const float* a, int64_t lda, const uint16_t* b, int64_t kc, float* c, int64_t ldc, int cols,
+template <int MR, Elem E>
+TOY_AVX512 void tile512(const float* a, int64_t lda, const void* b, int64_t kc, float* c, int64_t ldc, int cols,
                         bool load) {
   const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
   const __mmask16 m1 = cols >= 32 ? __mmask16(0xffff) : cols <= 16 ? __mmask16(0) : __mmask16((1u << (cols - 16)) - 1);
@@ -107,16 +129,7 @@ TOY_AVX512 void tile512(const float* a, int64_t lda, const uint16_t* b, int64_t 
     acc[i][1] = load ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
   }
   for (int64_t k = 0; k < kc; ++k) {
-    const __m256i h0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + k * kNR));
-    const __m256i h1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + k * kNR + 16));
-    __m512 b0, b1;
-    if constexpr (BF16) {
-      b0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16));
-      b1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16));
-    } else {
-      b0 = _mm512_cvtph_ps(h0);
-      b1 = _mm512_cvtph_ps(h1);
-    }
+    const __m512 b0 = panel16<E>(b, k * kNR), b1 = panel16<E>(b, k * kNR + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < MR; ++i) {
       const __m512 ai = _mm512_set1_ps(a[i * lda + k]);
@@ -131,9 +144,10 @@ TOY_AVX512 void tile512(const float* a, int64_t lda, const uint16_t* b, int64_t 
   }
 }
 
-// The AVX2 form: MR rows x 16 columns of the panel (b already offset to the first of them).
-template <int MR, bool BF16>
-void tile256(const float* a, int64_t lda, const uint16_t* b, int64_t kc, float* c, int64_t ldc, int cols, bool load) {
+// The AVX2 form: MR rows x 16 columns of the panel, from column `first` (0 or 16).
+template <int MR, Elem E>
+void tile256(const float* a, int64_t lda, const void* b, int64_t first, int64_t kc, float* c, int64_t ldc, int cols,
+             bool load) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), lane);
   const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols - 8), lane);
@@ -144,16 +158,7 @@ void tile256(const float* a, int64_t lda, const uint16_t* b, int64_t kc, float* 
     acc[i][1] = load ? _mm256_maskload_ps(c + i * ldc + 8, m1) : _mm256_setzero_ps();
   }
   for (int64_t k = 0; k < kc; ++k) {
-    const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + k * kNR));
-    const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + k * kNR + 8));
-    __m256 b0, b1;
-    if constexpr (BF16) {
-      b0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h0), 16));
-      b1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h1), 16));
-    } else {
-      b0 = _mm256_cvtph_ps(h0);
-      b1 = _mm256_cvtph_ps(h1);
-    }
+    const __m256 b0 = panel8<E>(b, k * kNR + first), b1 = panel8<E>(b, k * kNR + first + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
       const __m256 ai = _mm256_broadcast_ss(a + i * lda + k);
@@ -168,63 +173,99 @@ void tile256(const float* a, int64_t lda, const uint16_t* b, int64_t kc, float* 
   }
 }
 
-using Tile = void (*)(const float*, int64_t, const uint16_t*, int64_t, float*, int64_t, int, bool);
+using Tile512 = void (*)(const float*, int64_t, const void*, int64_t, float*, int64_t, int, bool);
+using Tile256 = void (*)(const float*, int64_t, const void*, int64_t, int64_t, float*, int64_t, int, bool);
 
-template <bool BF16, int... R>
+template <Elem E, int... R>
 constexpr auto tiles512(std::integer_sequence<int, R...>) {
-  return std::array<Tile, sizeof...(R)>{tile512<R + 1, BF16>...};
+  return std::array<Tile512, sizeof...(R)>{tile512<R + 1, E>...};
 }
-template <bool BF16, int... R>
+template <Elem E, int... R>
 constexpr auto tiles256(std::integer_sequence<int, R...>) {
-  return std::array<Tile, sizeof...(R)>{tile256<R + 1, BF16>...};
+  return std::array<Tile256, sizeof...(R)>{tile256<R + 1, E>...};
 }
 
-// The tile of `rows` rows (1..the form's MR).
-Tile tile_for(bool avx512, bool bf16, int rows) {
-  static constexpr auto f512 = tiles512<false>(std::make_integer_sequence<int, kMR512>());
-  static constexpr auto b512 = tiles512<true>(std::make_integer_sequence<int, kMR512>());
-  static constexpr auto f256 = tiles256<false>(std::make_integer_sequence<int, kMR256>());
-  static constexpr auto b256 = tiles256<true>(std::make_integer_sequence<int, kMR256>());
-  if (avx512) return (bf16 ? b512 : f512)[rows - 1];
-  return (bf16 ? b256 : f256)[rows - 1];
-}
-
-// c's columns of panels [p0, p1), all rows, all k.
-void run_panels(int64_t p0, int64_t p1, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
-                const HalfOperand& b, float* c, int64_t ldc, bool accumulate) {
-  const bool avx512 = avx512_forms(), bf16 = b.type == DType::BF16;
+// Runs the tiles of c's rows [i0, i1) x one panel (columns j.., `cols` of them) over kc k.
+template <Elem E>
+void panel_rows(bool avx512, int64_t i0, int64_t i1, const float* a, int64_t lda, const void* panel, int64_t kc,
+                float* c, int64_t ldc, int cols, bool load) {
+  static constexpr auto t512 = tiles512<E>(std::make_integer_sequence<int, kMR512>());
+  static constexpr auto t256 = tiles256<E>(std::make_integer_sequence<int, kMR256>());
   const int mr = avx512 ? kMR512 : kMR256;
-  // (64-byte aligned: a panel's k-row is one cache line, its two loads never split one.)
-  float* packed_floats = scratch_floats(size_t(kGroup * kKC * kNR / 2 + 16), kSlot);
-  uint16_t* packed = reinterpret_cast<uint16_t*>(packed_floats + (16 - reinterpret_cast<uintptr_t>(packed_floats) / 4 % 16) % 16);
+  for (int64_t i = i0; i < i1; i += mr) {
+    const int rows = int(std::min<int64_t>(mr, i1 - i));
+    const float* ai = a + i * lda;
+    float* ci = c + i * ldc;
+    if (avx512) {
+      t512[size_t(rows - 1)](ai, lda, panel, kc, ci, ldc, cols, load);
+    } else {
+      t256[size_t(rows - 1)](ai, lda, panel, 0, kc, ci, ldc, std::min(cols, 16), load);
+      if (cols > 16) t256[size_t(rows - 1)](ai, lda, panel, 16, kc, ci + 16, ldc, cols - 16, load);
+    }
+  }
+}
+
+// Decodes rows [j0, j0 + cols) of a block-type weight w [N, K] at k [k0, k1) (block-aligned)
+// into out[k - k0][jj] as f32 (columns from `cols` on zeros): each row's segment decoded into
+// `rows` ([32][kc]), then transposed 8 x 8 in registers.
+void pack_decoded_panel(const WeightRows& w, int64_t j0, int64_t cols, int64_t k0, int64_t k1, float* rows,
+                        float* out) {
+  const int64_t kc = k1 - k0;
+  const size_t skip = row_bytes(w.type, k0);
+  for (int64_t jj = 0; jj < kNR; ++jj) {
+    float* r = rows + jj * kc;
+    if (jj < cols)
+      row_to_f32(w.type, w.p + size_t(j0 + jj) * w.row_bytes + skip, r, kc);
+    else
+      std::fill(r, r + kc, 0.0f);
+  }
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8)
+    for (int64_t jj = 0; jj < kNR; jj += 8) {
+      __m256 t[8];
+      for (int i = 0; i < 8; ++i) t[i] = _mm256_loadu_ps(rows + (jj + i) * kc + k);
+      transpose8_ps(t);
+      for (int q = 0; q < 8; ++q) _mm256_storeu_ps(out + (k + q) * kNR + jj, t[q]);
+    }
+  for (; k < kc; ++k)
+    for (int64_t jj = 0; jj < kNR; ++jj) out[k * kNR + jj] = rows[jj * kc + k];
+}
+
+// c's columns of panels [p0, p1), all rows, all k: pack(p, k0, k1, dst) writes panel p's
+// k-rows [k0, k1) to dst.
+template <Elem E, class Pack>
+void run_panels(int64_t p0, int64_t p1, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, float* c,
+                int64_t ldc, bool accumulate, Pack&& pack) {
+  constexpr int64_t elem = E == Elem::F32 ? 4 : 2;
+  constexpr int64_t panel_bytes = kKC * kNR * elem;
+  const bool avx512 = avx512_forms();
+  // (64-byte aligned: a panel's k-row is whole cache lines, its loads never split one.)
+  float* scratch = scratch_floats(size_t(kGroup * panel_bytes / 4 + 16), kSlot);
+  char* packed = reinterpret_cast<char*>(scratch + (16 - reinterpret_cast<uintptr_t>(scratch) / 4 % 16) % 16);
   for (int64_t g0 = p0; g0 < p1; g0 += kGroup) {
     const int64_t g1 = std::min(p1, g0 + kGroup);
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
       const int64_t k1 = std::min(K, k0 + kKC), kc = k1 - k0;
-      for (int64_t p = g0; p < g1; ++p) pack_panel(b, N, p * kNR, k0, k1, packed + (p - g0) * kKC * kNR);
+      for (int64_t p = g0; p < g1; ++p) pack(p, k0, k1, packed + (p - g0) * panel_bytes);
       const bool load = accumulate || k0 > 0;
       for (int64_t i0 = 0; i0 < M; i0 += kMC) {
         const int64_t i1 = std::min(M, i0 + kMC);
         for (int64_t p = g0; p < g1; ++p) {
-          const uint16_t* panel = packed + (p - g0) * kKC * kNR;
           const int64_t j = p * kNR;
-          const int cols = int(std::min<int64_t>(kNR, N - j));
-          for (int64_t i = i0; i < i1; i += mr) {
-            const int rows = int(std::min<int64_t>(mr, i1 - i));
-            const Tile tile = tile_for(avx512, bf16, rows);
-            const float* ai = a + i * lda + k0;
-            float* ci = c + i * ldc + j;
-            if (avx512) {
-              tile(ai, lda, panel, kc, ci, ldc, cols, load);
-            } else {
-              tile(ai, lda, panel, kc, ci, ldc, std::min(cols, 16), load);
-              if (cols > 16) tile(ai, lda, panel + 16, kc, ci + 16, ldc, cols - 16, load);
-            }
-          }
+          panel_rows<E>(avx512, i0, i1, a + k0, lda, packed + (p - g0) * panel_bytes, kc, c + j, ldc,
+                        int(std::min<int64_t>(kNR, N - j)), load);
         }
       }
     }
   }
+}
+
+// c = 0 (or left) when K is empty; whether there is anything to multiply.
+bool nonempty(int64_t M, int64_t N, int64_t K, float* c, int64_t ldc, bool accumulate) {
+  if (M <= 0 || N <= 0) return false;
+  if (K <= 0 && !accumulate)
+    for (int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + N, 0.0f);
+  return K > 0;
 }
 
 }  // namespace
@@ -232,15 +273,31 @@ void run_panels(int64_t p0, int64_t p1, int64_t M, int64_t N, int64_t K, const f
 void gemm_half(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const HalfOperand& b, float* c,
                int64_t ldc, bool accumulate) {
   TOY_CHECK(gemm_half_supports(b.type), "[gemm_half] b must be F16 or BF16, got {}", name(b.type));
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {
-    if (!accumulate)
-      for (int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + N, 0.0f);
-    return;
-  }
-  const int64_t panels = (N + kNR - 1) / kNR;
-  parallel_for(0, panels, 1,
-               [&](int64_t p0, int64_t p1) { run_panels(p0, p1, M, N, K, a, lda, b, c, ldc, accumulate); });
+  if (!nonempty(M, N, K, c, ldc, accumulate)) return;
+  parallel_for(0, (N + kNR - 1) / kNR, 1, [&](int64_t p0, int64_t p1) {
+    auto pack = [&](int64_t p, int64_t k0, int64_t k1, char* dst) {
+      pack_panel(b, N, p * kNR, k0, k1, reinterpret_cast<uint16_t*>(dst));
+    };
+    if (b.type == DType::BF16)
+      run_panels<Elem::BF16>(p0, p1, M, N, K, a, lda, c, ldc, accumulate, pack);
+    else
+      run_panels<Elem::F16>(p0, p1, M, N, K, a, lda, c, ldc, accumulate, pack);
+  });
+}
+
+void gemm_weight_rows(int64_t M, const float* a, int64_t lda, const WeightRows& w, float* c, int64_t ldc,
+                      bool accumulate) {
+  const int64_t N = w.rows, K = w.cols;
+  // (k blocks start at multiples of 256: on a block boundary of every type.)
+  TOY_CHECK(is_block(w.type) && K % dtype_info(w.type).block_size == 0,
+            "[gemm_weight_rows] needs a block type and whole blocks per row, got {} with {} columns", name(w.type), K);
+  if (!nonempty(M, N, K, c, ldc, accumulate)) return;
+  parallel_for(0, (N + kNR - 1) / kNR, 1, [&](int64_t p0, int64_t p1) {
+    float* rows = scratch_floats(size_t(kNR * kKC), kSlotRows);
+    run_panels<Elem::F32>(p0, p1, M, N, K, a, lda, c, ldc, accumulate, [&](int64_t p, int64_t k0, int64_t k1, char* dst) {
+      pack_decoded_panel(w, p * kNR, std::min<int64_t>(kNR, N - p * kNR), k0, k1, rows, reinterpret_cast<float*>(dst));
+    });
+  });
 }
 
 }  // namespace toy::cpu

@@ -31,4 +31,19 @@ inline bool gemm_half_supports(DType t) { return t == DType::F16 || t == DType::
 void gemm_half(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const HalfOperand& b, float* c,
                int64_t ldc, bool accumulate);
 
+// A weight [rows, cols] of a GGUF block type as stored: row r at p + r * row_bytes.
+struct WeightRows {
+  const uint8_t* p = nullptr;
+  DType type = DType::Q8_0;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes = 0;
+};
+
+// c [M, rows] (+)= a [M, cols] @ W^T for a block-type weight (whole blocks per row): the same
+// tiles, on panels of W's rows decoded to f32 as they are packed (row_to_f32's values), so the
+// same promise: each c(i, j) one FMA chain along k in order. For prompts where the CPU has no
+// integer products for the type (AVX2: Zen 3), instead of SGEMM over widened tiles.
+void gemm_weight_rows(int64_t M, const float* a, int64_t lda, const WeightRows& w, float* c, int64_t ldc,
+                      bool accumulate);
+
 }  // namespace toy::cpu

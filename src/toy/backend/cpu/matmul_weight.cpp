@@ -6,8 +6,9 @@
 //   products (quant_products.h, kquant_products.h);
 // - BF16 with many rows, where the CPU has BF16 products: gemm_bf16;
 // - F16 and BF16 otherwise, and the backward through them: gemm_half (widened in registers);
-// - the rest: W's rows widened to f32 a tile at a time into per-thread scratch, then SGEMM;
-//   the forward splits W's rows (the output columns) across threads, the backward x's rows.
+// - block types otherwise (AVX2 prompts): gemm_weight_rows, the same tiles on decoded panels;
+// - the rest (the backward through block types): W's rows widened to f32 a tile at a time into
+//   per-thread scratch, then SGEMM, splitting x's rows across threads.
 // Deterministic for a thread count.
 #include <cblas.h>
 
@@ -68,6 +69,9 @@ void matmul_weight(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate)
   if (gemm_half_supports(w.dtype()))
     return gemm_half(N, out, in, xp, in, {static_cast<const uint16_t*>(w.raw_data()), w.dtype(), 1, in}, yp, out,
                      accumulate);
+  if (is_block(w.dtype()))
+    return gemm_weight_rows(N, xp, in, {static_cast<const uint8_t*>(w.raw_data()), w.dtype(), out, in, row_bytes(w.dtype(), in)},
+                            yp, out, accumulate);
   const int64_t tiles = (out + kTileRows - 1) / kTileRows;
   parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
     float* buf = scratch_floats(size_t(kTileRows * in), kSlot);
