@@ -41,7 +41,7 @@ struct FormScope {
 };
 
 // b [K, N] of halves stored as a weight [N, K] (k contiguous), as [K, N] (columns contiguous),
-// or with neither stride 1; gaps hold a NaN's bits: read one and it shows.
+// or with neither stride 1; gaps hold a NaN's bits (of the type): read one and it shows.
 enum class Layout { WeightRows, KRows, Strided };
 struct HalfMatrix {
   std::vector<uint16_t> bits;
@@ -55,7 +55,7 @@ HalfMatrix make_b(int64_t K, int64_t N, DType t, Layout l, uint64_t seed) {
   if (l == Layout::KRows) m.op.k_stride = N, m.op.j_stride = 1;
   if (l == Layout::Strided) m.op.k_stride = 2, m.op.j_stride = 2 * K + 3;
   const int64_t size = l == Layout::Strided ? N * (2 * K + 3) : K * N;
-  m.bits.assign(size_t(std::max<int64_t>(size, 1)), 0x7e00);
+  m.bits.assign(size_t(std::max<int64_t>(size, 1)), t == DType::F16 ? 0x7e00 : 0x7fc0);
   std::mt19937 rng{uint32_t(seed)};
   std::normal_distribution<float> normal;
   for (int64_t k = 0; k < K; ++k)
@@ -92,10 +92,23 @@ bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
 struct Shape3 {
   int64_t M, N, K;
 };
-// Tiles 12 x 32 (AVX-512) and 6 x 16 (AVX2), row blocks of 96, k blocks of 256, groups of 32
-// panels: each shape reaches some edge of them.
-const Shape3 kShapes[] = {{1, 1, 1},    {5, 7, 3},     {13, 33, 9},  {12, 32, 256}, {6, 17, 257},
-                          {97, 65, 300}, {25, 100, 513}, {3, 1100, 20}, {40, 48, 8}};
+// Tiles 12 x 32 (AVX-512) and 6 x 16 (AVX2), row blocks of 96, k blocks of 256, groups of 8
+// panels: each shape reaches some edge of them (last panels of 1 to 31 columns included).
+const Shape3 kShapes[] = {{1, 1, 1},     {5, 7, 3},      {13, 33, 9},   {12, 32, 256}, {6, 17, 257},
+                          {97, 65, 300}, {25, 100, 513}, {3, 1100, 20}, {40, 48, 8},   {7, 57, 40},
+                          {9, 31, 33}};
+
+// One thread, so that a chunk holds every panel: more than one group of 8.
+struct OneThread {
+  int before = num_threads();
+  OneThread() { set_num_threads(1); }
+  ~OneThread() { set_num_threads(before); }
+};
+// The integer prompt products off (a CPU without VNNI), for the scope.
+struct NoVnni {
+  NoVnni() { cpu::gemv_use_vnni(false); }
+  ~NoVnni() { cpu::gemv_use_vnni(true); }
+};
 
 }  // namespace
 
@@ -169,6 +182,22 @@ TEST(GemmHalf, GivesTheSameBitsForAnyThreadCountAndBothForms) {
   for (size_t r = 1; r < results.size(); ++r) EXPECT_TRUE(same_bits(results[r], results[0])) << "run " << r;
 }
 
+TEST(GemmHalf, OneThreadRunsSeveralGroupsOfPanelsAndKBlocks) {
+  // 600 columns: 19 panels, three groups on one thread; K 700: three k blocks, the last partial.
+  const OneThread one;
+  for (bool avx512 : forms_here()) {
+    FormScope form(avx512);
+    for (DType t : {DType::F16, DType::BF16}) {
+      const HalfMatrix b = make_b(700, 600, t, Layout::WeightRows, 23);
+      const std::vector<float> a = random_floats(30 * 700, 24);
+      std::vector<float> c = random_floats(30 * 600, 25);
+      const std::vector<float> want = fma_chains(30, 600, 700, a, 700, b, c, 600, true);
+      cpu::gemm_half(30, 600, 700, a.data(), 700, b.op, c.data(), 600, true);
+      EXPECT_TRUE(same_bits(c, want)) << (avx512 ? "AVX-512 " : "AVX2 ") << name(t);
+    }
+  }
+}
+
 TEST(GemmHalf, PromptsOfHalfWeightsAreTheChainsOverTheRoundedActivations) {
   // 40 rows: the prompt path. The activations are rounded to the weight's type first (as the
   // decode path and llama.cpp round them), then multiplied by gemm_half.
@@ -236,7 +265,9 @@ TEST(GemmHalf, BlockWeightsAreFmaChainsOverTheirDecodedRowsInBothForms) {
   };
   // K past one k block of 256 and ending inside the next (288: 32-blocks), several panels
   // and a partial one, tile-row edges.
-  const Case cases[] = {{1, 1, 256}, {13, 33, 512}, {97, 70, 768}, {7, 65, 288}};
+  // (300 columns on one thread: 10 panels of f32, two groups.)
+  const Case cases[] = {{1, 1, 256}, {13, 33, 512}, {97, 70, 768}, {7, 65, 288}, {5, 300, 512}};
+  const OneThread one;
   for (bool avx512 : forms_here()) {
     FormScope form(avx512);
     for (DType t : types)
@@ -269,7 +300,7 @@ TEST(GemmHalf, BlockWeightsAreFmaChainsOverTheirDecodedRowsInBothForms) {
 TEST(GemmHalf, AvxTwoPromptsOfBlockWeightsTakeTheTilesOverTheRoundedActivations) {
   // Forced to AVX2 without VNNI (a Zen 3): a Q8_0 or Q4_K prompt is no integer product there.
   FormScope form(false);
-  cpu::gemv_use_vnni(false);
+  const NoVnni no_vnni;
   for (DType t : {DType::Q8_0, DType::Q4_K}) {
     const int64_t N = 70, K = 512, M = 40;
     const std::vector<uint8_t> bytes = block_weight(t, N, K, 61);
@@ -290,5 +321,4 @@ TEST(GemmHalf, AvxTwoPromptsOfBlockWeightsTakeTheTilesOverTheRoundedActivations)
       }
     EXPECT_TRUE(same_bits(std::vector<float>(y.data<float>(), y.data<float>() + M * N), want)) << name(t);
   }
-  cpu::gemv_use_vnni(true);
 }

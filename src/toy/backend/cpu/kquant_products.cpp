@@ -383,7 +383,8 @@ std::atomic<bool> g_kquant_prompts{true};
 }
 // AVX-512 forms only: measured on Zen 4, Qwen3-0.6B Q4_K_M prompts 191-194 tokens/s through
 // these tiles against 180-181 through SGEMM; forced to the AVX2 form (16 registers: the
-// unpacked super-block spills) 150 against 176-178, so AVX2-only CPUs keep SGEMM.
+// unpacked super-block spills) 150 against 176-178 (SGEMM then; gemm_weight_rows now), so
+// AVX2-only CPUs take the f32 tiles.
 bool kquant_for_prompts() { return g_kquant_prompts.load(std::memory_order_relaxed) && avx512_forms(); }
 void kquant_use_for_prompts(bool on) { g_kquant_prompts.store(on, std::memory_order_relaxed); }
 

@@ -17,9 +17,9 @@ struct Q8Row {
 };
 
 bool kquant_supports(DType t);
-// Whether prompts (more than kGemvMaxRows rows) take kquant_products, else SGEMM over widened
-// tiles (the activations rounded the same way): where the kernel variant is avx512; a test
-// hook turns it off.
+// Whether prompts (more than kGemvMaxRows rows) take kquant_products, else f32 tiles over the
+// decoded weight (gemm_weight_rows; the activations rounded the same way): where the kernel
+// variant is avx512; a test hook turns it off.
 bool kquant_for_prompts();
 void kquant_use_for_prompts(bool on);
 // w's row (K values of type t) dotted with x.

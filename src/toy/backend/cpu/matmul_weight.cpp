@@ -7,7 +7,7 @@
 // - BF16 with many rows, where the CPU has BF16 products: gemm_bf16;
 // - F16 and BF16 otherwise, and the backward through them: gemm_half (widened in registers);
 // - block types otherwise (AVX2 prompts): gemm_weight_rows, the same tiles on decoded panels;
-// - the rest (the backward through block types): W's rows widened to f32 a tile at a time into
+// - the backward through block types: W's rows widened to f32 a tile at a time into
 //   per-thread scratch, then SGEMM, splitting x's rows across threads.
 // Deterministic for a thread count.
 #include <cblas.h>
@@ -43,7 +43,7 @@ void widen_rows(const Tensor& w, int64_t r0, int64_t r1, float* buf) {
 void matmul_weight(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   const int64_t N = x.size(0), in = w.size(1), out = w.size(0);
   // Q8_0/Q4_0/Q5_0: integer products for any number of rows where the CPU has VNNI (prompts
-  // then get decoding's numbers); on AVX2 alone, prompts take SGEMM below (faster there).
+  // then get decoding's numbers); without, prompts take gemm_weight_rows below (faster there).
   if (quant_products_supports(w.dtype()) && (N <= kGemvMaxRows || quant_products_for_prompts()))
     return quant_products(x, w, y, accumulate);
   // Q2_K..Q6_K (kquant_products.h): the same integer arithmetic for any number of rows (llama.cpp's).
@@ -72,17 +72,8 @@ void matmul_weight(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate)
   if (is_block(w.dtype()))
     return gemm_weight_rows(N, xp, in, {static_cast<const uint8_t*>(w.raw_data()), w.dtype(), out, in, row_bytes(w.dtype(), in)},
                             yp, out, accumulate);
-  const int64_t tiles = (out + kTileRows - 1) / kTileRows;
-  parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
-    float* buf = scratch_floats(size_t(kTileRows * in), kSlot);
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t r0 = t * kTileRows, r1 = std::min(out, r0 + kTileRows);
-      widen_rows(w, r0, r1, buf);
-      // y[:, r0:r1] = x [N, in] @ tile^T [in, r1 - r0]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(N), int(r1 - r0), int(in), 1.0f, xp, int(in), buf,
-                  int(in), accumulate ? 1.0f : 0.0f, yp + r0, int(out));
-    }
-  });
+  // (linear_stored hands over F16, BF16 and block types only: an F32 weight goes to matmul.)
+  fail("[matmul_weight] no product for {} weights", name(w.dtype()));
 }
 
 void matmul_weight_t(const Tensor& g, const Tensor& w, Tensor& dx) {

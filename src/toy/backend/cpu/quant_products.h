@@ -11,9 +11,10 @@ namespace toy::cpu {
 bool quant_products_supports(DType t);
 // Whether prompts (more than kGemvMaxRows rows) should take quant_products too: where the
 // CPU has a VNNI dot product. AVX2's multiply-adds need six instructions per 32 products
-// against SGEMM's four FMAs, so an AVX2-only CPU (Zen 3) multiplies prompts faster through
-// SGEMM over widened tiles (matmul_weight.cpp): measured on Zen 4 forced to AVX2, SmolLM2
-// Q8_0 prompts 491 tokens/s through these tiles against ~620 through SGEMM.
+// against four f32 FMAs, so an AVX2-only CPU (Zen 3) multiplies prompts faster through f32
+// tiles over decoded weights (gemm_weight_rows, gemm_half.h; then SGEMM over widened tiles):
+// measured on Zen 4 forced to AVX2, SmolLM2 Q8_0 prompts 491 tokens/s through these tiles
+// against ~620 through SGEMM.
 bool quant_products_for_prompts();
 // y [N, out] (+)= x [N, K] @ w [out, K]^T; x and y f32 contiguous, K a multiple of 32.
 void quant_products(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);

@@ -13,7 +13,8 @@
 
 namespace toy::cpu {
 
-// Slots 0..4: the float kernels; 5, 6: matmul_weight; 7, 8: gemm_bf16's packed operands.
+// Slots 0..4: the float kernels; 5, 6: matmul_weight (5 also gemm_half's panels); 7, 8:
+// gemm_bf16's packed operands (7 also gemm_weight_rows' decoded rows).
 inline constexpr int kScratchSlots = 9;
 
 // A float buffer of at least n elements owned by the calling thread; `slot` separates
