@@ -1929,6 +1929,12 @@ toy_op_tests
 ^GemmHalf\.
   constexpr int64_t elem = E == Elem::F32 ? 4 : 2;
   constexpr int64_t elem = E == Elem::F32 ? 2 : 2;
+half-row-parts-cover-one-row-each
+src/toy/backend/cpu/gemm_half.cpp
+toy_op_tests
+^GemmHalf\.
+      run(p0, p1, part * part_rows, std::min(M, (part + 1) * part_rows));
+      run(p0, p1, part * part_rows, std::min(M, part * part_rows + 1));
 cast-to-bf16-span-rounds-nans-as-numbers
 src/toy/backend/cpu/elementwise.cpp
 toy_op_tests

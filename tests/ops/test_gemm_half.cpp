@@ -171,7 +171,7 @@ TEST(GemmHalf, GivesTheSameBitsForAnyThreadCountAndBothForms) {
   std::vector<std::vector<float>> results;
   for (bool avx512 : forms_here()) {
     FormScope form(avx512);
-    for (int n : {1, 2, 3}) {
+    for (int n : {1, 2, 3, 8}) {
       set_num_threads(n);
       std::vector<float> c(70 * 200);
       cpu::gemm_half(70, 200, 300, a.data(), 300, b.op, c.data(), 200, false);
@@ -180,6 +180,30 @@ TEST(GemmHalf, GivesTheSameBitsForAnyThreadCountAndBothForms) {
   }
   set_num_threads(threads);
   for (size_t r = 1; r < results.size(); ++r) EXPECT_TRUE(same_bits(results[r], results[0])) << "run " << r;
+}
+
+TEST(GemmHalf, FewPanelsOnManyThreadsSplitTheRowsWithTheSameBits) {
+  // 40 columns (2 panels) on 8 threads: the 500 rows go in parts (5 of them here, one per 96
+  // rows at most); F16 through gemm_half, Q8_0 through gemm_weight_rows.
+  const int threads = num_threads();
+  const HalfMatrix b = make_b(300, 40, DType::F16, Layout::WeightRows, 31);
+  const std::vector<float> a = random_floats(500 * 300, 32);
+  const std::vector<float> want = fma_chains(500, 40, 300, a, 300, b, std::vector<float>(500 * 40), 40, false);
+  std::vector<uint8_t> q(row_bytes(DType::Q8_0, 512) * 40);
+  const std::vector<float> qv = random_floats(40 * 512, 33), a2 = random_floats(500 * 512, 34);
+  for (int r = 0; r < 40; ++r) quantize_row(DType::Q8_0, qv.data() + r * 512, q.data() + r * row_bytes(DType::Q8_0, 512), 512);
+  const cpu::WeightRows w{q.data(), DType::Q8_0, 40, 512, row_bytes(DType::Q8_0, 512)};
+  std::vector<std::vector<float>> qc;
+  for (int n : {1, 8}) {
+    set_num_threads(n);
+    std::vector<float> c(500 * 40);
+    cpu::gemm_half(500, 40, 300, a.data(), 300, b.op, c.data(), 40, false);
+    EXPECT_TRUE(same_bits(c, want)) << n << " threads";
+    qc.emplace_back(500 * 40);
+    cpu::gemm_weight_rows(500, a2.data(), 512, w, qc.back().data(), 40, false);
+  }
+  set_num_threads(threads);
+  EXPECT_TRUE(same_bits(qc[0], qc[1]));
 }
 
 TEST(GemmHalf, OneThreadRunsSeveralGroupsOfPanelsAndKBlocks) {

@@ -3,7 +3,8 @@
 // a read where it lies (rows of f32). Tiles of c keep their sums in registers and widen b's
 // row for each k in registers (F16C's vcvtph2ps, or a shift for BF16).
 //
-// Threads take contiguous runs of b's panels (c's columns). A run goes in groups of 8 panels;
+// Threads take contiguous runs of b's panels (c's columns), and parts of the rows where the
+// panels are fewer than twice the threads (split_c). A run goes in groups of 8 panels;
 // per group and block of 256 k the group is packed (128 KB, in L2), then for each 96 rows of a
 // (96 KB) each panel's block (16 KB, in L1) meets the 96 rows' tiles (groups of 32 measured the
 // same on a Sapphire Rapids Xeon; 8 keep the scratch small). c is
@@ -260,6 +261,25 @@ void run_panels(int64_t p0, int64_t p1, int64_t M, int64_t N, int64_t K, const f
   }
 }
 
+// Splits c into tasks for the threads: runs of panels, and, where there are too few panels
+// for the threads (a narrow product on many cores), parts of the rows too (each part packs
+// its panels again: the price of keeping every core busy). run(p0, p1, i0, i1) multiplies
+// panels [p0, p1) over rows [i0, i1). The split changes no bit (each c element is one chain).
+template <class Run>
+void split_c(int64_t M, int64_t N, Run&& run) {
+  const int64_t panels = (N + kNR - 1) / kNR, threads = num_threads();
+  int64_t parts = 1;
+  if (panels < 2 * threads) parts = std::clamp<int64_t>((2 * threads + panels - 1) / panels, 1, (M + kMC - 1) / kMC);
+  const int64_t part_rows = (M + parts - 1) / parts;
+  parallel_for(0, panels * parts, 1, [&](int64_t t0, int64_t t1) {
+    while (t0 < t1) {  // one part's run of panels at a time
+      const int64_t part = t0 / panels, p0 = t0 % panels, p1 = std::min(panels, p0 + (t1 - t0));
+      run(p0, p1, part * part_rows, std::min(M, (part + 1) * part_rows));
+      t0 += p1 - p0;
+    }
+  });
+}
+
 // c = 0 (or left) when K is empty; whether there is anything to multiply.
 bool nonempty(int64_t M, int64_t N, int64_t K, float* c, int64_t ldc, bool accumulate) {
   if (M <= 0 || N <= 0) return false;
@@ -274,14 +294,16 @@ void gemm_half(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, con
                int64_t ldc, bool accumulate) {
   TOY_CHECK(gemm_half_supports(b.type), "[gemm_half] b must be F16 or BF16, got {}", name(b.type));
   if (!nonempty(M, N, K, c, ldc, accumulate)) return;
-  parallel_for(0, (N + kNR - 1) / kNR, 1, [&](int64_t p0, int64_t p1) {
+  split_c(M, N, [&](int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
     auto pack = [&](int64_t p, int64_t k0, int64_t k1, char* dst) {
       pack_panel(b, N, p * kNR, k0, k1, reinterpret_cast<uint16_t*>(dst));
     };
+    const float* ai = a + i0 * lda;
+    float* ci = c + i0 * ldc;
     if (b.type == DType::BF16)
-      run_panels<Elem::BF16>(p0, p1, M, N, K, a, lda, c, ldc, accumulate, pack);
+      run_panels<Elem::BF16>(p0, p1, i1 - i0, N, K, ai, lda, ci, ldc, accumulate, pack);
     else
-      run_panels<Elem::F16>(p0, p1, M, N, K, a, lda, c, ldc, accumulate, pack);
+      run_panels<Elem::F16>(p0, p1, i1 - i0, N, K, ai, lda, ci, ldc, accumulate, pack);
   });
 }
 
@@ -292,11 +314,13 @@ void gemm_weight_rows(int64_t M, const float* a, int64_t lda, const WeightRows& 
   TOY_CHECK(is_block(w.type) && K % dtype_info(w.type).block_size == 0,
             "[gemm_weight_rows] needs a block type and whole blocks per row, got {} with {} columns", name(w.type), K);
   if (!nonempty(M, N, K, c, ldc, accumulate)) return;
-  parallel_for(0, (N + kNR - 1) / kNR, 1, [&](int64_t p0, int64_t p1) {
+  split_c(M, N, [&](int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
     float* rows = scratch_floats(size_t(kNR * kKC), kSlotRows);
-    run_panels<Elem::F32>(p0, p1, M, N, K, a, lda, c, ldc, accumulate, [&](int64_t p, int64_t k0, int64_t k1, char* dst) {
-      pack_decoded_panel(w, p * kNR, std::min<int64_t>(kNR, N - p * kNR), k0, k1, rows, reinterpret_cast<float*>(dst));
-    });
+    run_panels<Elem::F32>(p0, p1, i1 - i0, N, K, a + i0 * lda, lda, c + i0 * ldc, ldc, accumulate,
+                          [&](int64_t p, int64_t k0, int64_t k1, char* dst) {
+                            pack_decoded_panel(w, p * kNR, std::min<int64_t>(kNR, N - p * kNR), k0, k1, rows,
+                                               reinterpret_cast<float*>(dst));
+                          });
   });
 }
 
