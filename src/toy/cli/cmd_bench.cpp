@@ -271,6 +271,45 @@ BenchResult bench_linear_bf16(int reps) {
   return r;
 }
 
+// cpu-small's four projections (qkv 128 -> 384, attention out 128 -> 128, MLP 128 -> 512 and
+// 512 -> 128) over its 768 tokens, forward and backward (dx, dW, db): the products a training
+// step spends most of its time in, three orientations of each (x W^T, g W, g^T x).
+BenchResult bench_linear_f32_train(double peak, int reps) {
+  const int64_t T = 768;
+  const int64_t shapes[][2] = {{128, 384}, {128, 128}, {128, 512}, {512, 128}};  // {in, out}
+  Generator gen(6);
+  std::vector<Tensor> xs, ws, bs, gs;
+  double flops = 0;
+  for (const auto& s : shapes) {
+    xs.push_back(randn(Shape{T, s[0]}, gen));
+    ws.push_back(randn(Shape{s[1], s[0]}, gen, 0.0f, 0.05f));
+    bs.push_back(randn(Shape{s[1]}, gen));
+    gs.push_back(randn(Shape{T, s[1]}, gen));
+    xs.back().requires_grad_();
+    ws.back().requires_grad_();
+    bs.back().requires_grad_();
+    flops += 6.0 * double(T) * double(s[0]) * double(s[1]);
+  }
+  auto step = [&] {
+    for (size_t i = 0; i < xs.size(); ++i) {
+      xs[i].zero_grad();
+      ws[i].zero_grad();
+      bs[i].zero_grad();
+      backward(linear(xs[i], ws[i], bs[i]), gs[i]);
+    }
+  };
+  const double t = median_seconds(step, reps, 2);
+  BenchResult r;
+  r.name = "linear_f32_train";
+  r.value = flops / t / 1e9;
+  r.unit = "GFLOP/s";
+  r.baseline = peak;
+  r.baseline_what = "FMA peak of this machine";
+  r.ratio = r.value / peak;
+  r.target = 0.6;
+  return r;
+}
+
 int run_ops_bench(const OpsBenchOptions& o) {
   if (o.threads) set_num_threads(o.threads);
   const int threads = num_threads();
@@ -282,6 +321,7 @@ int run_ops_bench(const OpsBenchOptions& o) {
   if (want("matmul_f32_1024")) print_result(bench_matmul("matmul_f32_1024", 1024, 1024, 1024, peak, o.reps, 0.60), o.json);
   if (want("matmul_f32_train"))
     print_result(bench_matmul("matmul_f32_train", 768, 128, 512, peak, o.reps * 5, 0.40), o.json);
+  if (want("linear_f32_train")) print_result(bench_linear_f32_train(peak, o.reps * 5), o.json);
   if (want("attention_fwd_bwd")) print_result(bench_attention(o.reps * 2), o.json);
   for (const char* rowwise : {"rms_norm", "softmax", "silu", "gelu", "swiglu"})
     if (want(rowwise)) print_result(bench_rowwise(rowwise, o.reps * 2), o.json);

@@ -1,10 +1,9 @@
-// Matmul on the CPU: OpenBLAS SGEMM (kept single-threaded) inside our own partitioning —
-// batches first, then the larger of M and N is split across threads. F16/BF16 operands are
-// widened to f32 scratch first; transposed views go to BLAS as Trans with no copy. Two BF16
-// operands with an f32 result go to gemm_bf16 instead where the CPU has a BF16 dot product
-// (mixed-precision training's backward products).
-#include <cblas.h>
-
+// Matmul on the CPU: f32 products on toy's own tiles (gemm_f32.h: each result one FMA chain
+// along k, so the same bits for any thread count, batch schedule or CPU form), transposed views
+// read where they lie; F16/BF16 operands are widened to f32 first. Two BF16 operands with an
+// f32 result go to gemm_bf16 instead where the CPU has a BF16 dot product (mixed-precision
+// training's backward products). Batches go one per thread where there are enough of them for
+// the threads, otherwise each product's c is split across the threads.
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "toy/backend/cpu/cpu_kernels.h"
 #include "toy/backend/cpu/dispatch.h"
 #include "toy/backend/cpu/gemm_bf16.h"
+#include "toy/backend/cpu/gemm_f32.h"
 #include "toy/backend/cpu/simd.h"
 #include "toy/core/cpu_features.h"
 #include "toy/core/thread_pool.h"
@@ -20,36 +20,9 @@ namespace toy::cpu {
 
 namespace {
 
-// A 2-D operand as BLAS sees it.
-struct GemmOperand {
-  const float* p;
-  CBLAS_TRANSPOSE trans;
-  int64_t ld;
-};
-
-// Describes the last two dims (rows R, cols C, strides sr, sc) of an f32 operand.
-bool blas_layout(int64_t R, int64_t C, int64_t sr, int64_t sc, CBLAS_TRANSPOSE* t, int64_t* ld) {
-  if (sc == 1 || C == 1) {
-    *t = CblasNoTrans;
-    *ld = (R == 1) ? std::max<int64_t>(C, 1) : sr;
-    if (*ld >= std::max<int64_t>(C, 1)) return true;
-  }
-  if (sr == 1 || R == 1) {
-    *t = CblasTrans;
-    *ld = (C == 1) ? std::max<int64_t>(R, 1) : sc;
-    if (*ld >= std::max<int64_t>(R, 1)) return true;
-  }
-  return false;
-}
-
-// Returns an f32 tensor with GEMM-compatible last two dims: x itself when possible.
-Tensor gemm_ready(const Tensor& x) {
-  if (x.dtype() == DType::F32) {
-    const int n = x.ndim();
-    CBLAS_TRANSPOSE t;
-    int64_t ld;
-    if (blas_layout(x.size(n - 2), x.size(n - 1), x.stride(n - 2), x.stride(n - 1), &t, &ld)) return x;
-  }
+// x itself when f32, else an f32 copy (F16/BF16 operands widened).
+Tensor as_f32(const Tensor& x) {
+  if (x.dtype() == DType::F32) return x;
   Tensor c = empty(x.shape(), DType::F32);
   copy(x, c);
   return c;
@@ -81,6 +54,28 @@ void matmul_bf16(const Tensor& a, const Tensor& b, Tensor& c, bool accumulate) {
   }
 }
 
+// c = a @ b (+ c when accumulate) for f32 a, b and contiguous f32 c, batch by batch.
+void matmul_f32(const Tensor& a, const Tensor& b, float* pc, const Tensor& c, bool accumulate) {
+  const int nd = c.ndim();
+  const int64_t M = c.size(nd - 2), N = c.size(nd - 1), K = a.size(nd - 1);
+  const int64_t batches = c.numel() / (M * N);
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  auto product = [&](int64_t bi) {
+    int64_t oa, ob;
+    batch_offsets(a, b, c, bi, &oa, &ob);
+    gemm_f32(M, N, K, {pa + oa, a.stride(nd - 2), a.stride(nd - 1)}, {pb + ob, b.stride(nd - 2), b.stride(nd - 1)},
+             pc + bi * M * N, N, accumulate);
+  };
+  if (batches > 1 && batches >= num_threads()) {
+    parallel_for(0, batches, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t bi = b0; bi < b1; ++bi) product(bi);
+    });
+  } else {
+    for (int64_t bi = 0; bi < batches; ++bi) product(bi);
+  }
+}
+
 }  // namespace
 
 // BF16 where gemm_bf16 runs; F16 operands are widened (no F16 dot product is used yet).
@@ -106,78 +101,28 @@ void matmul_rounded(const Tensor& a, const Tensor& b, DType t, Tensor& c) {
 
 void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& c_out, float alpha, float beta) {
   const int nd = c_out.ndim();
-  const int64_t M = c_out.size(nd - 2), N = c_out.size(nd - 1), K = a_in.size(nd - 1);
+  const int64_t M = c_out.size(nd - 2), N = c_out.size(nd - 1);
   if (c_out.numel() == 0) return;
   if (a_in.dtype() == DType::BF16 && b_in.dtype() == DType::BF16 && c_out.dtype() == DType::F32 && alpha == 1.0f &&
       (beta == 0.0f || beta == 1.0f) && gemm_bf16_available())
     return matmul_bf16(a_in, b_in, c_out, beta == 1.0f);
-  Tensor a = gemm_ready(a_in), b = gemm_ready(b_in);
+  const Tensor a = as_f32(a_in), b = as_f32(b_in);
   // f32 accumulator: c itself, or scratch for f16/bf16 outputs.
   Tensor c = c_out;
   if (c_out.dtype() != DType::F32) {
     c = empty(c_out.shape(), DType::F32);
     if (beta != 0.0f) copy(c_out, c);
   }
-  const int64_t batches = c.numel() / (M * N);
-  const float* pa = a.data<float>();
-  const float* pb = b.data<float>();
   float* pc = c.data<float>();
-
-  CBLAS_TRANSPOSE ta, tb;
-  int64_t lda, ldb;
-  blas_layout(M, K, a.stride(nd - 2), a.stride(nd - 1), &ta, &lda);
-  blas_layout(K, N, b.stride(nd - 2), b.stride(nd - 1), &tb, &ldb);
-  const int64_t sam = a.stride(nd - 2), sak = a.stride(nd - 1);
-  const int64_t sbk = b.stride(nd - 2), sbn = b.stride(nd - 1);
-
-  auto gemm = [&](int64_t bi, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-    int64_t oa, ob;
-    batch_offsets(a, b, c, bi, &oa, &ob);
-    const float* A = pa + oa + m0 * sam;
-    const float* B = pb + ob + n0 * sbn;
-    float* C = pc + bi * M * N + m0 * N + n0;
-    if (K == 0) {
-      for (int64_t i = 0; i < m1 - m0; ++i)
-        for (int64_t j = 0; j < n1 - n0; ++j) C[i * N + j] = beta == 0.0f ? 0.0f : beta * C[i * N + j];
-      return;
-    }
-    cblas_sgemm(CblasRowMajor, ta, tb, int(m1 - m0), int(n1 - n0), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
-                int(N));
-    (void)sak;
-    (void)sbk;
-  };
-
-  const int threads = num_threads();
-  const double flops = double(M) * double(N) * double(K);
-  // The BLAS calls are a function of the shape alone, never of the thread count: BLAS
-  // libraries pick kernels (and so summation orders) by a call's size, so a split that
-  // followed the threads would give other bits on another thread count. Small products are
-  // one call; many batches one call each; otherwise each batch's output is cut along its
-  // longer side into parts of at least kMinPart rows or columns (at most kMaxParts), the
-  // threads taking parts in turn (one thread runs the same parts in order).
-  constexpr int64_t kMinPart = 128, kMaxParts = 8, kManyBatches = 8;
-  const bool split_n = N >= M;
-  const int64_t len = split_n ? N : M;
-  // (A power of two: an even share for 2, 4 or 8 threads.)
-  int64_t parts = 1;
-  if (flops * double(batches) >= 2.0e5 && batches < kManyBatches)
-    while (parts * 2 <= kMaxParts && len / (parts * 2) >= kMinPart) parts *= 2;
-  auto run_part = [&](int64_t t) {
-    const int64_t bi = t / parts, p = t % parts;
-    const int64_t lo = (len * p / parts) / 16 * 16, hi = p + 1 == parts ? len : (len * (p + 1) / parts) / 16 * 16;
-    if (lo >= hi) return;
-    if (split_n)
-      gemm(bi, 0, M, lo, hi);
-    else
-      gemm(bi, lo, hi, 0, N);
-  };
-  if (threads <= 1 || batches * parts == 1 || flops * double(batches) < 2.0e5) {
-    for (int64_t t = 0; t < batches * parts; ++t) run_part(t);
-  } else {
-    parallel_for(0, batches * parts, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) run_part(t);
-    });
+  if (alpha == 1.0f && (beta == 0.0f || beta == 1.0f)) {
+    matmul_f32(a, b, pc, c, beta == 1.0f);
+  } else {  // c = alpha (a @ b) + beta c, c not read when beta is 0 (as BLAS)
+    std::vector<float> t(size_t(c.numel()));
+    matmul_f32(a, b, t.data(), c, false);
+    for (size_t i = 0; i < t.size(); ++i) pc[i] = alpha * t[i] + (beta == 0.0f ? 0.0f : beta * pc[i]);
   }
+  (void)M;
+  (void)N;
   if (!c.is_same(c_out)) copy(c, c_out);
 }
 

@@ -1,0 +1,115 @@
+// gemm_f32 (gemm_f32.h) on gemm_tiles.h's tiles. b is packed into f32 panels: copied where its
+// k-rows lie contiguous (g W, g^T x), transposed 8 x 8 in registers where its columns do (x W^T:
+// a weight's rows). a is read where it lies when its k are contiguous (x, g); otherwise (g^T in
+// dW = g^T x) each block of 96 rows x 256 k is transposed into scratch before its tiles run:
+// once per block for the 8 panels (256 columns) of a group, so 1/256 of the FMAs' work at most.
+#include "toy/backend/cpu/gemm_f32.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "toy/backend/cpu/gemm_tiles.h"
+#include "toy/backend/cpu/simd.h"
+
+namespace toy::cpu {
+
+using namespace gemm_tiles;
+
+namespace {
+
+// Below this many multiply-adds one thread does the whole product (sharing costs more).
+constexpr double kShareFlops = 1 << 17;
+
+// out[k - k0][jj] = b(k, j0 + jj) for k in [k0, k1), jj < 32; columns from N on are zeros.
+void pack_panel(const F32Matrix& b, int64_t N, int64_t K, int64_t j0, int64_t k0, int64_t k1, float* out) {
+  const int64_t cols = std::min<int64_t>(kNR, N - j0);
+  if (cols < kNR)
+    for (int64_t k = k0; k < k1; ++k) std::fill(out + (k - k0) * kNR + cols, out + (k - k0 + 1) * kNR, 0.0f);
+  if (b.col_stride == 1 || N == 1) {  // a k-row of columns lies contiguous
+    for (int64_t k = k0; k < k1; ++k)
+      std::memcpy(out + (k - k0) * kNR, b.p + k * b.row_stride + j0, size_t(cols) * sizeof(float));
+    return;
+  }
+  int64_t jj = 0;
+  if (b.row_stride == 1 || K == 1) {  // each column's k contiguous: 8 x 8 transposes
+    for (; jj + 8 <= cols; jj += 8) {
+      const float* col = b.p + (j0 + jj) * b.col_stride;
+      int64_t k = k0;
+      for (; k + 8 <= k1; k += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(col + i * b.col_stride + k);
+        transpose8_ps(r);
+        for (int q = 0; q < 8; ++q) _mm256_storeu_ps(out + (k - k0 + q) * kNR + jj, r[q]);
+      }
+      for (; k < k1; ++k)
+        for (int i = 0; i < 8; ++i) out[(k - k0) * kNR + jj + i] = col[i * b.col_stride + k * b.row_stride];
+    }
+  }
+  for (; jj < cols; ++jj)
+    for (int64_t k = k0; k < k1; ++k) out[(k - k0) * kNR + jj] = b.p[k * b.row_stride + (j0 + jj) * b.col_stride];
+}
+
+// Row stride of a packed block of a: k rounded up to whole 8s (the transposes' stores).
+constexpr int64_t kPackedLda = kKC;
+
+// out[ii * kPackedLda + kk] = a(i0 + ii, k0 + kk): a block of a whose k are not contiguous,
+// transposed 8 x 8 in registers where its rows are (a = g^T), element by element otherwise.
+void pack_a_block(const F32Matrix& a, int64_t i0, int64_t i1, int64_t k0, int64_t k1, float* out) {
+  const int64_t rows = i1 - i0, kc = k1 - k0;
+  int64_t ii = 0;
+  if (a.row_stride == 1) {
+    for (; ii + 8 <= rows; ii += 8) {
+      int64_t kk = 0;
+      for (; kk + 8 <= kc; kk += 8) {
+        __m256 r[8];
+        for (int q = 0; q < 8; ++q) r[q] = _mm256_loadu_ps(a.p + (k0 + kk + q) * a.col_stride + i0 + ii);
+        transpose8_ps(r);
+        for (int q = 0; q < 8; ++q) _mm256_storeu_ps(out + (ii + q) * kPackedLda + kk, r[q]);
+      }
+      for (; kk < kc; ++kk)
+        for (int q = 0; q < 8; ++q) out[(ii + q) * kPackedLda + kk] = a.p[(k0 + kk) * a.col_stride + i0 + ii + q];
+    }
+  }
+  for (; ii < rows; ++ii)
+    for (int64_t kk = 0; kk < kc; ++kk)
+      out[ii * kPackedLda + kk] = a.p[(i0 + ii) * a.row_stride + (k0 + kk) * a.col_stride];
+}
+
+// Panels [p0, p1) of c over rows [i0, i1).
+void run_part(int64_t M, int64_t N, int64_t K, const F32Matrix& a, const F32Matrix& b, float* c, int64_t ldc,
+              bool accumulate, int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
+  auto pack = [&](int64_t p, int64_t k0, int64_t k1, char* dst) {
+    pack_panel(b, N, K, p * kNR, k0, k1, reinterpret_cast<float*>(dst));
+  };
+  float* ci = c + i0 * ldc;
+  if (a.col_stride == 1 || K == 1) {
+    run_panels<Elem::F32>(p0, p1, i1 - i0, N, K, RowsInPlace{a.p + i0 * a.row_stride, a.row_stride}, ci, ldc,
+                          accumulate, pack);
+    return;
+  }
+  (void)M;
+  float* block = scratch_floats(size_t(kMC * kPackedLda), kSlotRows);
+  auto packed_rows = [&](int64_t r0, int64_t r1, int64_t k0, int64_t k1) -> std::pair<const float*, int64_t> {
+    pack_a_block(a, i0 + r0, i0 + r1, k0, k1, block);
+    return {block, kPackedLda};
+  };
+  run_panels<Elem::F32>(p0, p1, i1 - i0, N, K, packed_rows, ci, ldc, accumulate, pack);
+}
+
+}  // namespace
+
+void gemm_f32(int64_t M, int64_t N, int64_t K, const F32Matrix& a, const F32Matrix& b, float* c, int64_t ldc,
+              bool accumulate) {
+  if (!nonempty(M, N, K, c, ldc, accumulate)) return;
+  if (double(M) * double(N) * double(K) < kShareFlops || in_parallel_region()) {
+    run_part(M, N, K, a, b, c, ldc, accumulate, 0, (N + kNR - 1) / kNR, 0, M);
+    return;
+  }
+  split_c(M, N, [&](int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
+    run_part(M, N, K, a, b, c, ldc, accumulate, p0, p1, i0, i1);
+  });
+}
+
+}  // namespace toy::cpu

@@ -1,0 +1,174 @@
+// gemm_f32 (backend/cpu/gemm_f32.h) and the CPU matmul on it: each element of c is one chain of
+// f32 fused multiply-adds along k in order, so std::fma recomputes its bits exactly; checked in
+// both forms (AVX-512 where the CPU has it, AVX2), for a read in place, transposed (packed by
+// 8 x 8 transposes) and with neither stride 1, b's three layouts, the edges of tiles, panels,
+// row and k blocks, accumulation, and any thread count; then the matmul kernel (batches,
+// broadcast batch dims, transposed views, alpha and beta) and a training step's products.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "helpers.h"
+#include "toy/backend/cpu/cpu_kernels.h"
+#include "toy/backend/cpu/gemm_f32.h"
+#include "toy/backend/cpu/variant.h"
+#include "toy/core/cpu_features.h"
+#include "toy/core/thread_pool.h"
+
+using namespace toy;
+using namespace toy::test;
+
+namespace {
+
+std::vector<bool> forms_here() {
+  std::vector<bool> f{false};
+  if (kernel_variant() == KernelVariant::Avx512) f.push_back(true);
+  return f;
+}
+struct FormScope {
+  explicit FormScope(bool avx512) { cpu::use_avx512_forms(avx512); }
+  ~FormScope() { cpu::use_avx512_forms(kernel_variant() == KernelVariant::Avx512); }
+};
+struct Threads {
+  int before = num_threads();
+  explicit Threads(int n) { set_num_threads(n); }
+  ~Threads() { set_num_threads(before); }
+};
+
+// A [R, C] matrix stored k-contiguous ("rows": col_stride 1, row stride C + 2), transposed
+// (row_stride 1, col stride R + 3), or with neither stride 1; every gap holds a NaN, so an element
+// read from outside the matrix shows in c.
+enum class Layout { Rows, Transposed, Strided };
+const char* layout_name(Layout l) { return l == Layout::Rows ? "rows" : l == Layout::Transposed ? "transposed" : "strided"; }
+
+struct Matrix {
+  std::vector<float> mem;
+  cpu::F32Matrix op;
+  float at(int64_t r, int64_t c) const { return op.p[r * op.row_stride + c * op.col_stride]; }
+};
+Matrix make_matrix(int64_t R, int64_t C, Layout l, uint64_t seed) {
+  Matrix m;
+  if (l == Layout::Rows) m.op.row_stride = C + 2, m.op.col_stride = 1;
+  if (l == Layout::Transposed) m.op.row_stride = 1, m.op.col_stride = R + 3;
+  if (l == Layout::Strided) m.op.row_stride = 2, m.op.col_stride = 2 * R + 3;
+  const int64_t size = l == Layout::Rows ? R * (C + 2) : C * m.op.col_stride;
+  m.mem.assign(size_t(std::max<int64_t>(size, 1)), std::nanf(""));
+  std::mt19937 rng{uint32_t(seed)};
+  std::normal_distribution<float> normal;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) m.mem[size_t(r * m.op.row_stride + c * m.op.col_stride)] = normal(rng);
+  m.op.p = m.mem.data();
+  return m;
+}
+
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  std::mt19937 rng{uint32_t(seed)};
+  std::normal_distribution<float> normal;
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// What gemm_f32 promises: c = fma(a(i, k), b(k, j), c) for k in order, from 0 or c.
+std::vector<float> fma_chains(int64_t M, int64_t N, int64_t K, const Matrix& a, const Matrix& b,
+                              const std::vector<float>& c0, int64_t ldc, bool accumulate) {
+  std::vector<float> c = c0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float s = accumulate ? c0[size_t(i * ldc + j)] : 0.0f;
+      for (int64_t k = 0; k < K; ++k) s = std::fma(a.at(i, k), b.at(k, j), s);
+      c[size_t(i * ldc + j)] = s;
+    }
+  return c;
+}
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+struct Shape3 {
+  int64_t M, N, K;
+};
+// Tiles 12 x 32 (AVX-512) and 6 x 16 (AVX2), 8 x 8 transposes, row blocks of 96, k blocks of
+// 256, groups of 8 panels: each shape reaches some edge (1 to 31 columns in the last panel, rows
+// and k not multiples of 8, more than one row and k block).
+const Shape3 kShapes[] = {{1, 1, 1},     {5, 7, 3},    {13, 33, 9},  {12, 32, 256}, {6, 17, 257},
+                          {97, 65, 300}, {25, 100, 513}, {3, 300, 20}, {40, 48, 8},   {7, 57, 40},
+                          {9, 31, 33},   {200, 40, 17}};
+
+}  // namespace
+
+TEST(GemmF32, EachElementIsOneFmaChainAlongKInEveryFormLayoutAndEdge) {
+  for (bool avx512 : forms_here()) {
+    FormScope form(avx512);
+    for (Layout la : {Layout::Rows, Layout::Transposed, Layout::Strided})
+      for (Layout lb : {Layout::Rows, Layout::Transposed, Layout::Strided})
+        for (const Shape3& s : kShapes)
+          for (bool accumulate : {false, true}) {
+            const int64_t ldc = s.N + 3;
+            const Matrix a = make_matrix(s.M, s.K, la, 11 + s.M), b = make_matrix(s.K, s.N, lb, 7 + s.K);
+            std::vector<float> c = random_floats(size_t(s.M * ldc), 13 + s.N);
+            const std::vector<float> want = fma_chains(s.M, s.N, s.K, a, b, c, ldc, accumulate);
+            cpu::gemm_f32(s.M, s.N, s.K, a.op, b.op, c.data(), ldc, accumulate);
+            EXPECT_TRUE(same_bits(c, want)) << (avx512 ? "AVX-512" : "AVX2") << " a " << layout_name(la) << " b "
+                                            << layout_name(lb) << " " << s.M << "x" << s.N << "x" << s.K
+                                            << " accumulate " << accumulate;
+          }
+  }
+}
+
+TEST(GemmF32, SameBitsOnAnyThreadCount) {
+  // Wide enough to be shared, narrow enough (3 panels) that 8 threads split the rows too.
+  for (const Shape3& s : {Shape3{300, 70, 520}, Shape3{768, 384, 128}}) {
+    const Matrix a = make_matrix(s.M, s.K, Layout::Transposed, 3), b = make_matrix(s.K, s.N, Layout::Transposed, 4);
+    const std::vector<float> c0 = random_floats(size_t(s.M * s.N), 5);
+    const std::vector<float> want = fma_chains(s.M, s.N, s.K, a, b, c0, s.N, true);
+    for (int threads : {1, 2, 3, 8}) {
+      Threads scope(threads);
+      std::vector<float> c = c0;
+      cpu::gemm_f32(s.M, s.N, s.K, a.op, b.op, c.data(), s.N, true);
+      EXPECT_TRUE(same_bits(c, want)) << threads << " threads, " << s.M << "x" << s.N << "x" << s.K;
+    }
+  }
+}
+
+TEST(GemmF32, EmptyKWritesZerosOrLeavesC) {
+  const Matrix a = make_matrix(4, 0, Layout::Rows, 1), b = make_matrix(0, 5, Layout::Rows, 2);
+  std::vector<float> c(20, 3.0f);
+  cpu::gemm_f32(4, 5, 0, a.op, b.op, c.data(), 5, true);
+  EXPECT_EQ(c, std::vector<float>(20, 3.0f));
+  cpu::gemm_f32(4, 5, 0, a.op, b.op, c.data(), 5, false);
+  EXPECT_EQ(c, std::vector<float>(20, 0.0f));
+}
+
+// The matmul kernel: batches with a broadcast batch dim, operands as transposed views; each
+// batch's c the FMA chains of its operands, whatever the thread count (batches per thread on 2
+// threads, each product split on 4).
+TEST(GemmF32, MatmulKernelBatchesAreFmaChains) {
+  const int64_t B = 3, M = 37, N = 45, K = 70;
+  Tensor a = transpose(randn_t(Shape{B, K, M}, 1));  // [B, M, K], k not contiguous
+  Tensor b = expand(randn_t(Shape{1, K, N}, 2), Shape{B, K, N});
+  const std::vector<float> av = contiguous(a).to_f32_vector(), bv = contiguous(b).to_f32_vector();
+  std::vector<float> want(size_t(B * M * N));
+  for (int64_t bi = 0; bi < B; ++bi)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float s = 0.0f;
+        for (int64_t k = 0; k < K; ++k) s = std::fma(av[size_t((bi * M + i) * K + k)], bv[size_t((bi * K + k) * N + j)], s);
+        want[size_t((bi * M + i) * N + j)] = s;
+      }
+  for (int threads : {1, 2, 4}) {
+    Threads scope(threads);
+    Tensor c = empty(Shape{B, M, N});
+    cpu::matmul(a, b, c, 1.0f, 0.0f);
+    EXPECT_TRUE(same_bits(c.to_f32_vector(), want)) << threads << " threads";
+    // alpha and beta other than 1 and 0/1: c = alpha (a @ b) + beta c.
+    Tensor c2 = full(Shape{B, M, N}, 2.0f);
+    cpu::matmul(a, b, c2, 0.5f, 3.0f);
+    const std::vector<float> got = c2.to_f32_vector();
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], 0.5f * want[i] + 3.0f * 2.0f) << i;
+  }
+}
