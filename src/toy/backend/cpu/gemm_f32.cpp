@@ -21,6 +21,11 @@ namespace {
 
 // Below this many multiply-adds one thread does the whole product (sharing costs more).
 constexpr double kShareFlops = 1 << 17;
+// A packed a's rows are split between the threads where each gets at least this many.
+constexpr int64_t kMinRowsPerThread = 48;
+
+// Whether the tiles read a where it lies (its k contiguous), rather than packed.
+bool rows_in_place(const F32Matrix& a, int64_t K) { return a.col_stride == 1 || K == 1; }
 
 // out[k - k0][jj] = b(k, j0 + jj) for k in [k0, k1), jj < 32; columns from N on are zeros.
 void pack_panel(const F32Matrix& b, int64_t N, int64_t K, int64_t j0, int64_t k0, int64_t k1, float* out) {
@@ -78,18 +83,17 @@ void pack_a_block(const F32Matrix& a, int64_t i0, int64_t i1, int64_t k0, int64_
 }
 
 // Panels [p0, p1) of c over rows [i0, i1).
-void run_part(int64_t M, int64_t N, int64_t K, const F32Matrix& a, const F32Matrix& b, float* c, int64_t ldc,
+void run_part(int64_t N, int64_t K, const F32Matrix& a, const F32Matrix& b, float* c, int64_t ldc,
               bool accumulate, int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
   auto pack = [&](int64_t p, int64_t k0, int64_t k1, char* dst) {
     pack_panel(b, N, K, p * kNR, k0, k1, reinterpret_cast<float*>(dst));
   };
   float* ci = c + i0 * ldc;
-  if (a.col_stride == 1 || K == 1) {
+  if (rows_in_place(a, K)) {
     run_panels<Elem::F32>(p0, p1, i1 - i0, N, K, RowsInPlace{a.p + i0 * a.row_stride, a.row_stride}, ci, ldc,
                           accumulate, pack);
     return;
   }
-  (void)M;
   float* block = scratch_floats(size_t(kMC * kPackedLda), kSlotRows);
   auto packed_rows = [&](int64_t r0, int64_t r1, int64_t k0, int64_t k1) -> std::pair<const float*, int64_t> {
     pack_a_block(a, i0 + r0, i0 + r1, k0, k1, block);
@@ -104,11 +108,23 @@ void gemm_f32(int64_t M, int64_t N, int64_t K, const F32Matrix& a, const F32Matr
               bool accumulate) {
   if (!nonempty(M, N, K, c, ldc, accumulate)) return;
   if (double(M) * double(N) * double(K) < kShareFlops || in_parallel_region()) {
-    run_part(M, N, K, a, b, c, ldc, accumulate, 0, (N + kNR - 1) / kNR, 0, M);
+    run_part(N, K, a, b, c, ldc, accumulate, 0, (N + kNR - 1) / kNR, 0, M);
+    return;
+  }
+  const int64_t threads = num_threads();
+  if (!rows_in_place(a, K) && M >= kMinRowsPerThread * threads) {
+    // a is packed: threads take rows (in whole tiles), so each packs only its own rows of a
+    // (taking panels, each would pack all of it).
+    const int64_t rows = ((M + threads - 1) / threads + kMR512 - 1) / kMR512 * kMR512;
+    const int64_t panels = (N + kNR - 1) / kNR;
+    parallel_for(0, (M + rows - 1) / rows, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        run_part(N, K, a, b, c, ldc, accumulate, 0, panels, t * rows, std::min(M, (t + 1) * rows));
+    });
     return;
   }
   split_c(M, N, [&](int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
-    run_part(M, N, K, a, b, c, ldc, accumulate, p0, p1, i0, i1);
+    run_part(N, K, a, b, c, ldc, accumulate, p0, p1, i0, i1);
   });
 }
 
