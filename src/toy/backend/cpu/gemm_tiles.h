@@ -149,22 +149,39 @@ void panel_rows(bool avx512, int64_t i0, int64_t i1, const float* a, int64_t lda
   }
 }
 
+// How run_panels blocks a product: k in blocks of at most kc_max (of equal sizes, rounded up
+// to 8s, where `even`; else kc_max each and the rest), panels packed `group` at a time.
+struct Blocking {
+  int64_t kc_max;
+  int64_t group;
+  bool even;
+};
+inline constexpr Blocking kHalfBlocking{kKC, kGroup, false};
+
+// The k blocks' size for K under b.
+constexpr int64_t k_block(const Blocking& b, int64_t K) {
+  if (!b.even || K <= b.kc_max) return std::min(K, b.kc_max);
+  const int64_t blocks = (K + b.kc_max - 1) / b.kc_max;
+  return std::min(b.kc_max, ((K + blocks - 1) / blocks + 7) / 8 * 8);
+}
+
 // c's columns of panels [p0, p1), all rows, all k: pack(p, k0, k1, dst) writes panel p's
 // k-rows [k0, k1) to dst; a_block(i0, i1, k0, k1) gives a's rows [i0, i1) at k0 as
 // {pointer, row stride} (a itself where its rows lie in memory; a packed copy otherwise).
-template <Elem E, class Pack, class ABlock>
+template <Elem E, Blocking B = kHalfBlocking, class Pack, class ABlock>
 void run_panels(int64_t p0, int64_t p1, int64_t M, int64_t N, int64_t K, ABlock&& a_block, float* c, int64_t ldc,
                 bool accumulate, Pack&& pack) {
   constexpr int64_t elem = E == Elem::F32 ? 4 : 2;
-  constexpr int64_t panel_bytes = kKC * kNR * elem;
+  constexpr int64_t panel_bytes = B.kc_max * kNR * elem;
   const bool avx512 = avx512_forms();
   // (64-byte aligned: a panel's k-row is whole cache lines, its loads never split one.)
-  float* scratch = scratch_floats(size_t(kGroup * panel_bytes / 4 + 16), kSlotPanels);
+  float* scratch = scratch_floats(size_t(B.group * panel_bytes / 4 + 16), kSlotPanels);
   char* packed = reinterpret_cast<char*>(scratch + (16 - reinterpret_cast<uintptr_t>(scratch) / 4 % 16) % 16);
-  for (int64_t g0 = p0; g0 < p1; g0 += kGroup) {
-    const int64_t g1 = std::min(p1, g0 + kGroup);
-    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
-      const int64_t k1 = std::min(K, k0 + kKC), kc = k1 - k0;
+  const int64_t kb = k_block(B, K);
+  for (int64_t g0 = p0; g0 < p1; g0 += B.group) {
+    const int64_t g1 = std::min(p1, g0 + B.group);
+    for (int64_t k0 = 0; k0 < K; k0 += kb) {
+      const int64_t k1 = std::min(K, k0 + kb), kc = k1 - k0;
       for (int64_t p = g0; p < g1; ++p) pack(p, k0, k1, packed + (p - g0) * panel_bytes);
       const bool load = accumulate || k0 > 0;
       for (int64_t i0 = 0; i0 < M; i0 += kMC) {
