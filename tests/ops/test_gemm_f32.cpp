@@ -121,18 +121,21 @@ TEST(GemmF32, EachElementIsOneFmaChainAlongKInEveryFormLayoutAndEdge) {
 }
 
 TEST(GemmF32, SameBitsOnAnyThreadCount) {
-  // Wide enough to be shared, narrow enough (3 panels) that 8 threads split the rows too.
-  for (const Shape3& s : {Shape3{300, 70, 520}, Shape3{768, 384, 128}}) {
-    const Matrix a = make_matrix(s.M, s.K, Layout::Transposed, 3), b = make_matrix(s.K, s.N, Layout::Transposed, 4);
-    const std::vector<float> c0 = random_floats(size_t(s.M * s.N), 5);
-    const std::vector<float> want = fma_chains(s.M, s.N, s.K, a, b, c0, s.N, true);
-    for (int threads : {1, 2, 3, 8}) {
-      Threads scope(threads);
-      std::vector<float> c = c0;
-      cpu::gemm_f32(s.M, s.N, s.K, a.op, b.op, c.data(), s.N, true);
-      EXPECT_TRUE(same_bits(c, want)) << threads << " threads, " << s.M << "x" << s.N << "x" << s.K;
+  // Each way of sharing: c's rows (many rows: a read in place or packed), c's panels (fewer
+  // rows), and both (3 panels on 8 threads).
+  for (Layout la : {Layout::Rows, Layout::Transposed})
+    for (const Shape3& s : {Shape3{300, 70, 520}, Shape3{768, 384, 128}, Shape3{100, 300, 64}}) {
+      const Matrix a = make_matrix(s.M, s.K, la, 3), b = make_matrix(s.K, s.N, Layout::Transposed, 4);
+      const std::vector<float> c0 = random_floats(size_t(s.M * s.N), 5);
+      const std::vector<float> want = fma_chains(s.M, s.N, s.K, a, b, c0, s.N, true);
+      for (int threads : {1, 2, 3, 8}) {
+        Threads scope(threads);
+        std::vector<float> c = c0;
+        cpu::gemm_f32(s.M, s.N, s.K, a.op, b.op, c.data(), s.N, true);
+        EXPECT_TRUE(same_bits(c, want)) << layout_name(la) << " a, " << threads << " threads, " << s.M << "x" << s.N
+                                        << "x" << s.K;
+      }
     }
-  }
 }
 
 TEST(GemmF32, EmptyKWritesZerosOrLeavesC) {
