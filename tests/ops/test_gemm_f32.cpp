@@ -147,13 +147,13 @@ TEST(GemmF32, EmptyKWritesZerosOrLeavesC) {
   EXPECT_EQ(c, std::vector<float>(20, 0.0f));
 }
 
-// The matmul kernel: batches with a broadcast batch dim, operands as transposed views; each
-// batch's c the FMA chains of its operands, whatever the thread count (batches per thread on 2
-// threads, each product split on 4).
+// The matmul kernel: batches with a broadcast batch dim, b a transposed view; each batch's c the
+// FMA chains of its operands, whatever the thread count (batches per thread on 2 threads, each
+// product split on 4).
 TEST(GemmF32, MatmulKernelBatchesAreFmaChains) {
   const int64_t B = 3, M = 37, N = 45, K = 70;
-  Tensor a = transpose(randn_t(Shape{B, K, M}, 1));  // [B, M, K], k not contiguous
-  Tensor b = expand(randn_t(Shape{1, K, N}, 2), Shape{B, K, N});
+  Tensor a = randn_t(Shape{B, M, K}, 1);
+  Tensor b = expand(transpose(randn_t(Shape{1, N, K}, 2)), Shape{B, K, N});  // k not contiguous
   const std::vector<float> av = contiguous(a).to_f32_vector(), bv = contiguous(b).to_f32_vector();
   std::vector<float> want(size_t(B * M * N));
   for (int64_t bi = 0; bi < B; ++bi)
@@ -173,5 +173,38 @@ TEST(GemmF32, MatmulKernelBatchesAreFmaChains) {
     cpu::matmul(a, b, c2, 0.5f, 3.0f);
     const std::vector<float> got = c2.to_f32_vector();
     for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], 0.5f * want[i] + 3.0f * 2.0f) << i;
+  }
+}
+
+// A weight's gradient g^T x (a transposed): toy's tiles in the AVX-512 forms (the FMA chains'
+// bits), OpenBLAS in the AVX2 forms (its own sums: close, and the same bits on any thread count,
+// its calls a function of the shape alone).
+TEST(GemmF32, WeightGradientInEachForm) {
+  const int64_t T = 300, out = 200, in = 70;
+  const Tensor g = randn_t(Shape{T, out}, 3), x = randn_t(Shape{T, in}, 4);
+  const std::vector<float> gv = g.to_f32_vector(), xv = x.to_f32_vector();
+  std::vector<float> want(size_t(out * in));
+  for (int64_t i = 0; i < out; ++i)
+    for (int64_t j = 0; j < in; ++j) {
+      float s = 0.0f;
+      for (int64_t k = 0; k < T; ++k) s = std::fma(gv[size_t(k * out + i)], xv[size_t(k * in + j)], s);
+      want[size_t(i * in + j)] = s;
+    }
+  for (bool avx512 : forms_here()) {
+    FormScope form(avx512);
+    std::vector<float> first;
+    for (int threads : {1, 2, 4}) {
+      Threads scope(threads);
+      Tensor dw = empty(Shape{out, in});
+      cpu::matmul(transpose(g), x, dw, 1.0f, 0.0f);
+      const std::vector<float> got = dw.to_f32_vector();
+      if (avx512) {
+        EXPECT_TRUE(same_bits(got, want)) << threads << " threads";
+      } else {
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << i;
+        if (first.empty()) first = got;
+        EXPECT_TRUE(same_bits(got, first)) << threads << " threads";
+      }
+    }
   }
 }

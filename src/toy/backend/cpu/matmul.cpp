@@ -1,9 +1,14 @@
 // Matmul on the CPU: f32 products on toy's own tiles (gemm_f32.h: each result one FMA chain
-// along k, so the same bits for any thread count, batch schedule or CPU form), transposed views
-// read where they lie; F16/BF16 operands are widened to f32 first. Two BF16 operands with an
-// f32 result go to gemm_bf16 instead where the CPU has a BF16 dot product (mixed-precision
-// training's backward products). Batches go one per thread where there are enough of them for
-// the threads, otherwise each product's c is split across the threads.
+// along k, so the same bits for any thread count or batch schedule), transposed views read
+// where they lie; F16/BF16 operands are widened to f32 first. One exception: in the AVX2 forms
+// a product whose a is a transposed view (g^T in a weight's gradient g^T x) goes to OpenBLAS
+// SGEMM, whose AVX2 kernels read g^T faster than toy's tiles pack it (sgemm_by_shape). Two
+// BF16 operands with an f32 result go to gemm_bf16 instead where the CPU has a BF16 dot
+// product (mixed-precision training's backward products). Batches go one per thread where
+// there are enough of them for the threads, otherwise each product's c is split across the
+// threads.
+#include <cblas.h>
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -13,6 +18,7 @@
 #include "toy/backend/cpu/gemm_bf16.h"
 #include "toy/backend/cpu/gemm_f32.h"
 #include "toy/backend/cpu/simd.h"
+#include "toy/backend/cpu/variant.h"
 #include "toy/core/cpu_features.h"
 #include "toy/core/thread_pool.h"
 
@@ -54,6 +60,44 @@ void matmul_bf16(const Tensor& a, const Tensor& b, Tensor& c, bool accumulate) {
   }
 }
 
+// OpenBLAS for a product whose a is transposed (a(i, k) at p[k * col_stride + i]) in the AVX2
+// forms: its Haswell kernels ran cpu-medium's weight gradients (g^T x, 2048 tokens) at 188
+// GFLOP/s against toy's tiles' 147 (Xeon SPR forced to AVX2: the packing of g^T is the cost;
+// cpu-small's were level, and on AVX-512 toy's tiles are faster). The calls are a function of
+// the shape alone, never of the thread count (BLAS picks its kernels, so its sums' order, by a
+// call's size): c is cut along its longer side into parts of at least 128 rows or columns, at
+// most 8, the threads taking parts in turn. Returns false (nothing done) where this does not
+// apply.
+bool sgemm_by_shape(int64_t M, int64_t N, int64_t K, const F32Matrix& a, const F32Matrix& b, float* c, int64_t ldc,
+                    bool accumulate) {
+  if (avx512_forms() || M < 2 || K < 2 || a.row_stride != 1 || a.col_stride < M) return false;
+  CBLAS_TRANSPOSE tb;
+  int64_t ldb;
+  if ((b.col_stride == 1 || N == 1) && (N == 1 || b.row_stride >= N))
+    tb = CblasNoTrans, ldb = N == 1 ? std::max<int64_t>(b.row_stride, 1) : b.row_stride;
+  else if (b.row_stride == 1 && b.col_stride >= K)
+    tb = CblasTrans, ldb = b.col_stride;
+  else
+    return false;
+  constexpr int64_t kMinPart = 128, kMaxParts = 8;
+  const bool split_n = N >= M;
+  const int64_t len = split_n ? N : M;
+  int64_t parts = 1;  // (a power of two: an even share for 2, 4 or 8 threads)
+  while (parts * 2 <= kMaxParts && len / (parts * 2) >= kMinPart) parts *= 2;
+  auto part = [&](int64_t p) {
+    const int64_t lo = (len * p / parts) / 16 * 16, hi = p + 1 == parts ? len : (len * (p + 1) / parts) / 16 * 16;
+    if (lo >= hi) return;
+    const int64_t m0 = split_n ? 0 : lo, m1 = split_n ? M : hi, n0 = split_n ? lo : 0, n1 = split_n ? hi : N;
+    const float* bp = b.p + n0 * (tb == CblasNoTrans ? 1 : ldb);
+    cblas_sgemm(CblasRowMajor, CblasTrans, tb, int(m1 - m0), int(n1 - n0), int(K), 1.0f, a.p + m0, int(a.col_stride),
+                bp, int(ldb), accumulate ? 1.0f : 0.0f, c + m0 * ldc + n0, int(ldc));
+  };
+  parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) part(p);
+  });
+  return true;
+}
+
 // c = a @ b (+ c when accumulate) for f32 a, b and contiguous f32 c, batch by batch.
 void matmul_f32(const Tensor& a, const Tensor& b, float* pc, const Tensor& c, bool accumulate) {
   const int nd = c.ndim();
@@ -64,8 +108,9 @@ void matmul_f32(const Tensor& a, const Tensor& b, float* pc, const Tensor& c, bo
   auto product = [&](int64_t bi) {
     int64_t oa, ob;
     batch_offsets(a, b, c, bi, &oa, &ob);
-    gemm_f32(M, N, K, {pa + oa, a.stride(nd - 2), a.stride(nd - 1)}, {pb + ob, b.stride(nd - 2), b.stride(nd - 1)},
-             pc + bi * M * N, N, accumulate);
+    const F32Matrix am{pa + oa, a.stride(nd - 2), a.stride(nd - 1)}, bm{pb + ob, b.stride(nd - 2), b.stride(nd - 1)};
+    if (!sgemm_by_shape(M, N, K, am, bm, pc + bi * M * N, N, accumulate))
+      gemm_f32(M, N, K, am, bm, pc + bi * M * N, N, accumulate);
   };
   if (batches > 1 && batches >= num_threads()) {
     parallel_for(0, batches, 1, [&](int64_t b0, int64_t b1) {
