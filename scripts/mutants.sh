@@ -1876,9 +1876,9 @@ toy_op_tests
     b[4 * h + 1] = _mm_unpackhi_epi32(s[0], s[2]);  // k 2, 3
     b[4 * h + 1] = _mm_unpacklo_epi32(s[0], s[2]);  // k 2, 3
 half-tile-forgets-c-between-k-blocks
-src/toy/backend/cpu/gemm_half.cpp
+src/toy/backend/cpu/gemm_tiles.h
 toy_op_tests
-^GemmHalf\.
+^Gemm(Half|F32)\.
       const bool load = accumulate || k0 > 0;
       const bool load = accumulate;
 half-pack-transposed-k-tail-misses-a-column
@@ -1888,9 +1888,9 @@ toy_op_tests
         for (int i = 0; i < 8; ++i) out[(k - k0) * kNR + jj + i] = col[i * b.j_stride + k];
         for (int i = 0; i < 7; ++i) out[(k - k0) * kNR + jj + i] = col[i * b.j_stride + k];
 half-avx2-tile-drops-the-second-sixteen-columns
-src/toy/backend/cpu/gemm_half.cpp
+src/toy/backend/cpu/gemm_tiles.h
 toy_op_tests
-^GemmHalf\.
+^Gemm(Half|F32)\.
       if (cols > 16) t256[size_t(rows - 1)](ai, lda, panel, 16, kc, ci + 16, ldc, cols - 16, load);
       if (cols > 17) t256[size_t(rows - 1)](ai, lda, panel, 16, kc, ci + 16, ldc, cols - 16, load);
 half-bf16-widened-as-f16
@@ -1924,17 +1924,53 @@ toy_op_tests
   if (is_block(w.dtype()))
   if (false && is_block(w.dtype()))
 rows-panels-sized-as-halves
-src/toy/backend/cpu/gemm_half.cpp
+src/toy/backend/cpu/gemm_tiles.h
 toy_op_tests
-^GemmHalf\.
+^Gemm(Half|F32)\.
   constexpr int64_t elem = E == Elem::F32 ? 4 : 2;
   constexpr int64_t elem = E == Elem::F32 ? 2 : 2;
 half-row-parts-cover-one-row-each
-src/toy/backend/cpu/gemm_half.cpp
+src/toy/backend/cpu/gemm_tiles.h
 toy_op_tests
-^GemmHalf\.
+^Gemm(Half|F32)\.
       run(p0, p1, part * part_rows, std::min(M, (part + 1) * part_rows));
       run(p0, p1, part * part_rows, std::min(M, part * part_rows + 1));
+f32-pack-a-transposed-k-tail-misses-a-row
+src/toy/backend/cpu/gemm_f32.cpp
+toy_op_tests
+^GemmF32\.
+        for (int q = 0; q < 8; ++q) out[(ii + q) * kPackedLda + kk] = a.p[(k0 + kk) * a.col_stride + i0 + ii + q];
+        for (int q = 0; q < 7; ++q) out[(ii + q) * kPackedLda + kk] = a.p[(k0 + kk) * a.col_stride + i0 + ii + q];
+f32-pack-a-strided-reads-k-with-the-row-stride
+src/toy/backend/cpu/gemm_f32.cpp
+toy_op_tests
+^GemmF32\.
+      out[ii * kPackedLda + kk] = a.p[(i0 + ii) * a.row_stride + (k0 + kk) * a.col_stride];
+      out[ii * kPackedLda + kk] = a.p[(i0 + ii) * a.row_stride + (k0 + kk) * a.row_stride];
+f32-panel-transpose-stores-k-rows-reversed
+src/toy/backend/cpu/gemm_f32.cpp
+toy_op_tests
+^GemmF32\.
+        for (int q = 0; q < 8; ++q) _mm256_storeu_ps(out + (k - k0 + q) * kNR + jj, r[q]);
+        for (int q = 0; q < 8; ++q) _mm256_storeu_ps(out + (k - k0 + q) * kNR + jj, r[7 - q]);
+f32-panel-copy-drops-the-last-column
+src/toy/backend/cpu/gemm_f32.cpp
+toy_op_tests
+^GemmF32\.
+      std::memcpy(out + (k - k0) * kNR, b.p + k * b.row_stride + j0, size_t(cols) * sizeof(float));
+      std::memcpy(out + (k - k0) * kNR, b.p + k * b.row_stride + j0, size_t(cols - 1) * sizeof(float));
+f32-row-parts-leave-a-row-out
+src/toy/backend/cpu/gemm_f32.cpp
+toy_op_tests
+^GemmF32\.
+        run_part(N, K, a, b, c, ldc, accumulate, 0, panels, t * rows, std::min(M, (t + 1) * rows));
+        run_part(N, K, a, b, c, ldc, accumulate, 0, panels, t * rows, std::min(M, (t + 1) * rows - 1));
+avx2-weight-gradient-sgemm-ignores-accumulate
+src/toy/backend/cpu/matmul.cpp
+toy_op_tests
+^GemmF32\.
+                bp, int(ldb), accumulate ? 1.0f : 0.0f, c + m0 * ldc + n0, int(ldc));
+                bp, int(ldb), 0.0f, c + m0 * ldc + n0, int(ldc));
 cast-to-bf16-span-rounds-nans-as-numbers
 src/toy/backend/cpu/elementwise.cpp
 toy_op_tests

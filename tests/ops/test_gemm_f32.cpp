@@ -198,10 +198,23 @@ TEST(GemmF32, WeightGradientInEachForm) {
       Tensor dw = empty(Shape{out, in});
       cpu::matmul(transpose(g), x, dw, 1.0f, 0.0f);
       const std::vector<float> got = dw.to_f32_vector();
+      // And accumulated (beta 1, as a gradient added to one already there): c + g^T x.
+      Tensor acc = full(Shape{out, in}, 0.5f);
+      cpu::matmul(transpose(g), x, acc, 1.0f, 1.0f);
+      const std::vector<float> summed = acc.to_f32_vector();
       if (avx512) {
         EXPECT_TRUE(same_bits(got, want)) << threads << " threads";
+        for (int64_t i = 0; i < out; ++i)
+          for (int64_t j = 0; j < in; ++j) {
+            float s = 0.5f;
+            for (int64_t k = 0; k < T; ++k) s = std::fma(gv[size_t(k * out + i)], xv[size_t(k * in + j)], s);
+            ASSERT_EQ(summed[size_t(i * in + j)], s) << i << ", " << j;
+          }
       } else {
-        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << i;
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << i;
+          ASSERT_NEAR(summed[i], want[i] + 0.5f, 1e-4f * (1.0f + std::fabs(want[i]))) << i;
+        }
         if (first.empty()) first = got;
         EXPECT_TRUE(same_bits(got, first)) << threads << " threads";
       }
