@@ -306,7 +306,7 @@ BenchResult bench_linear_f32_train(double peak, int reps) {
   r.baseline = peak;
   r.baseline_what = "FMA peak of this machine";
   r.ratio = r.value / peak;
-  r.target = 0.6;
+  r.target = 0.55;
   return r;
 }
 
