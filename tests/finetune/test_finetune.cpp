@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "finetune_helpers.h"
 #include "helpers.h"
 #include "proc.h"
 #include "toy/autograd/backward.h"
@@ -39,7 +40,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string temp(const std::string& name) { return (fs::path(::testing::TempDir()) / ("toy_ft_" + name)).string(); }
+// (Private to this process: ctest runs tests of one binary side by side, and a shared name
+// let two of them write the same file.)
+std::string temp(const std::string& name) { return toy::test::process_temp("toy_ft_", name); }
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "finetune_helpers.h"
 #include "proc.h"
 #include "toy/autograd/grad_mode.h"
 #include "toy/io/gguf.h"
@@ -26,7 +27,9 @@ using namespace toy;
 namespace fs = std::filesystem;
 
 namespace {
-std::string temp(const std::string& name) { return (fs::path(::testing::TempDir()) / ("toy_ft_" + name)).string(); }
+// (Private to this process: ctest runs tests of one binary side by side, and a shared name
+// let two of them write the same file.)
+std::string temp(const std::string& name) { return toy::test::process_temp("toy_ft_", name); }
 }  // namespace
 
 // The proof of the issue: a small model toy trained gets ≤ 5% of held-out reversals right;
