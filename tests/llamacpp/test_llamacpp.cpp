@@ -5,6 +5,7 @@
 // llama.cpp makes for these architectures (RoPE pair order, q/k/v packing, norms, the tied
 // head) to what toy computes.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -57,7 +58,8 @@ nlohmann::json node(const std::vector<std::string>& args, const std::string& lor
   std::string cmd = lora.empty() ? "" : "TOY_LLAMACPP_LORA=" + shell_quote(lora) + " ";
   cmd += "node " + shell_quote(kTools + "/logprobs.mjs");
   for (const std::string& a : args) cmd += " " + shell_quote(a);
-  const std::string err = (fs::path(::testing::TempDir()) / "toy_llamacpp.err").string();
+  // (Per process: ctest runs these tests two at a time.)
+  const std::string err = (fs::path(::testing::TempDir()) / ("toy_llamacpp_" + std::to_string(getpid()) + ".err")).string();
   cmd += " 2>" + shell_quote(err);
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
