@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "gemm_test_helpers.h"
 #include "helpers.h"
 #include "toy/backend/cpu/cpu_kernels.h"
 #include "toy/backend/cpu/gemm_f32.h"
@@ -23,15 +24,6 @@ using namespace toy::test;
 
 namespace {
 
-std::vector<bool> forms_here() {
-  std::vector<bool> f{false};
-  if (kernel_variant() == KernelVariant::Avx512) f.push_back(true);
-  return f;
-}
-struct FormScope {
-  explicit FormScope(bool avx512) { cpu::use_avx512_forms(avx512); }
-  ~FormScope() { cpu::use_avx512_forms(kernel_variant() == KernelVariant::Avx512); }
-};
 struct Threads {
   int before = num_threads();
   explicit Threads(int n) { set_num_threads(n); }
@@ -64,14 +56,6 @@ Matrix make_matrix(int64_t R, int64_t C, Layout l, uint64_t seed) {
   return m;
 }
 
-std::vector<float> random_floats(size_t n, uint64_t seed) {
-  std::vector<float> v(n);
-  std::mt19937 rng{uint32_t(seed)};
-  std::normal_distribution<float> normal;
-  for (float& x : v) x = normal(rng);
-  return v;
-}
-
 // What gemm_f32 promises: c = fma(a(i, k), b(k, j), c) for k in order, from 0 or c.
 std::vector<float> fma_chains(int64_t M, int64_t N, int64_t K, const Matrix& a, const Matrix& b,
                               const std::vector<float>& c0, int64_t ldc, bool accumulate) {
@@ -85,16 +69,9 @@ std::vector<float> fma_chains(int64_t M, int64_t N, int64_t K, const Matrix& a, 
   return c;
 }
 
-bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
-struct Shape3 {
-  int64_t M, N, K;
-};
 // Tiles 12 x 32 (AVX-512) and 6 x 16 (AVX2), 8 x 8 transposes, row blocks of 96, k blocks of
-// 256, groups of 8 panels: each shape reaches some edge (1 to 31 columns in the last panel, rows
-// and k not multiples of 8, more than one row and k block).
+// up to 512 (of even sizes), groups of 8 panels: each shape reaches some edge (1 to 31 columns in
+// the last panel, rows and k not multiples of 8, more than one row block, two and three k blocks).
 const Shape3 kShapes[] = {{1, 1, 1},     {5, 7, 3},    {13, 33, 9},  {12, 32, 256}, {6, 17, 257},
                           {97, 65, 300}, {25, 100, 513}, {3, 300, 20}, {40, 48, 8},   {7, 57, 40},
                           {9, 31, 33},   {200, 40, 17},  {14, 40, 1100}};

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "gemm_test_helpers.h"
 #include "helpers.h"
 #include "toy/backend/cpu/gemm_bf16.h"
 #include "toy/backend/cpu/gemm_half.h"
@@ -28,17 +29,6 @@ namespace {
 
 float half_value(uint16_t h, DType t) { return t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h); }
 uint16_t to_half(float x, DType t) { return t == DType::F16 ? f32_to_f16(x) : f32_to_bf16(x); }
-
-// The forms this CPU runs: AVX2 always, AVX-512 where the kernel variant has it.
-std::vector<bool> forms_here() {
-  std::vector<bool> f{false};
-  if (kernel_variant() == KernelVariant::Avx512) f.push_back(true);
-  return f;
-}
-struct FormScope {
-  explicit FormScope(bool avx512) { cpu::use_avx512_forms(avx512); }
-  ~FormScope() { cpu::use_avx512_forms(kernel_variant() == KernelVariant::Avx512); }
-};
 
 // b [K, N] of halves stored as a weight [N, K] (k contiguous), as [K, N] (columns contiguous),
 // or with neither stride 1; gaps hold a NaN's bits (of the type): read one and it shows.
@@ -64,14 +54,6 @@ HalfMatrix make_b(int64_t K, int64_t N, DType t, Layout l, uint64_t seed) {
   return m;
 }
 
-std::vector<float> random_floats(size_t n, uint64_t seed) {
-  std::vector<float> v(n);
-  std::mt19937 rng{uint32_t(seed)};
-  std::normal_distribution<float> normal;
-  for (float& x : v) x = normal(rng);
-  return v;
-}
-
 // What gemm_half promises: c = fma(a(i, k), b(k, j), c) for k in order, from 0 or c.
 std::vector<float> fma_chains(int64_t M, int64_t N, int64_t K, const std::vector<float>& a, int64_t lda,
                               const HalfMatrix& b, const std::vector<float>& c0, int64_t ldc, bool accumulate) {
@@ -85,13 +67,6 @@ std::vector<float> fma_chains(int64_t M, int64_t N, int64_t K, const std::vector
   return c;
 }
 
-bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
-struct Shape3 {
-  int64_t M, N, K;
-};
 // Tiles 12 x 32 (AVX-512) and 6 x 16 (AVX2), row blocks of 96, k blocks of 256, groups of 8
 // panels: each shape reaches some edge of them (last panels of 1 to 31 columns included).
 const Shape3 kShapes[] = {{1, 1, 1},     {5, 7, 3},      {13, 33, 9},   {12, 32, 256}, {6, 17, 257},
