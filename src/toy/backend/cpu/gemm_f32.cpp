@@ -1,8 +1,10 @@
 // gemm_f32 (gemm_f32.h) on gemm_tiles.h's tiles. b is packed into f32 panels: copied where its
 // k-rows lie contiguous (g W, g^T x), transposed 8 x 8 in registers where its columns do (x W^T:
 // a weight's rows). a is read where it lies when its k are contiguous (x, g); otherwise (g^T in
-// dW = g^T x) each block of 96 rows x 256 k is transposed into scratch before its tiles run:
-// once per block for the 8 panels (256 columns) of a group, so 1/256 of the FMAs' work at most.
+// dW = g^T x) each block of 96 rows x up to 512 k is transposed into scratch before its tiles
+// run, once per group of 8 panels. Few instructions, but in a training step g^T comes from L3:
+// at cpu-medium's shapes dW runs ~15% below x W^T and g W (and below OpenBLAS's SkylakeX
+// kernels; in the AVX2 forms matmul.cpp hands these products to OpenBLAS).
 #include "toy/backend/cpu/gemm_f32.h"
 
 #include <immintrin.h>
