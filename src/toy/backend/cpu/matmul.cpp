@@ -145,8 +145,6 @@ void matmul_rounded(const Tensor& a, const Tensor& b, DType t, Tensor& c) {
 }
 
 void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& c_out, float alpha, float beta) {
-  const int nd = c_out.ndim();
-  const int64_t M = c_out.size(nd - 2), N = c_out.size(nd - 1);
   if (c_out.numel() == 0) return;
   if (a_in.dtype() == DType::BF16 && b_in.dtype() == DType::BF16 && c_out.dtype() == DType::F32 && alpha == 1.0f &&
       (beta == 0.0f || beta == 1.0f) && gemm_bf16_available())
@@ -166,8 +164,6 @@ void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& c_out, float alpha, 
     matmul_f32(a, b, t.data(), c, false);
     for (size_t i = 0; i < t.size(); ++i) pc[i] = alpha * t[i] + (beta == 0.0f ? 0.0f : beta * pc[i]);
   }
-  (void)M;
-  (void)N;
   if (!c.is_same(c_out)) copy(c, c_out);
 }
 

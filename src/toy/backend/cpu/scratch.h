@@ -13,8 +13,9 @@
 
 namespace toy::cpu {
 
-// Slots 0..4: the float kernels; 5, 6: matmul_weight (5 also gemm_half's panels); 7, 8:
-// gemm_bf16's packed operands (7 also gemm_weight_rows' decoded rows).
+// Slots 0..4: the float kernels; 5, 6: matmul_weight (5 also the panels of gemm_tiles.h's
+// kernels, gemm_half and gemm_f32); 7, 8: gemm_bf16's packed operands (7 also gemm_weight_rows'
+// decoded rows and gemm_f32's packed rows of a).
 inline constexpr int kScratchSlots = 9;
 
 // A float buffer of at least n elements owned by the calling thread; `slot` separates
