@@ -1411,8 +1411,8 @@ mask-chain-horizon-ignored
 src/toy/infer/grammar.cpp
 toy_chat_tests toy_serve_tests
 ^Grammar\.|^JsonSchema\.|^ServeHttp\.StructuredOutput
-      if (c.id != 0 && c.remaining > horizon) v[0] = 0x80000000u | c.id, v[3] = horizon;
-      if (c.id != 0) v[0] = 0x80000000u | c.id, v[3] = horizon;
+      const bool far = c.id != 0 && c.remaining > horizon;
+      const bool far = c.id != 0;
 finetune-template-not-carried
 src/toy/train/finetune_model.cpp
 toy toy_cli_tests
@@ -1467,6 +1467,18 @@ toy_chat_tests
 ^ToolGrammar\.
   if (partial && !calls.ok && calls.stop != npos) out.call_in_progress = call_being_written(rest.substr(calls.stop), syntax.tools);
   (void)0;
+grammar-key-drops-place-in-alternative
+src/toy/infer/grammar.cpp
+toy_chat_tests toy_serve_tests
+^Grammar\.|^TokenMasker\.|^ToolGrammar\.|^JsonSchema\.|^ServeHttp\.StructuredOutput
+      put(far ? 0x80000000u | c.id : p.rule), put(p.alt), put(p.index), put(far ? horizon : 0u);
+      put(far ? 0x80000000u | c.id : p.rule), put(p.alt), put(far ? horizon : 0u);
+grammar-expand-leaves-stack-changed
+src/toy/infer/grammar.cpp
+toy_chat_tests
+^Grammar\.|^TokenMasker\.|^ToolGrammar\.
+  s.push_back(e);
+  (void)e;
 mask-walk-shallow-key
 src/toy/infer/grammar_mask.cpp
 toy_chat_tests

@@ -177,10 +177,7 @@ void expect_same_greedy_tokens(const std::string& model_path, const std::vector<
   ASSERT_EQ(theirs.size(), size_t(n));
   int same = 0;
   for (int i = 0; i < n; ++i) {
-    std::vector<float> lp = logits;
-    const float mx = *std::max_element(lp.begin(), lp.end());
-    double se = 0;
-    for (float v : lp) se += std::exp(double(v) - mx);
+    const std::vector<float>& lp = logits;
     const int32_t ours = int32_t(std::max_element(lp.begin(), lp.end()) - lp.begin());
     if (ours != theirs[size_t(i)]) {
       const double gap = double(lp[size_t(ours)]) - double(lp[size_t(theirs[size_t(i)])]);
@@ -188,7 +185,7 @@ void expect_same_greedy_tokens(const std::string& model_path, const std::vector<
       break;
     }
     ++same;
-    logits = lm.model->decode(cache, {ours}).to_f32_vector();
+    logits = lm.model->decode(cache, ours).to_f32_vector();
   }
   std::printf("%s: %d of %d greedy tokens identical\n", model_path.c_str(), same, n);
   if (tie == 0) {

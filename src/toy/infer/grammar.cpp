@@ -42,8 +42,7 @@ class GrammarParser {
     g_->chains_.resize(g_->rules_.size());
     for (uint32_t r = 0; r < g_->rules_.size(); ++r)
       for (uint32_t a = 0; a < g_->rules_[r].size(); ++a)
-        for (uint32_t i = 0; i < g_->rules_[r][a].size(); ++i) g_->places_.push_back({&g_->rules_[r][a][i], {r, a, i}});
-    std::sort(g_->places_.begin(), g_->places_.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+        for (uint32_t i = 0; i < g_->rules_[r][a].size(); ++i) g_->rules_[r][a][i].place = {r, a, i};
     return g;
   }
 
@@ -394,11 +393,6 @@ std::shared_ptr<const Grammar> Grammar::parse_cached(std::string_view gbnf, cons
   return g;
 }
 
-Grammar::Place Grammar::place(const Elem* e) const {
-  auto it = std::lower_bound(places_.begin(), places_.end(), e, [](const auto& p, const Elem* x) { return p.first < x; });
-  return it->second;
-}
-
 bool Grammar::Elem::matches(uint32_t cp) const {
   if (kind != Chars) return false;
   bool in = false;
@@ -444,15 +438,20 @@ void GrammarMatcher::expand(Stack& s, std::vector<Stack>& out, int depth) const 
     out.push_back(s);
     return;
   }
+  // (in place, each alternative pushed and popped again: s ends as it came; only the stacks
+  // kept are copies)
   const Grammar::Elem* e = s.back();
-  Stack rest = s;
-  rest.pop_back();
-  if ((e + 1)->kind != Grammar::Elem::End) rest.push_back(e + 1);
+  s.pop_back();
+  const bool more = (e + 1)->kind != Grammar::Elem::End;
+  if (more) s.push_back(e + 1);
   for (const auto& alt : g_->rules()[e->rule]) {
-    Stack t = rest;
-    if (alt[0].kind != Grammar::Elem::End) t.push_back(&alt[0]);
-    expand(t, out, depth + 1);
+    const bool opens = alt[0].kind != Grammar::Elem::End;
+    if (opens) s.push_back(&alt[0]);
+    expand(s, out, depth + 1);
+    if (opens) s.pop_back();
   }
+  if (more) s.pop_back();
+  s.push_back(e);
 }
 
 void GrammarMatcher::step_past_top(const Stack& s, std::vector<Stack>& out) const {
@@ -603,29 +602,53 @@ bool GrammarMatcher::finished() const {
 }
 
 std::string GrammarMatcher::key(uint32_t horizon) const {
-  // Each stack as its elements' places; a place in a repetition chain with more than `horizon`
-  // repetitions left is written as the chain's and `horizon` (no token reaches the difference).
-  std::vector<std::string> stacks;
-  stacks.reserve(stacks_.size());
+  // Each stack as its elements' places, 4 words each; a place in a repetition chain with more
+  // than `horizon` repetitions left is written as the chain's and `horizon` (no token reaches
+  // the difference). The stacks in a canonical order (by a hash of their words, then the words:
+  // stacks share long bottoms, so comparing words first is slow) without repeats, so that the
+  // order in which they arose does not matter. (One buffer, reused: the token mask's walk calls
+  // this for every live byte of the vocabulary's trie.)
+  struct Span {
+    uint64_t hash;
+    uint32_t first, end;  // its words
+  };
+  thread_local std::vector<uint32_t> words;
+  thread_local std::vector<Span> spans;
+  words.clear();
+  spans.clear();
   for (const Stack& s : stacks_) {
-    std::string k;
+    const uint32_t first = uint32_t(words.size());
+    uint64_t h = 0xcbf29ce484222325ull;
+    auto put = [&](uint32_t w) {
+      words.push_back(w);
+      h = (h ^ w) * 0x100000001b3ull;
+    };
     for (const Grammar::Elem* e : s) {
-      const Grammar::Place p = g_->place(e);
-      const Grammar::Chain c = g_->chains()[p.rule];
-      uint32_t v[4] = {p.rule, p.alt, p.index, 0};
-      if (c.id != 0 && c.remaining > horizon) v[0] = 0x80000000u | c.id, v[3] = horizon;
-      k.append(reinterpret_cast<const char*>(v), sizeof v);
+      const Grammar::Place& p = e->place;
+      const Grammar::Chain& c = g_->chains()[p.rule];
+      const bool far = c.id != 0 && c.remaining > horizon;
+      put(far ? 0x80000000u | c.id : p.rule), put(p.alt), put(p.index), put(far ? horizon : 0u);
     }
-    stacks.push_back(std::move(k));
+    spans.push_back({h, first, uint32_t(words.size())});
   }
-  std::sort(stacks.begin(), stacks.end());
-  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
-  std::string key = pending_;
+  auto same = [&](const Span& x, const Span& y) {
+    return x.hash == y.hash &&
+           std::equal(words.begin() + x.first, words.begin() + x.end, words.begin() + y.first, words.begin() + y.end);
+  };
+  std::sort(spans.begin(), spans.end(), [&](const Span& x, const Span& y) {
+    if (x.hash != y.hash) return x.hash < y.hash;
+    return std::lexicographical_compare(words.begin() + x.first, words.begin() + x.end, words.begin() + y.first,
+                                        words.begin() + y.end);
+  });
+  spans.erase(std::unique(spans.begin(), spans.end(), same), spans.end());
+  std::string key;
+  key.reserve(pending_.size() + 1 + (spans.size() + words.size()) * sizeof(uint32_t));
+  key = pending_;
   key += '|';
-  for (const std::string& k : stacks) {
-    const uint32_t n = uint32_t(k.size());
+  for (const Span& sp : spans) {
+    const uint32_t n = sp.end - sp.first;  // (in words: the lengths keep the stacks apart)
     key.append(reinterpret_cast<const char*>(&n), sizeof n);
-    key += k;
+    key.append(reinterpret_cast<const char*>(words.data() + sp.first), n * sizeof(uint32_t));
   }
   return key;
 }

@@ -30,12 +30,17 @@ struct GrammarVocab {
 
 class Grammar {
  public:
+  // Which rule, alternative and place an element is (for keys that do not depend on memory).
+  struct Place {
+    uint32_t rule = 0, alt = 0, index = 0;
+  };
   struct Elem {
     enum Kind : uint8_t { End, Rule, Chars, Token } kind = End;
     bool negated = false;                           // Chars: any code point outside the ranges; Token: any other token
     uint32_t rule = 0;                              // Rule
     int32_t token = -1;                             // Token
     std::vector<std::pair<uint32_t, uint32_t>> ranges;  // Chars: inclusive code point ranges
+    Place place;                                        // where it stands in the grammar
     bool matches(uint32_t cp) const;                   // (a Chars element; false for a Token)
     bool matches_any(uint32_t lo, uint32_t hi) const;  // some code point in [lo, hi]
     bool matches_token(int32_t id) const { return kind == Token && (id == token) != negated; }
@@ -58,11 +63,6 @@ class Grammar {
     uint32_t remaining = 0;
   };
   const std::vector<Chain>& chains() const { return chains_; }
-  // Which rule, alternative and place an element is (for keys that do not depend on memory).
-  struct Place {
-    uint32_t rule, alt, index;
-  };
-  Place place(const Elem* e) const;
   uint32_t root() const { return root_; }
   const std::string& rule_name(uint32_t r) const { return names_[r]; }
 
@@ -70,7 +70,6 @@ class Grammar {
   std::vector<std::vector<Alternative>> rules_;
   std::vector<std::string> names_;
   std::vector<Chain> chains_;
-  std::vector<std::pair<const Elem*, Place>> places_;  // sorted by address
   uint32_t root_ = 0;
   friend class GrammarParser;
 };
@@ -102,6 +101,8 @@ class GrammarMatcher {
   std::string key(uint32_t horizon = UINT32_MAX) const;
 
  private:
+  // The stacks `s` stands for, each with a code point or token element on top (or empty), into
+  // `out`; s is left as it came.
   void expand(Stack& s, std::vector<Stack>& out, int depth) const;
   // The element on top of `s` matched: the stack goes on after it (expanded into `out`).
   void step_past_top(const Stack& s, std::vector<Stack>& out) const;
