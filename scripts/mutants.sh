@@ -1479,6 +1479,24 @@ toy_chat_tests
 ^Grammar\.|^TokenMasker\.|^ToolGrammar\.
   s.push_back(e);
   (void)e;
+gemm-bias-ignored
+src/toy/backend/cpu/gemm_tiles.h
+toy_op_tests
+^GemmF32\.
+          const Start from = load ? Start{cij, ldc} : bias ? Start{bias + j, 0} : Start{};
+          const Start from = load ? Start{cij, ldc} : Start{};
+gemm-bias-every-k-block
+src/toy/backend/cpu/gemm_tiles.h
+toy_op_tests
+^GemmF32\.
+      const bool load = accumulate || k0 > 0;
+      const bool load = accumulate;
+linear-bias-kernel-skipped-on-cpu
+src/toy/ops/matmul.cpp
+toy_op_tests
+^GemmF32\.Linear
+    k_matmul_bias(x.device())(x2, t_view(w), contiguous_nograd(b), y);
+    k_matmul(x.device())(x2, t_view(w), y, 1.0f, 0.0f);
 mask-walk-shallow-key
 src/toy/infer/grammar_mask.cpp
 toy_chat_tests

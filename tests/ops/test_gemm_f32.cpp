@@ -198,3 +198,58 @@ TEST(GemmF32, WeightGradientInEachForm) {
     }
   }
 }
+
+// A bias as the sums' start (a linear layer's forward): c(i, j) = the chain from bias[j], in
+// both forms, both ways of reading a, every edge and any thread count; the bias ignored when
+// accumulating; an empty k leaves the bias.
+TEST(GemmF32, BiasStartsEveryRowsSums) {
+  for (bool avx512 : forms_here()) {
+    FormScope form(avx512);
+    for (Layout la : {Layout::Rows, Layout::Transposed})
+      for (const Shape3& s : kShapes)
+        for (int threads : {1, 3}) {
+          Threads scope(threads);
+          const int64_t ldc = s.N + 1;
+          const Matrix a = make_matrix(s.M, s.K, la, 21 + s.M), b = make_matrix(s.K, s.N, Layout::Transposed, 9 + s.K);
+          const std::vector<float> bias = random_floats(size_t(s.N), 17 + s.N);
+          std::vector<float> preset(size_t(s.M * ldc), std::nanf(""));
+          for (int64_t i = 0; i < s.M; ++i) std::copy(bias.begin(), bias.end(), preset.begin() + i * ldc);
+          const std::vector<float> want = fma_chains(s.M, s.N, s.K, a, b, preset, ldc, true);
+          std::vector<float> c(preset.size(), std::nanf(""));  // (c is not read: NaNs would show)
+          for (int64_t i = 0; i < s.M; ++i) std::fill(c.begin() + i * ldc + s.N, c.begin() + (i + 1) * ldc, 0.0f);
+          std::vector<float> want_c = want;
+          for (int64_t i = 0; i < s.M; ++i) std::fill(want_c.begin() + i * ldc + s.N, want_c.begin() + (i + 1) * ldc, 0.0f);
+          cpu::gemm_f32(s.M, s.N, s.K, a.op, b.op, c.data(), ldc, false, bias.data());
+          EXPECT_TRUE(same_bits(c, want_c)) << (avx512 ? "AVX-512" : "AVX2") << " a " << layout_name(la) << " "
+                                            << s.M << "x" << s.N << "x" << s.K << ", " << threads << " threads";
+        }
+    // Accumulating: c + a @ b, the bias not added.
+    const Matrix a = make_matrix(13, 40, Layout::Rows, 1), b = make_matrix(40, 33, Layout::Rows, 2);
+    const std::vector<float> bias = random_floats(33, 3), c0 = random_floats(13 * 33, 4);
+    std::vector<float> c = c0;
+    cpu::gemm_f32(13, 33, 40, a.op, b.op, c.data(), 33, true, bias.data());
+    EXPECT_TRUE(same_bits(c, fma_chains(13, 33, 40, a, b, c0, 33, true)));
+  }
+  const Matrix a = make_matrix(4, 0, Layout::Rows, 1), b = make_matrix(0, 5, Layout::Rows, 2);
+  const std::vector<float> bias = {1, 2, 3, 4, 5};
+  std::vector<float> c(20, 9.0f);
+  cpu::gemm_f32(4, 5, 0, a.op, b.op, c.data(), 5, false, bias.data());
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(c[size_t(i * 5 + j)], bias[size_t(j)]);
+}
+
+// linear with a bias on the CPU (the matmul_bias kernel) gives the bits of the bias copied into
+// y and the product accumulated onto it (what devices without that kernel run), forward and
+// through its backward, on 1 and 2 threads.
+TEST(GemmF32, LinearWithABiasEqualsTheBiasCopiedAndAccumulated) {
+  const Tensor x = randn_t(Shape{3, 50, 70}, 5), w = randn_t(Shape{90, 70}, 6), b = randn_t(Shape{90}, 7);
+  Tensor want = empty(Shape{150, 90});
+  copy_(want, expand(b, Shape{150, 90}));
+  cpu::matmul(reshape(x, Shape{150, 70}), transpose(w), want, 1.0f, 1.0f);
+  for (int threads : {1, 2}) {
+    Threads scope(threads);
+    const Tensor y = linear(x, w, b);
+    EXPECT_EQ(y.shape(), (Shape{3, 50, 90}));
+    EXPECT_TRUE(same_bits(y.to_f32_vector(), want.to_f32_vector())) << threads << " threads";
+  }
+}

@@ -79,6 +79,11 @@ using Dropout = void(const Tensor& x, Tensor& y, const DropoutArgs& a);
 // batch dims of a and b already broadcast to c's. a and b may be transposed views (either
 // of their last two strides 1); float dtypes, computed in f32.
 using Matmul = void(const Tensor& a, const Tensor& b, Tensor& c, float alpha, float beta);
+// c [M, N] = a [M, K] @ b [K, N] + bias [N] on every row, all f32 (a and b 2-d, either a
+// transposed view; bias contiguous): each sum starts from the bias, so c has the bits of Matmul
+// on c preset to the bias with beta 1, without that pass over c. A linear layer's forward; a
+// backend without it gets the bias copied into c and Matmul.
+using MatmulBias = void(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& c);
 // Products with a weight matrix stored in any dtype toy reads (F16, BF16, GGUF blocks), the
 // activations in f32: y [N, out] = x [N, in] W^T (+ y when accumulate), W [out, in] contiguous.
 using MatmulWeight = void(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);

@@ -9,6 +9,7 @@ using namespace detail;
 
 namespace {
 const KernelRef<kern::Matmul> k_matmul("matmul");
+const KernelRef<kern::MatmulBias> k_matmul_bias("matmul_bias");
 const KernelRef<kern::MatmulWeight> k_matmul_weight("matmul_weight");
 const KernelRef<kern::MatmulWeightT> k_matmul_weight_t("matmul_weight_t");
 const KernelRef<kern::MatmulTakesHalf> k_matmul_takes_half("matmul_takes_half");
@@ -205,13 +206,18 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   }
   const int64_t N = x2.size(0);
   Tensor y = empty(Shape{N, out}, x.dtype(), x.device());
-  float beta = 0.0f;
-  if (b.defined()) {
-    NoGradGuard ng;
-    copy_(y, expand_view(b, y.shape()));
-    beta = 1.0f;
+  if (b.defined() && x.dtype() == DType::F32 && k_matmul_bias.available(x.device())) {
+    // (the bias as the sums' start: the same bits as the copy below, one pass over y fewer)
+    k_matmul_bias(x.device())(x2, t_view(w), contiguous_nograd(b), y);
+  } else {
+    float beta = 0.0f;
+    if (b.defined()) {
+      NoGradGuard ng;
+      copy_(y, expand_view(b, y.shape()));
+      beta = 1.0f;
+    }
+    k_matmul(x.device())(x2, t_view(w), y, 1.0f, beta);
   }
-  k_matmul(x.device())(x2, t_view(w), y, 1.0f, beta);
   Shape ys = x.shape();
   ys[ys.ndim() - 1] = out;
   y = make_view(y, ys, contiguous_strides(ys), 0);

@@ -17,6 +17,7 @@ kern::SwigluPacked swiglu_packed;
 kern::SwigluPackedBackward swiglu_packed_backward;
 kern::Dropout dropout;
 kern::Matmul matmul;
+kern::MatmulBias matmul_bias;
 kern::MatmulWeight matmul_weight;
 kern::MatmulWeightT matmul_weight_t;
 kern::MatmulTakesHalf matmul_takes_half;

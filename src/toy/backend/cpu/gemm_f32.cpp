@@ -95,14 +95,14 @@ void pack_a_block(const F32Matrix& a, int64_t i0, int64_t i1, int64_t k0, int64_
 
 // Panels [p0, p1) of c over rows [i0, i1).
 void run_part(int64_t N, int64_t K, const F32Matrix& a, const F32Matrix& b, float* c, int64_t ldc,
-              bool accumulate, int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
+              bool accumulate, const float* bias, int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
   auto pack = [&](int64_t p, int64_t k0, int64_t k1, char* dst) {
     pack_panel(b, N, K, p * kNR, k0, k1, reinterpret_cast<float*>(dst));
   };
   float* ci = c + i0 * ldc;
   if (rows_in_place(a, K)) {
-    run_panels<Elem::F32, kF32Blocking>(p0, p1, i1 - i0, N, K, RowsInPlace{a.p + i0 * a.row_stride, a.row_stride}, ci, ldc,
-                          accumulate, pack);
+    run_panels<Elem::F32, kF32Blocking>(p0, p1, i1 - i0, N, K, RowsInPlace{a.p + i0 * a.row_stride, a.row_stride}, ci,
+                                        ldc, accumulate, pack, bias);
     return;
   }
   float* block = scratch_floats(size_t(kMC * kPackedLda), kSlotRows);
@@ -110,16 +110,19 @@ void run_part(int64_t N, int64_t K, const F32Matrix& a, const F32Matrix& b, floa
     pack_a_block(a, i0 + r0, i0 + r1, k0, k1, block);
     return {block, kPackedLda};
   };
-  run_panels<Elem::F32, kF32Blocking>(p0, p1, i1 - i0, N, K, packed_rows, ci, ldc, accumulate, pack);
+  run_panels<Elem::F32, kF32Blocking>(p0, p1, i1 - i0, N, K, packed_rows, ci, ldc, accumulate, pack, bias);
 }
 
 }  // namespace
 
 void gemm_f32(int64_t M, int64_t N, int64_t K, const F32Matrix& a, const F32Matrix& b, float* c, int64_t ldc,
-              bool accumulate) {
-  if (!nonempty(M, N, K, c, ldc, accumulate)) return;
+              bool accumulate, const float* bias) {
+  if (accumulate) bias = nullptr;
+  if (K <= 0 && bias && M > 0 && N > 0)
+    for (int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, c + i * ldc);
+  if (!nonempty(M, N, K, c, ldc, accumulate || bias)) return;
   if (double(M) * double(N) * double(K) < kShareFlops || in_parallel_region()) {
-    run_part(N, K, a, b, c, ldc, accumulate, 0, (N + kNR - 1) / kNR, 0, M);
+    run_part(N, K, a, b, c, ldc, accumulate, bias, 0, (N + kNR - 1) / kNR, 0, M);
     return;
   }
   const int64_t threads = num_threads();
@@ -129,12 +132,12 @@ void gemm_f32(int64_t M, int64_t N, int64_t K, const F32Matrix& a, const F32Matr
     const int64_t panels = (N + kNR - 1) / kNR;
     parallel_for(0, (M + rows - 1) / rows, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
-        run_part(N, K, a, b, c, ldc, accumulate, 0, panels, t * rows, std::min(M, (t + 1) * rows));
+        run_part(N, K, a, b, c, ldc, accumulate, bias, 0, panels, t * rows, std::min(M, (t + 1) * rows));
     });
     return;
   }
   split_c(M, N, [&](int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
-    run_part(N, K, a, b, c, ldc, accumulate, p0, p1, i0, i1);
+    run_part(N, K, a, b, c, ldc, accumulate, bias, p0, p1, i0, i1);
   });
 }
 

@@ -18,9 +18,11 @@ struct F32Matrix {
   int64_t row_stride = 0, col_stride = 0;
 };
 
-// c [M, N] (row stride ldc) = a [M, K] @ b [K, N], plus c's values when accumulate. Threads
-// split c (unless called inside a parallel job, or the product is too small to share).
+// c [M, N] (row stride ldc) = a [M, K] @ b [K, N], plus c's values when accumulate, else plus
+// `bias` (N values, added to every row) where given: each sum starts from c's value or the
+// bias, so a bias gives the bits of c preset to it and accumulated, without that pass over c.
+// Threads split c (unless called inside a parallel job, or the product is too small to share).
 void gemm_f32(int64_t M, int64_t N, int64_t K, const F32Matrix& a, const F32Matrix& b, float* c, int64_t ldc,
-              bool accumulate);
+              bool accumulate, const float* bias = nullptr);
 
 }  // namespace toy::cpu

@@ -59,18 +59,25 @@ inline __m256 panel8(const void* b, int64_t i) {
   return _mm256_cvtph_ps(h);
 }
 
-// c[MR rows, cols] (+)= a's MR rows (row stride lda) @ the panel's kc k-rows. Sums start from c
-// (load) or 0 and take the k in order.
+// Where a tile's sums start: 0 (p null), or row i's from p + i * ld (c itself, to go on from
+// it; or a bias, ld 0, the same for every row).
+struct Start {
+  const float* p = nullptr;
+  int64_t ld = 0;
+};
+
+// c[MR rows, cols] = a's MR rows (row stride lda) @ the panel's kc k-rows, the sums starting
+// from `from` and taking the k in order.
 template <int MR, Elem E>
 TOY_AVX512 void tile512(const float* a, int64_t lda, const void* b, int64_t kc, float* c, int64_t ldc, int cols,
-                        bool load) {
+                        Start from) {
   const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
   const __mmask16 m1 = cols >= 32 ? __mmask16(0xffff) : cols <= 16 ? __mmask16(0) : __mmask16((1u << (cols - 16)) - 1);
   __m512 acc[MR][2];
 #pragma GCC unroll 12
   for (int i = 0; i < MR; ++i) {
-    acc[i][0] = load ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
-    acc[i][1] = load ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
+    acc[i][0] = from.p ? _mm512_maskz_loadu_ps(m0, from.p + i * from.ld) : _mm512_setzero_ps();
+    acc[i][1] = from.p ? _mm512_maskz_loadu_ps(m1, from.p + i * from.ld + 16) : _mm512_setzero_ps();
   }
   for (int64_t k = 0; k < kc; ++k) {
     const __m512 b0 = panel16<E>(b, k * kNR), b1 = panel16<E>(b, k * kNR + 16);
@@ -91,15 +98,15 @@ TOY_AVX512 void tile512(const float* a, int64_t lda, const void* b, int64_t kc, 
 // The AVX2 form: MR rows x 16 columns of the panel, from column `first` (0 or 16).
 template <int MR, Elem E>
 void tile256(const float* a, int64_t lda, const void* b, int64_t first, int64_t kc, float* c, int64_t ldc, int cols,
-             bool load) {
+             Start from) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), lane);
   const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols - 8), lane);
   __m256 acc[MR][2];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
-    acc[i][0] = load ? _mm256_maskload_ps(c + i * ldc, m0) : _mm256_setzero_ps();
-    acc[i][1] = load ? _mm256_maskload_ps(c + i * ldc + 8, m1) : _mm256_setzero_ps();
+    acc[i][0] = from.p ? _mm256_maskload_ps(from.p + i * from.ld, m0) : _mm256_setzero_ps();
+    acc[i][1] = from.p ? _mm256_maskload_ps(from.p + i * from.ld + 8, m1) : _mm256_setzero_ps();
   }
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 b0 = panel8<E>(b, k * kNR + first), b1 = panel8<E>(b, k * kNR + first + 8);
@@ -117,8 +124,8 @@ void tile256(const float* a, int64_t lda, const void* b, int64_t first, int64_t 
   }
 }
 
-using Tile512 = void (*)(const float*, int64_t, const void*, int64_t, float*, int64_t, int, bool);
-using Tile256 = void (*)(const float*, int64_t, const void*, int64_t, int64_t, float*, int64_t, int, bool);
+using Tile512 = void (*)(const float*, int64_t, const void*, int64_t, float*, int64_t, int, Start);
+using Tile256 = void (*)(const float*, int64_t, const void*, int64_t, int64_t, float*, int64_t, int, Start);
 
 template <Elem E, int... R>
 constexpr auto tiles512(std::integer_sequence<int, R...>) {
@@ -129,10 +136,11 @@ constexpr auto tiles256(std::integer_sequence<int, R...>) {
   return std::array<Tile256, sizeof...(R)>{tile256<R + 1, E>...};
 }
 
-// Runs the tiles of c's rows [i0, i1) x one panel (columns j.., `cols` of them) over kc k.
+// Runs the tiles of c's rows [i0, i1) x one panel (columns j.., `cols` of them) over kc k, the
+// sums of row i starting from from.p + i * from.ld (or 0).
 template <Elem E>
 void panel_rows(bool avx512, int64_t i0, int64_t i1, const float* a, int64_t lda, const void* panel, int64_t kc,
-                float* c, int64_t ldc, int cols, bool load) {
+                float* c, int64_t ldc, int cols, Start from) {
   static constexpr auto t512 = tiles512<E>(std::make_integer_sequence<int, kMR512>());
   static constexpr auto t256 = tiles256<E>(std::make_integer_sequence<int, kMR256>());
   const int mr = avx512 ? kMR512 : kMR256;
@@ -140,11 +148,13 @@ void panel_rows(bool avx512, int64_t i0, int64_t i1, const float* a, int64_t lda
     const int rows = int(std::min<int64_t>(mr, i1 - i));
     const float* ai = a + i * lda;
     float* ci = c + i * ldc;
+    const Start fi{from.p ? from.p + i * from.ld : nullptr, from.ld};
     if (avx512) {
-      t512[size_t(rows - 1)](ai, lda, panel, kc, ci, ldc, cols, load);
+      t512[size_t(rows - 1)](ai, lda, panel, kc, ci, ldc, cols, fi);
     } else {
-      t256[size_t(rows - 1)](ai, lda, panel, 0, kc, ci, ldc, std::min(cols, 16), load);
-      if (cols > 16) t256[size_t(rows - 1)](ai, lda, panel, 16, kc, ci + 16, ldc, cols - 16, load);
+      t256[size_t(rows - 1)](ai, lda, panel, 0, kc, ci, ldc, std::min(cols, 16), fi);
+      if (cols > 16)
+        t256[size_t(rows - 1)](ai, lda, panel, 16, kc, ci + 16, ldc, cols - 16, {fi.p ? fi.p + 16 : nullptr, fi.ld});
     }
   }
 }
@@ -168,9 +178,11 @@ constexpr int64_t k_block(const Blocking& b, int64_t K) {
 // c's columns of panels [p0, p1), all rows, all k: pack(p, k0, k1, dst) writes panel p's
 // k-rows [k0, k1) to dst; a_block(i0, i1, k0, k1) gives a's rows [i0, i1) at k0 as
 // {pointer, row stride} (a itself where its rows lie in memory; a packed copy otherwise).
+// The sums start from c (accumulate), else from `bias` (N values, the same for every row:
+// what presetting c to it and accumulating gives, without that pass over c), else from 0.
 template <Elem E, Blocking B = kHalfBlocking, class Pack, class ABlock>
 void run_panels(int64_t p0, int64_t p1, int64_t M, int64_t N, int64_t K, ABlock&& a_block, float* c, int64_t ldc,
-                bool accumulate, Pack&& pack) {
+                bool accumulate, Pack&& pack, const float* bias = nullptr) {
   constexpr int64_t elem = E == Elem::F32 ? 4 : 2;
   constexpr int64_t panel_bytes = B.kc_max * kNR * elem;
   const bool avx512 = avx512_forms();
@@ -189,8 +201,10 @@ void run_panels(int64_t p0, int64_t p1, int64_t M, int64_t N, int64_t K, ABlock&
         const auto [ai, lda] = a_block(i0, i1, k0, k1);
         for (int64_t p = g0; p < g1; ++p) {
           const int64_t j = p * kNR;
-          panel_rows<E>(avx512, 0, i1 - i0, ai, lda, packed + (p - g0) * panel_bytes, kc, c + i0 * ldc + j, ldc,
-                        int(std::min<int64_t>(kNR, N - j)), load);
+          float* cij = c + i0 * ldc + j;
+          const Start from = load ? Start{cij, ldc} : bias ? Start{bias + j, 0} : Start{};
+          panel_rows<E>(avx512, 0, i1 - i0, ai, lda, packed + (p - g0) * panel_bytes, kc, cij, ldc,
+                        int(std::min<int64_t>(kNR, N - j)), from);
         }
       }
     }

@@ -167,6 +167,12 @@ void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& c_out, float alpha, 
   if (!c.is_same(c_out)) copy(c, c_out);
 }
 
+void matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& c) {
+  // (Never OpenBLAS: it would need c preset to the bias, the pass this kernel is for.)
+  gemm_f32(c.size(0), c.size(1), a.size(1), {a.data<float>(), a.stride(0), a.stride(1)},
+           {b.data<float>(), b.stride(0), b.stride(1)}, c.data<float>(), c.size(1), false, bias.data<float>());
+}
+
 namespace {
 
 // GFLOP/s of one thread's independent FMA chains for `seconds`: enough chains (more than the
