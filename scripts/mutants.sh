@@ -1497,6 +1497,24 @@ toy_op_tests
 ^GemmF32\.Linear
     k_matmul_bias(x.device())(x2, t_view(w), contiguous_nograd(b), y);
     k_matmul(x.device())(x2, t_view(w), y, 1.0f, 0.0f);
+row-sums-runs-of-32
+src/toy/backend/cpu/gemm_f32.cpp
+toy_op_tests
+^GemmF32\.
+    if (k_end % 64 != 0 && k_end != K) return;
+    if (k_end % 32 != 0 && k_end != K) return;
+row-sums-every-group-of-panels
+src/toy/backend/cpu/gemm_f32.cpp
+toy_op_tests
+^GemmF32\.
+    pack_a_block(a, i0 + r0, i0 + r1, k0, k1, block, first && sums ? &*sums : nullptr);
+    pack_a_block(a, i0 + r0, i0 + r1, k0, k1, block, sums ? &*sums : nullptr);
+linear-bias-gradient-from-row-sums-dropped
+src/toy/ops/matmul.cpp
+toy_op_tests
+^GemmF32\.Linear
+        r[1] = dw, r[2] = db;
+        r[1] = dw, r[2] = sum(dw, 1);
 mask-walk-shallow-key
 src/toy/infer/grammar_mask.cpp
 toy_chat_tests

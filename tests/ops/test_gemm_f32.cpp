@@ -253,3 +253,46 @@ TEST(GemmF32, LinearWithABiasEqualsTheBiasCopiedAndAccumulated) {
     EXPECT_TRUE(same_bits(y.to_f32_vector(), want.to_f32_vector())) << threads << " threads";
   }
 }
+
+// A linear layer's weight and bias gradients in one read of g (matmul_row_sums): dW the bits of
+// the matmul kernel's gᵀ x, db the bits of sum(g, 0) (Reduce's order: runs of 64 tokens in f32,
+// added in double), in both forms, on any thread count, for token counts off the runs' and
+// blocks' edges, rows off the 8 x 8 transposes', more than one group of panels (over 256 inputs),
+// and a single output (Reduce's other order).
+TEST(GemmF32, WeightAndBiasGradientsTogetherHaveTheBitsOfEachApart) {
+  for (bool avx512 : forms_here()) {
+    FormScope form(avx512);
+    for (const Shape3& s : {Shape3{1, 7, 9}, Shape3{13, 33, 130}, Shape3{200, 70, 300}, Shape3{384, 128, 768},
+                            Shape3{9, 40, 1100}, Shape3{40, 300, 100}, Shape3{5, 3, 64}, Shape3{3, 4, 0}})
+      for (int threads : {1, 2, 3}) {
+        Threads scope(threads);
+        const int64_t out = s.M, in = s.N, T = s.K;
+        const Tensor g = randn_t(Shape{T, out}, 31 + out), x = randn_t(Shape{T, in}, 32 + in);
+        const Tensor want_db = sum(g, 0);
+        // gᵀ as a transposed view (packed, summed as it is), and stored (read in place, summed apart).
+        for (const Tensor& a : {transpose(g), contiguous(transpose(g))}) {
+          Tensor want_dw = empty(Shape{out, in});
+          cpu::matmul(a, x, want_dw, 1.0f, 0.0f);
+          Tensor dw = full(Shape{out, in}, std::nanf("")), db = full(Shape{out}, std::nanf(""));
+          cpu::matmul_row_sums(a, x, dw, db);
+          const std::string where = std::string(avx512 ? "AVX-512 " : "AVX2 ") + std::to_string(out) + " outputs, " +
+                                    std::to_string(in) + " inputs, " + std::to_string(T) + " tokens, " +
+                                    std::to_string(threads) + " threads, gᵀ " + (a.is_contiguous() ? "stored" : "a view");
+          EXPECT_TRUE(same_bits(dw.to_f32_vector(), want_dw.to_f32_vector())) << where;
+          EXPECT_TRUE(same_bits(db.to_f32_vector(), want_db.to_f32_vector())) << where;
+        }
+      }
+  }
+}
+
+// Through linear's backward: the bias's gradient is sum(g, 0) exactly, the weight's gᵀ x.
+TEST(GemmF32, LinearsBiasGradientIsTheSumOfItsOutputGradients) {
+  const Tensor x = randn_t(Shape{2, 150, 40}, 41), w = param(randn_t(Shape{24, 40}, 42)), b = param(randn_t(Shape{24}, 43));
+  const Tensor r = randn_t(Shape{2, 150, 24}, 44);
+  backward(sum(mul(linear(x, w, b), r)));
+  const Tensor r2 = reshape(r, Shape{300, 24});
+  EXPECT_TRUE(same_bits(b.grad().to_f32_vector(), sum(r2, 0).to_f32_vector()));
+  Tensor want_dw = empty(Shape{24, 40});
+  cpu::matmul(transpose(r2), reshape(x, Shape{300, 40}), want_dw, 1.0f, 0.0f);
+  EXPECT_TRUE(same_bits(w.grad().to_f32_vector(), want_dw.to_f32_vector()));
+}

@@ -84,6 +84,11 @@ using Matmul = void(const Tensor& a, const Tensor& b, Tensor& c, float alpha, fl
 // on c preset to the bias with beta 1, without that pass over c. A linear layer's forward; a
 // backend without it gets the bias copied into c and Matmul.
 using MatmulBias = void(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& c);
+// c [M, N] = a [M, K] @ b [K, N] and sums [M] = a's rows summed along k, with the bits of
+// Reduce's sum of the [K, M] tensor aᵀ over its axis 0; all f32 (a and b 2-d, either a
+// transposed view; c and sums contiguous). A linear layer's weight and bias gradients (gᵀ x and
+// g summed over the tokens) from one read of g; a backend without it gets Matmul and Reduce.
+using MatmulRowSums = void(const Tensor& a, const Tensor& b, Tensor& c, Tensor& sums);
 // Products with a weight matrix stored in any dtype toy reads (F16, BF16, GGUF blocks), the
 // activations in f32: y [N, out] = x [N, in] W^T (+ y when accumulate), W [out, in] contiguous.
 using MatmulWeight = void(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate);

@@ -10,6 +10,7 @@ using namespace detail;
 namespace {
 const KernelRef<kern::Matmul> k_matmul("matmul");
 const KernelRef<kern::MatmulBias> k_matmul_bias("matmul_bias");
+const KernelRef<kern::MatmulRowSums> k_matmul_row_sums("matmul_row_sums");
 const KernelRef<kern::MatmulWeight> k_matmul_weight("matmul_weight");
 const KernelRef<kern::MatmulWeightT> k_matmul_weight_t("matmul_weight_t");
 const KernelRef<kern::MatmulTakesHalf> k_matmul_takes_half("matmul_takes_half");
@@ -226,8 +227,15 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
       Grads r(3);
       Tensor g = contiguous_nograd(reshape(g_in, Shape{-1, w.size(0)}));
       if (wants_grad(x)) r[0] = reshape(matmul_nd(g, w), x.shape());  // [N, out] @ [out, in]
-      if (wants_grad(w)) r[1] = matmul_nd(t_view(g), x2);              // [out, N] @ [N, in]
-      if (wants_grad(b)) r[2] = sum(g, 0);
+      if (wants_grad(w) && wants_grad(b) && g.dtype() == DType::F32 && k_matmul_row_sums.available(g.device())) {
+        // (the bias's gradient summed as the weight's product reads g: the bits of sum(g, 0))
+        Tensor dw = empty(w.shape(), DType::F32, g.device()), db = empty(Shape{w.size(0)}, DType::F32, g.device());
+        k_matmul_row_sums(g.device())(t_view(g), x2, dw, db);
+        r[1] = dw, r[2] = db;
+      } else {
+        if (wants_grad(w)) r[1] = matmul_nd(t_view(g), x2);  // [out, N] @ [N, in]
+        if (wants_grad(b)) r[2] = sum(g, 0);
+      }
       return r;
     });
   }

@@ -18,6 +18,7 @@ kern::SwigluPackedBackward swiglu_packed_backward;
 kern::Dropout dropout;
 kern::Matmul matmul;
 kern::MatmulBias matmul_bias;
+kern::MatmulRowSums matmul_row_sums;
 kern::MatmulWeight matmul_weight;
 kern::MatmulWeightT matmul_weight_t;
 kern::MatmulTakesHalf matmul_takes_half;

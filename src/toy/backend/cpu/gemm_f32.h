@@ -21,8 +21,11 @@ struct F32Matrix {
 // c [M, N] (row stride ldc) = a [M, K] @ b [K, N], plus c's values when accumulate, else plus
 // `bias` (N values, added to every row) where given: each sum starts from c's value or the
 // bias, so a bias gives the bits of c preset to it and accumulated, without that pass over c.
+// With a_row_sums (M values), also each row of a summed along k as Reduce sums the rows of the
+// [K, M] tensor aᵀ (runs of 64 k in f32, added in double): for dW = gᵀ x, g's column sums (a
+// bias's gradient) taken as gᵀ is packed, not in another pass over g.
 // Threads split c (unless called inside a parallel job, or the product is too small to share).
 void gemm_f32(int64_t M, int64_t N, int64_t K, const F32Matrix& a, const F32Matrix& b, float* c, int64_t ldc,
-              bool accumulate, const float* bias = nullptr);
+              bool accumulate, const float* bias = nullptr, float* a_row_sums = nullptr);
 
 }  // namespace toy::cpu

@@ -176,8 +176,10 @@ constexpr int64_t k_block(const Blocking& b, int64_t K) {
 }
 
 // c's columns of panels [p0, p1), all rows, all k: pack(p, k0, k1, dst) writes panel p's
-// k-rows [k0, k1) to dst; a_block(i0, i1, k0, k1) gives a's rows [i0, i1) at k0 as
-// {pointer, row stride} (a itself where its rows lie in memory; a packed copy otherwise).
+// k-rows [k0, k1) to dst; a_block(i0, i1, k0, k1, first) gives a's rows [i0, i1) at k0 as
+// {pointer, row stride} (a itself where its rows lie in memory; a packed copy otherwise),
+// `first` true for the first of the groups of panels (each block of a is asked for once per
+// group: first, every block once, rows in order within each k block, k blocks in order).
 // The sums start from c (accumulate), else from `bias` (N values, the same for every row:
 // what presetting c to it and accumulating gives, without that pass over c), else from 0.
 template <Elem E, Blocking B = kHalfBlocking, class Pack, class ABlock>
@@ -198,7 +200,7 @@ void run_panels(int64_t p0, int64_t p1, int64_t M, int64_t N, int64_t K, ABlock&
       const bool load = accumulate || k0 > 0;
       for (int64_t i0 = 0; i0 < M; i0 += kMC) {
         const int64_t i1 = std::min(M, i0 + kMC);
-        const auto [ai, lda] = a_block(i0, i1, k0, k1);
+        const auto [ai, lda] = a_block(i0, i1, k0, k1, g0 == p0);
         for (int64_t p = g0; p < g1; ++p) {
           const int64_t j = p * kNR;
           float* cij = c + i0 * ldc + j;
@@ -216,7 +218,7 @@ void run_panels(int64_t p0, int64_t p1, int64_t M, int64_t N, int64_t K, ABlock&
 struct RowsInPlace {
   const float* a;
   int64_t lda;
-  std::pair<const float*, int64_t> operator()(int64_t i0, int64_t, int64_t k0, int64_t) const {
+  std::pair<const float*, int64_t> operator()(int64_t i0, int64_t, int64_t k0, int64_t, bool) const {
     return {a + i0 * lda + k0, lda};
   }
 };

@@ -28,6 +28,7 @@ void install_cpu_backend(Registry& r) {
   sim::add_cpu_and_sim<kern::Dropout, &cpu::dropout>(r, "dropout");
   sim::add_cpu_and_sim<kern::Matmul, &cpu::matmul>(r, "matmul");
   sim::add_cpu_and_sim<kern::MatmulBias, &cpu::matmul_bias>(r, "matmul_bias");
+  sim::add_cpu_and_sim<kern::MatmulRowSums, &cpu::matmul_row_sums>(r, "matmul_row_sums");
   sim::add_cpu_and_sim<kern::MatmulWeight, &cpu::matmul_weight>(r, "matmul_weight");
   sim::add_cpu_and_sim<kern::MatmulWeightT, &cpu::matmul_weight_t>(r, "matmul_weight_t");
   sim::add_cpu_and_sim<kern::MatmulTakesHalf, &cpu::matmul_takes_half>(r, "matmul_takes_half");

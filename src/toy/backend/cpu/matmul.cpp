@@ -173,6 +173,20 @@ void matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& c
            {b.data<float>(), b.stride(0), b.stride(1)}, c.data<float>(), c.size(1), false, bias.data<float>());
 }
 
+void matmul_row_sums(const Tensor& a, const Tensor& b, Tensor& c, Tensor& sums) {
+  const int64_t M = c.size(0), N = c.size(1), K = a.size(1);
+  const F32Matrix am{a.data<float>(), a.stride(0), a.stride(1)}, bm{b.data<float>(), b.stride(0), b.stride(1)};
+  // Summed as the product packs aᵀ, except where Reduce sums a single column in another order
+  // (M 1) or OpenBLAS runs the product (the AVX2 forms): there Reduce itself, on the view aᵀ.
+  if (M > 1 && !sgemm_by_shape(M, N, K, am, bm, c.data<float>(), N, false)) {
+    gemm_f32(M, N, K, am, bm, c.data<float>(), N, false, nullptr, sums.data<float>());
+    return;
+  }
+  if (M <= 1) gemm_f32(M, N, K, am, bm, c.data<float>(), N, false);
+  const Tensor at = make_view(a, Shape{K, M}, Strides{a.stride(1), a.stride(0)}, a.offset());
+  reduce(kern::ReduceOp::Sum, at, 0, sums, nullptr);
+}
+
 namespace {
 
 // GFLOP/s of one thread's independent FMA chains for `seconds`: enough chains (more than the
