@@ -1515,6 +1515,18 @@ toy_op_tests
 ^GemmF32\.Linear
         r[1] = dw, r[2] = db;
         r[1] = dw, r[2] = sum(dw, 1);
+square-norms-not-squared
+src/toy/backend/cpu/reduce.cpp
+toy_train_tests
+^ParamArena\.
+    if constexpr (kSquares) v = _mm256_mul_ps(v, v);
+    (void)0;
+square-norms-tail-not-squared
+src/toy/backend/cpu/reduce.cpp
+toy_train_tests
+^ParamArena\.
+    if constexpr (kSquares) x = x * x;
+    (void)0;
 mask-walk-shallow-key
 src/toy/infer/grammar_mask.cpp
 toy_chat_tests

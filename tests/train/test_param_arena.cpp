@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <bit>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -292,4 +293,43 @@ TEST(OptimizerClock, StepAndLearningRateAdvanceOnTheDeviceWithTheHostsBits) {
   EXPECT_NE(error_of([&] { advance_optimizer_clock(step, lr, position, LrSchedule{-1, 8, 0.1f, 0.01f}); })
                 .find("optimizer_clock"),
             std::string::npos);
+}
+
+// The gradients' squared norms of a packed store come from one call over the arena's ranges,
+// with the bits of sum(square(g)) per gradient (the unpacked store's path): lengths below,
+// at and past the 8-wide loads' edges, on the CPU and on sim; the op itself against the
+// composition on any ranges, and refusing a range outside the arena.
+TEST(ParamArena, GradientSquareNormsInOneCallHaveTheBitsOfEachGradients) {
+  for (Device d : {Device::CPU, Device::SIM}) {
+    ParamStore ps, ref;
+    const Shape shapes[] = {Shape{3}, Shape{8}, Shape{13, 7}, Shape{64, 33}, Shape{1000}};
+    for (size_t i = 0; i < std::size(shapes); ++i) {
+      const std::string name = "p" + std::to_string(i);
+      ps.add(name, transfer(randn_t(shapes[i], 50 + i), d));
+      ref.add(name, transfer(randn_t(shapes[i], 50 + i), d));
+    }
+    ps.pack();
+    ASSERT_NE(ps.arena(), nullptr);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const Tensor g = transfer(randn_t(shapes[i], 70 + i, 3.0f), d);
+      ps.all()[i].value.set_grad(g);
+      ref.all()[i].value.set_grad(g);
+    }
+    const std::vector<float> packed = grad_square_norms(ps).to_f32_vector();
+    std::vector<float> apart;
+    for (size_t i = 0; i < ref.size(); ++i) apart.push_back(sum(square(ref.all()[i].value.grad())).item());
+    ASSERT_EQ(packed.size(), apart.size());
+    for (size_t i = 0; i < apart.size(); ++i)
+      EXPECT_EQ(std::bit_cast<uint32_t>(packed[i]), std::bit_cast<uint32_t>(apart[i])) << name(d) << " gradient " << i;
+    // The op on ranges in any order, overlapping.
+    const Tensor x = transfer(randn_t(Shape{300}, 90), d);
+    const std::vector<ArenaRange> ranges = {{17, 300}, {0, 1}, {5, 21}, {0, 300}, {100, 108}};
+    const std::vector<float> got = square_norms(x, ranges).to_f32_vector();
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const float want = sum(square(slice(x, 0, ranges[i].begin, ranges[i].end))).item();
+      EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want)) << name(d) << " range " << i;
+    }
+    EXPECT_THROW(square_norms(x, {{290, 301}}), Error);
+    EXPECT_THROW(square_norms(x, {{4, 4}}), Error);
+  }
 }

@@ -294,5 +294,10 @@ using toy::SampleDraw;
 using SampleToken = void(const Tensor& logits, const Tensor& penalized, Tensor& out, const SampleDraw& a);
 using AdamWRanges = void(Tensor& values, const Tensor& grads, Tensor& m, Tensor& v, const Tensor& lr,
                          const Tensor& step, const AdamWArgs& a, const std::vector<ArenaRange>& ranges);
+// out F32 [ranges.size()]: out[i] = the sum of x's squares over range i (x contiguous F32 [n]),
+// with the bits of sum(square(x[range])): each square rounded to f32, then summed as Reduce
+// sums a flat tensor. A parameter arena's gradients' squared norms in one call (a backend
+// without it gets those ops range by range).
+using SquareNormsRanges = void(const Tensor& x, const std::vector<ArenaRange>& ranges, Tensor& out);
 
 }  // namespace toy::kern

@@ -258,5 +258,9 @@ void advance_step_clock(Tensor& step);
 // elements outside every range stay as they are. Ranges sorted, disjoint, within [0, n).
 void adamw_step_ranges(Tensor& values, const Tensor& grads, Tensor& m, Tensor& v, const Tensor& lr,
                        const Tensor& step, const AdamWOptions& o, const std::vector<ArenaRange>& ranges);
+// F32 [ranges.size()]: each range's sum of squares of x (contiguous F32 [n]), with the bits of
+// sum(square(slice(x, 0, begin, end))): the gradients' squared norms of a parameter arena, in
+// one kernel where the device has it (ranges within [0, n), any order, not empty).
+Tensor square_norms(const Tensor& x, const std::vector<ArenaRange>& ranges);
 
 }  // namespace toy

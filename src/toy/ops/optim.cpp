@@ -10,6 +10,7 @@ namespace {
 const KernelRef<kern::Sgd> k_sgd("sgd");
 const KernelRef<kern::AdamW> k_adamw("adamw");
 const KernelRef<kern::AdamWRanges> k_adamw_ranges("adamw_ranges");
+const KernelRef<kern::SquareNormsRanges> k_square_norms_ranges("square_norms_ranges");
 const KernelRef<kern::OptimizerClock> k_clock("optimizer_clock");
 const KernelRef<kern::StepClock> k_step_clock("step_clock");
 
@@ -118,6 +119,24 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const T
   check_adamw_state(param, grad, m, v, lr, step, o, "");
   kern::AdamWArgs a{o.beta1, o.beta2, o.eps, o.weight_decay};
   k_adamw(param.device())(param, grad, m, v, lr, step, a);
+}
+
+Tensor square_norms(const Tensor& x, const std::vector<ArenaRange>& ranges) {
+  OpSpan span("square_norms", {&x});
+  NoGradGuard ng;
+  check_dtype(x, DType::F32, "square_norms", "x");
+  TOY_CHECK(x.is_contiguous() && x.ndim() == 1, "[square_norms] x must be contiguous [n], got {}", describe(x));
+  for (const ArenaRange& r : ranges)
+    TOY_CHECK(r.begin >= 0 && r.begin < r.end && r.end <= x.numel(),
+              "[square_norms] range [{}, {}) is empty or outside [0, {})", r.begin, r.end, x.numel());
+  if (!k_square_norms_ranges.available(x.device())) {
+    std::vector<Tensor> parts;
+    for (const ArenaRange& r : ranges) parts.push_back(reshape(sum(square(slice(x, 0, r.begin, r.end))), Shape{1}));
+    return parts.empty() ? empty(Shape{0}, DType::F32, x.device()) : concat(parts, 0);
+  }
+  Tensor out = empty(Shape{int64_t(ranges.size())}, DType::F32, x.device());
+  if (!ranges.empty()) k_square_norms_ranges(x.device())(x, ranges, out);
+  return out;
 }
 
 namespace detail {

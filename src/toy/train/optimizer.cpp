@@ -95,6 +95,20 @@ bool DynamicLossScale::update(bool finite) {
 
 Tensor grad_square_norms(ParamStore& params) {
   NoGradGuard ng;
+  if (const ParamArena* a = params.arena()) {
+    // Every gradient in its arena range: one call over the ranges (the same bits as below).
+    std::vector<ArenaRange> ranges;
+    bool in_arena = true;
+    for (Param& p : params.all()) {
+      if (!p.value.grad().defined()) continue;
+      in_arena = in_arena && p.arena_offset >= 0 && p.value.numel() > 0;
+      ranges.push_back({p.arena_offset, p.arena_offset + p.value.numel()});
+    }
+    if (in_arena && !ranges.empty()) {
+      gather_grads_into_arena(params);
+      return square_norms(a->grads, ranges);
+    }
+  }
   std::vector<Tensor> parts;
   for (Param& p : params.all()) {
     Tensor g = p.value.grad();

@@ -62,6 +62,7 @@ kern::AddId add_id;
 kern::Sgd sgd;
 kern::AdamW adamw;
 kern::AdamWRanges adamw_ranges;
+kern::SquareNormsRanges square_norms_ranges;
 kern::OptimizerClock optimizer_clock;
 kern::StepClock step_clock;
 kern::SampleToken sample_token;

@@ -72,6 +72,7 @@ void install_cpu_backend(Registry& r) {
   sim::add_cpu_and_sim<kern::Sgd, &cpu::sgd>(r, "sgd");
   sim::add_cpu_and_sim<kern::AdamW, &cpu::adamw>(r, "adamw");
   sim::add_cpu_and_sim<kern::AdamWRanges, &cpu::adamw_ranges>(r, "adamw_ranges");
+  sim::add_cpu_and_sim<kern::SquareNormsRanges, &cpu::square_norms_ranges>(r, "square_norms_ranges");
   sim::add_cpu_and_sim<kern::OptimizerClock, &cpu::optimizer_clock>(r, "optimizer_clock");
   sim::add_cpu_and_sim<kern::StepClock, &cpu::step_clock>(r, "step_clock");
   sim::add_cpu_and_sim<kern::SampleToken, &cpu::sample_token>(r, "sample_token");

@@ -21,24 +21,42 @@ Tensor contiguous_f(const Tensor& x) {
   return c;
 }
 
-// Lanes accumulate in double: summing equal values in f32 lanes drifts systematically.
-template <class T>
+// Lanes accumulate in double: summing equal values in f32 lanes drifts systematically. With
+// kSquares, each value's square (rounded to f32, as the Square kernel gives it) instead.
+template <class T, bool kSquares = false>
 double sum_contig(const T* p, int64_t n) {
   __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 v = load8(p + i);
+    if constexpr (kSquares) v = _mm256_mul_ps(v, v);
     acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
     acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
   }
   alignas(32) double lanes[4];
   _mm256_store_pd(lanes, _mm256_add_pd(acc0, acc1));
   double total = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-  for (; i < n; ++i) total += double(to_f32(p[i]));
+  for (; i < n; ++i) {
+    float x = to_f32(p[i]);
+    if constexpr (kSquares) x = x * x;
+    total += double(x);
+  }
   return total;
 }
 
 }  // namespace
+
+void square_norms_ranges(const Tensor& x, const std::vector<ArenaRange>& ranges, Tensor& out) {
+  const float* p = x.data<float>();
+  float* po = out.data<float>();
+  // (each range one thread's, in Reduce's order: the bits of sum(square(range)))
+  parallel_for(0, int64_t(ranges.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const ArenaRange& r = ranges[size_t(i)];
+      po[i] = float(sum_contig<float, true>(p + r.begin, r.end - r.begin));
+    }
+  });
+}
 
 void reduce(kern::ReduceOp op, const Tensor& x_in, int axis, Tensor& out, Tensor* index) {
   Tensor x = contiguous_f(x_in);
