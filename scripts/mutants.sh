@@ -1491,6 +1491,18 @@ toy_op_tests
 ^GemmF32\.
       const bool load = accumulate || k0 > 0;
       const bool load = accumulate;
+attention-kt-read-unpadded
+src/toy/backend/cpu/attention.cpp
+toy_op_tests
+^(Forward\.Attention|OpGrad\.attention|Torch\.attention)
+        block_gemm(false, rows, cols, g.D, g.scale, g.qrow(b, i0, h), g.qs1, kt + j0, ldt, 0.0f, s, kChunk);
+        block_gemm(false, rows, cols, g.D, g.scale, g.qrow(b, i0, h), g.qs1, kt + j0, g.S, 0.0f, s, kChunk);
+attention-backward-vt-read-unpadded
+src/toy/backend/cpu/attention.cpp
+toy_op_tests
+^(Forward\.Attention|OpGrad\.attention|Torch\.attention)
+          block_gemm(false, rows, cols, g.Dv, 1.0f, dO_i, ldo, vt + j0, ldt, 0.0f, dp, kChunk);
+          block_gemm(false, rows, cols, g.Dv, 1.0f, dO_i, ldo, vt + j0, g.S, 0.0f, dp, kChunk);
 linear-bias-kernel-skipped-on-cpu
 src/toy/ops/matmul.cpp
 toy_op_tests

@@ -116,9 +116,15 @@ void mask_block(const Geometry& g, int64_t b, int64_t i0, int64_t rows, int64_t 
   }
 }
 
-// dst [D, S] = the (b, hk) head of x [B, S, Hkv, D] transposed (x rows have stride xs1):
-// 8x8 tiles transposed in registers, scalar edges.
+// Leading dimension of a transposed head [D, S]: S rounded up to 16 plus 16, so that its rows
+// are not a power of two apart. At S = 256 (1 KiB rows) the rows a register tile reads down k
+// all fell in 16 of the L1's 64 sets and evicted each other between the tiles of one block.
+int64_t transposed_ld(int64_t S) { return (S + 15) / 16 * 16 + 16; }
+
+// dst [D, ld] = the (b, hk) head of x [B, S, Hkv, D] transposed (x rows have stride xs1,
+// dst rows ld = transposed_ld(S)): 8x8 tiles transposed in registers, scalar edges.
 void transpose_head(const float* x, int64_t xs1, int64_t S, int64_t D, float* dst) {
+  const int64_t ld = transposed_ld(S);
   int64_t s0 = 0;
   for (; s0 + 8 <= S; s0 += 8) {
     int64_t d0 = 0;
@@ -126,13 +132,13 @@ void transpose_head(const float* x, int64_t xs1, int64_t S, int64_t D, float* ds
       __m256 o[8];
       for (int i = 0; i < 8; ++i) o[i] = _mm256_loadu_ps(x + (s0 + i) * xs1 + d0);
       transpose8_ps(o);
-      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + (d0 + i) * S + s0, o[i]);
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + (d0 + i) * ld + s0, o[i]);
     }
     for (; d0 < D; ++d0)
-      for (int64_t s = s0; s < s0 + 8; ++s) dst[d0 * S + s] = x[s * xs1 + d0];
+      for (int64_t s = s0; s < s0 + 8; ++s) dst[d0 * ld + s] = x[s * xs1 + d0];
   }
   for (; s0 < S; ++s0)
-    for (int64_t d = 0; d < D; ++d) dst[d * S + s0] = x[s0 * xs1 + d];
+    for (int64_t d = 0; d < D; ++d) dst[d * ld + s0] = x[s0 * xs1 + d];
 }
 
 // With non-decreasing segment ids, a key block entirely before the query block's first
@@ -260,8 +266,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
     float* acc = scratch_floats(size_t(kBlock * g.Dv), 1);
     float* m = scratch_floats(size_t(kBlock), 2);
     float* l = scratch_floats(size_t(kBlock), 3);
-    float* kt = scratch_floats(size_t(g.D * g.S), 4);  // K^T of this head: [D, S]
+    float* kt = scratch_floats(size_t(g.D * transposed_ld(g.S)), 4);  // K^T of this head: [D, S]
     transpose_head(g.krow(b, 0, hk), g.ks1, g.S, g.D, kt);
+    const int64_t ldt = transposed_ld(g.S);
     for (int64_t i0 = 0; i0 < g.T; i0 += kBlock) {
       const int64_t rows = std::min(kBlock, g.T - i0);
       std::fill_n(m, kBlock, -INFINITY);
@@ -272,7 +279,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
         const int64_t cols = std::min(kChunk, jend - j0);
         if (block_invisible(g, b, i0, j0, cols, mono[size_t(b)])) continue;
         // s = scale * Q_i K_j^T
-        block_gemm(false, rows, cols, g.D, g.scale, g.qrow(b, i0, h), g.qs1, kt + j0, g.S, 0.0f, s, kChunk);
+        block_gemm(false, rows, cols, g.D, g.scale, g.qrow(b, i0, h), g.qs1, kt + j0, ldt, 0.0f, s, kChunk);
         mask_block(g, b, i0, rows, j0, cols, s, kChunk);
         for (int64_t r = 0; r < rows; ++r) {
           float* sr = s + r * kChunk;
@@ -351,8 +358,9 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     float* p = scratch_floats(size_t(kBlock * kChunk), 0);
     float* dp = scratch_floats(size_t(kBlock * kChunk), 1);
     float* delta = scratch_floats(size_t(g.T), 2);
-    float* kt = scratch_floats(size_t(g.D * g.S), 3);  // K^T, V^T of this kv head
-    float* vt = scratch_floats(size_t(g.Dv * g.S), 4);
+    float* kt = scratch_floats(size_t(g.D * transposed_ld(g.S)), 3);  // K^T, V^T of this kv head
+    float* vt = scratch_floats(size_t(g.Dv * transposed_ld(g.S)), 4);
+    const int64_t ldt = transposed_ld(g.S);
     transpose_head(g.krow(b, 0, hk), g.ks1, g.S, g.D, kt);
     transpose_head(g.vrow(b, 0, hk), g.vs1, g.S, g.Dv, vt);
     for (int64_t h = hk * g.group; h < (hk + 1) * g.group; ++h) {
@@ -374,7 +382,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
           if (block_invisible(g, b, i0, j0, cols, mono[size_t(b)])) continue;
           if (first_chunk < 0) first_chunk = j0;
           // P = exp(scale * Q_i K_j^T - lse_i)
-          block_gemm(false, rows, cols, g.D, g.scale, g.qrow(b, i0, h), g.qs1, kt + j0, g.S, 0.0f, p, kChunk);
+          block_gemm(false, rows, cols, g.D, g.scale, g.qrow(b, i0, h), g.qs1, kt + j0, ldt, 0.0f, p, kChunk);
           mask_block(g, b, i0, rows, j0, cols, p, kChunk);
           for (int64_t r = 0; r < rows; ++r) {
             float* pr = p + r * kChunk;
@@ -393,7 +401,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
           block_gemm(true, cols, g.Dv, rows, 1.0f, p, kChunk, dO_i, ldo, kvb, pdv + (b * g.S + j0) * ldv + hk * g.Dv,
                      ldv);
           // dP = dO_i V_j^T
-          block_gemm(false, rows, cols, g.Dv, 1.0f, dO_i, ldo, vt + j0, g.S, 0.0f, dp, kChunk);
+          block_gemm(false, rows, cols, g.Dv, 1.0f, dO_i, ldo, vt + j0, ldt, 0.0f, dp, kChunk);
           // dS = P * (dP - delta_i), kept in dp
           for (int64_t r = 0; r < rows; ++r) {
             const __m256 dl = _mm256_set1_ps(delta[i0 + r]);

@@ -169,7 +169,7 @@ void block_gemm(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, cons
   if (M <= 0 || N <= 0) return;
   const AStrides as = trans_a ? AStrides{1, lda} : AStrides{lda, 1};
   if (avx512_forms()) {
-    by_row_tiles<4>(M, as, a, c, ldc, [&]<int MR>(std::integral_constant<int, MR>, const float* ai, float* ci) {
+    by_row_tiles<6>(M, as, a, c, ldc, [&]<int MR>(std::integral_constant<int, MR>, const float* ai, float* ci) {
       rows512<MR>(as, N, K, alpha, ai, b, ldb, beta, ci, ldc);
     });
   } else {

@@ -1,6 +1,6 @@
 // Small single-threaded GEMMs for the tiles of fused attention (16 query rows x a key chunk
 // of up to 256, head dims of 64-256): in cache, too small for BLAS to pack, and run by each
-// thread on its own tile. Register tiles of 4 rows x 64 columns (AVX-512) or 6 x 16 (AVX2).
+// thread on its own tile. Register tiles of 6 rows x 64 columns (AVX-512) or 6 x 16 (AVX2).
 //
 // C[i, j] = alpha * sum_k A(i, k) B[k, j] + beta * C[i, j], with A(i, k) = a[i * lda + k]
 // (trans_a false) or a[k * lda + i] (true); B and C row-major with leading dims ldb, ldc.
