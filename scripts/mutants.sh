@@ -1503,6 +1503,12 @@ toy_op_tests
 ^(Forward\.Attention|OpGrad\.attention|Torch\.attention)
           block_gemm(false, rows, cols, g.Dv, 1.0f, dO_i, ldo, vt + j0, ldt, 0.0f, dp, kChunk);
           block_gemm(false, rows, cols, g.Dv, 1.0f, dO_i, ldo, vt + j0, g.S, 0.0f, dp, kChunk);
+linear-bias-fallback-drops-the-bias
+src/toy/ops/matmul.cpp
+toy_sim_tests
+^Fallbacks\.LinearBias
+    k_matmul(x.device())(x2, t_view(w), y, 1.0f, beta);
+    k_matmul(x.device())(x2, t_view(w), y, 1.0f, 0.0f);
 linear-bias-kernel-skipped-on-cpu
 src/toy/ops/matmul.cpp
 toy_op_tests

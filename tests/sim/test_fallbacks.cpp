@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "helpers.h"
+#include "toy/autograd/backward.h"
 #include "toy/core/registry.h"
 #include "toy/ops/ops.h"
 
@@ -179,6 +180,32 @@ TEST(Fallbacks, StoredExpertsOnSimWithAndWithoutTheirKernel) {
     EXPECT_TRUE(registry().supports(*info, Device::SIM));
     EXPECT_EQ(mul_mat_id(w_sim, x_sim, ids_sim).to_f32_vector(), cpu) << "sim, the composite form";
   }
+}
+
+// linear's fused bias kernels (matmul_bias forward, matmul_row_sums for the weight and bias
+// gradients) and the arena's square_norms_ranges withheld on sim: the forms they replace
+// (bias copied then accumulated, sum(g, 0), the ops range by range) give the CPU's bits.
+TEST(Fallbacks, LinearBiasAndSquareNormsOnSimWithAndWithoutTheirKernels) {
+  const Tensor x = randn_t(Shape{2, 9, 24}, 210), w = randn_t(Shape{20, 24}, 211), b = randn_t(Shape{20}, 212);
+  const Tensor gout = randn_t(Shape{2, 9, 20}, 213);
+  const std::vector<ArenaRange> ranges = {{0, 5}, {3, 117}, {100, 180}};
+  auto grads = [&](Device d) {
+    Tensor xd = transfer(x, d), wd = transfer(w, d), bd = transfer(b, d);
+    for (Tensor* t : {&xd, &wd, &bd}) t->requires_grad_();
+    Tensor y = linear(xd, wd, bd);
+    backward(y, transfer(gout, d));
+    std::vector<std::vector<float>> r = {y.to_f32_vector(), xd.grad().to_f32_vector(), wd.grad().to_f32_vector(),
+                                         bd.grad().to_f32_vector()};
+    r.push_back(square_norms(transfer(reshape(x, Shape{-1}), d), ranges).to_f32_vector());
+    return r;
+  };
+  const auto cpu = grads(Device::CPU);
+  EXPECT_EQ(grads(Device::SIM), cpu) << "sim, its own kernels";
+  WithheldKernels withheld({"matmul_bias", "matmul_row_sums", "square_norms_ranges"}, Device::SIM);
+  const auto composite = grads(Device::SIM);
+  ASSERT_EQ(composite.size(), cpu.size());
+  const char* what[] = {"y", "dx", "dw", "db", "square norms"};
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_EQ(composite[i], cpu[i]) << "sim, the composite form: " << what[i];
 }
 
 TEST(Fallbacks, APrimitiveWithoutAKernelIsAClearErrorNamingItAndTheDevice) {
