@@ -91,6 +91,11 @@ struct RowSums {
     run[size_t(i - row0)] += v;
     ran_to(i, k + 1);
   }
+  // Rows [i0, i1) of a, every k, where no packing passes them (a read in place, or no product).
+  void add_rows(const F32Matrix& a, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t k = 0; k < K; ++k) add(i, k, a.p[i * a.row_stride + k * a.col_stride]);
+  }
   void write(float* out) const {
     for (size_t i = 0; i < total.size(); ++i) out[size_t(row0) + i] = float(total[i]);
   }
@@ -148,8 +153,7 @@ void run_part(int64_t N, int64_t K, const F32Matrix& a, const F32Matrix& b, floa
     run_panels<Elem::F32, kF32Blocking>(p0, p1, i1 - i0, N, K, RowsInPlace{a.p + i0 * a.row_stride, a.row_stride}, ci,
                                         ldc, accumulate, pack, bias);
     if (sums) {  // (not a bias's gradient: summed apart)
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t k = 0; k < K; ++k) sums->add(i, k, a.p[i * a.row_stride + k * a.col_stride]);
+      sums->add_rows(a, i0, i1);
       sums->write(row_sums);
     }
     return;
@@ -171,8 +175,7 @@ void gemm_f32(int64_t M, int64_t N, int64_t K, const F32Matrix& a, const F32Matr
   if (accumulate) bias = nullptr;
   if (a_row_sums && M > 0 && (K <= 0 || N <= 0)) {  // (no part runs: the sums apart)
     RowSums sums(0, M, K);
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t k = 0; k < K; ++k) sums.add(i, k, a.p[i * a.row_stride + k * a.col_stride]);
+    sums.add_rows(a, 0, M);
     sums.write(a_row_sums);
   }
   if (K <= 0 && bias && M > 0 && N > 0)
