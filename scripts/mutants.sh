@@ -2073,6 +2073,12 @@ toy_op_tests
 ^GemmBf16\.
   if (__builtin_expect(up == 0, 1)) return h;
   return h;
+periodic-save-failure-not-annotated
+src/toy/train/loop.cpp
+toy toy_dist_tests
+^DataParallel\.AFailedPeriodicSave
+        fail_step(e.what(), "after", st_.step, end_fields);
+        throw;
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -481,6 +481,31 @@ TEST(DataParallel, ARankThatStopsAnsweringEndsTheRunAfterTheTimeout) {
   EXPECT_NE(s.r.err.find("--resume"), std::string::npos) << describe(s.r);
 }
 
+// A failure after a step (here the periodic save's write: checkpoint.gguf.tmp is a folder, as
+// a full disk would fail it; a rank that stops answering while the save gathers its values
+// is the same path) ends the run naming the checkpoint kept and how to continue. (CI saw the
+// stopped-rank test above fail once when the timeout fell in the save, not in a step.)
+TEST(DataParallel, AFailedPeriodicSaveNamesTheCheckpointKeptAndHowToContinue) {
+  REQUIRE_MPI();
+  const std::string dir = temp("failed_save");
+  fs::remove_all(dir);
+  ProcResult r = mpirun(2, train_args(dir, {"--accum", "1", "--stop-after", "2", "--save-every", "2"}));
+  ASSERT_EQ(r.status, 0) << describe(r);
+  fs::create_directory(dir + "/checkpoint.gguf.tmp");
+  r = mpirun(2, {"train", "--resume", dir, "--threads", "1", "--quiet"});
+  EXPECT_NE(r.status, 0) << describe(r);
+  EXPECT_NE(r.err.find("checkpoint.gguf.tmp"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("(after step 4); the checkpoint of step 2 and the model files are kept"), std::string::npos)
+      << describe(r);
+  EXPECT_NE(r.err.find("continue with mpirun -np 2 toy train --resume " + dir), std::string::npos) << describe(r);
+  const auto errors = events(dir, "error");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0]["step"], 4);
+  fs::remove(dir + "/checkpoint.gguf.tmp");
+  r = mpirun(2, {"train", "--resume", dir, "--threads", "1", "--quiet"});
+  EXPECT_EQ(r.status, 0) << describe(r);
+}
+
 namespace {
 
 const std::string kHosts = std::string(TOY_SOURCE_DIR) + "/scripts/netns-hosts.sh";

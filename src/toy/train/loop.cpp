@@ -361,19 +361,22 @@ void TrainLoop::end_events(bool stopped, const nlohmann::json& extra,
   write_report((fs::path(setup_.dir) / "events.jsonl").string(), (fs::path(setup_.dir) / "report.html").string());
 }
 
-// Nothing of the failed step was applied, and nothing is written from here on: the files of
-// the run stay those of the last good save.
-void TrainLoop::fail_step(const std::string& what, const std::function<nlohmann::json()>& end_fields) {
+// Nothing of a failed step was applied (a failure after it, in an evaluation's or a save's
+// exchange with the other ranks or a save's write, replaced no file either: writes are
+// atomic), and nothing is written from here on: the files of the run stay those of the last
+// good save.
+void TrainLoop::fail_step(const std::string& what, const char* where, int64_t step,
+                          const std::function<nlohmann::json()>& end_fields) {
   const std::string kept = st_.saved_step >= 0
                                ? fmt::format("the checkpoint of step {} and the model files are kept; no file was "
                                              "replaced", st_.saved_step)
                                : std::string("no checkpoint had been written yet");
-  std::string msg = fmt::format("{} (at step {}); {}", what, st_.step + 1, kept);
+  std::string msg = fmt::format("{} ({} step {}); {}", what, where, step, kept);
   // Data-parallel: how to go on (any number of processes that divides the global batch).
   if (dp_ && st_.saved_step >= 0 && !setup_.resume_command.empty())
     msg += fmt::format("; continue with mpirun -np {} {} (or another number of processes that divides the {} "
                        "micro-batches of a step)", dp_->size(), setup_.resume_command, o_.accum * dp_->size());
-  events_.emit("error", {{"step", st_.step + 1}, {"message", msg}});
+  events_.emit("error", {{"step", step}, {"message", msg}});
   end_events(false, {{"error", msg}}, end_fields);
   fail("{}", msg);
 }
@@ -421,7 +424,7 @@ bool TrainLoop::run(const std::function<nlohmann::json()>& end_fields) {
       reads_before = device_traffic().reads;
       d = take_step(task_, params_, opt_, st_.loss_scale, ss, lr);
     } catch (const Error& e) {
-      fail_step(e.what(), end_fields);
+      fail_step(e.what(), "at", st_.step + 1, end_fields);
     }
     d.step = ++st_.step;
     d.last = st_.step == end_step;
@@ -444,7 +447,11 @@ bool TrainLoop::run(const std::function<nlohmann::json()>& end_fields) {
     const double rate = double(st_.units) / std::max(st_.seconds, 1e-9);
     const double eta = double(end_step - st_.step) * st_.seconds / double(std::max<int64_t>(1, st_.step));
     progress_.step(st_.step, end_step, d.loss, lr, rate, eta, setup_.rate_unit);
-    task_.cadence(d);
+    try {
+      task_.cadence(d);
+    } catch (const Error& e) {
+      fail_step(e.what(), "after", st_.step, end_fields);
+    }
     // Data-parallel: every rank decides from the step's record (a stop any rank was asked for;
     // rank 0's clock for timed saves), so all stop or save at the same step.
     const bool stop_now = dp_ ? d.stop : stop_requested();
@@ -456,7 +463,11 @@ bool TrainLoop::run(const std::function<nlohmann::json()>& end_fields) {
     const bool timed_save = dp_ ? d.save : o_.save_minutes > 0 && since(last_save) >= o_.save_minutes * 60;
     const bool periodic = (o_.save_every > 0 && st_.step % o_.save_every == 0) || timed_save;
     if (!d.last && periodic) {
-      checkpoint("periodic");
+      try {
+        checkpoint("periodic");
+      } catch (const Error& e) {
+        fail_step(e.what(), "after", st_.step, end_fields);
+      }
       last_save = Clock::now();
     }
   }

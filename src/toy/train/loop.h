@@ -238,7 +238,10 @@ class TrainLoop {
   double session_seconds() const;
 
  private:
-  void fail_step(const std::string& what, const std::function<nlohmann::json()>& end_fields);
+  // Ends the run after an error at `step` (`where`: "at" the step, or "after" it, in its
+  // evaluation or save), naming the files kept and, data-parallel, how to continue.
+  [[noreturn]] void fail_step(const std::string& what, const char* where, int64_t step,
+                              const std::function<nlohmann::json()>& end_fields);
   void end_events(bool stopped, const nlohmann::json& extra, const std::function<nlohmann::json()>& end_fields);
   [[noreturn]] void say_where_to_resume(const Error& e);
 
