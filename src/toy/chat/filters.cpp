@@ -17,7 +17,6 @@ namespace {
 // soft_str: str(v), but Markup stays Markup.
 Value soft_str(const Value& v) { return v.is_string() ? v : Value(to_str(v)); }
 
-bool flag(const Value& v) { return truthy(v); }
 
 // ---- strings ----
 
@@ -99,7 +98,7 @@ Value f_center(const Value& v, Args& a) {
 Value f_indent(const Value& v, Args& a) {
   ArgReader r("indent", a);
   const Value width = r.next("width", Value(4));
-  const bool first = flag(r.next("first", Value(false))), blank = flag(r.next("blank", Value(false)));
+  const bool first = truthy(r.next("first", Value(false))), blank = truthy(r.next("blank", Value(false)));
   r.done();
   const std::string unit = width.is_string() ? width.str() : std::string(std::max<int64_t>(0, to_index(width, "width")), ' ');
   // jinja2 appends a newline first so a trailing newline gives a last empty line.
@@ -117,7 +116,7 @@ Value f_indent(const Value& v, Args& a) {
 Value f_truncate(const Value& v, Args& a) {
   ArgReader r("truncate", a);
   const int64_t length = to_index(r.next("length", Value(255)), "length");
-  const bool killwords = flag(r.next("killwords", Value(false)));
+  const bool killwords = truthy(r.next("killwords", Value(false)));
   const std::string end = to_str(r.next("end", Value("...")));
   const Value leeway_v = r.next("leeway", Value::none());
   r.done();
@@ -209,10 +208,10 @@ Value f_format(const Value& v, Args& a) {
 Value f_tojson(const Value& v, Args& a) {
   ArgReader r("tojson", a);
   JsonStyle style;
-  style.ensure_ascii = flag(r.next("ensure_ascii", Value(false)));
+  style.ensure_ascii = truthy(r.next("ensure_ascii", Value(false)));
   const Value indent = r.next("indent", Value::none());
   const Value separators = r.next("separators", Value::none());
-  style.sort_keys = flag(r.next("sort_keys", Value(false)));
+  style.sort_keys = truthy(r.next("sort_keys", Value(false)));
   r.done();
   if (!indent.is_none()) {
     style.has_indent = true;
@@ -364,7 +363,7 @@ Value f_urlencode(const Value& v, Args& a) {
 
 Value f_xmlattr(const Value& v, Args& a) {
   ArgReader r("xmlattr", a);
-  const bool autospace = flag(r.next("autospace", Value(true)));
+  const bool autospace = truthy(r.next("autospace", Value(true)));
   r.done();
   if (!v.is_dict()) failf("xmlattr needs a mapping, got {}", type_name(v));
   std::string out;
@@ -381,7 +380,7 @@ Value f_xmlattr(const Value& v, Args& a) {
 
 Value f_filesizeformat(const Value& v, Args& a) {
   ArgReader r("filesizeformat", a);
-  const bool binary = flag(r.next("binary", Value(false)));
+  const bool binary = truthy(r.next("binary", Value(false)));
   r.done();
   std::optional<double> n;
   if (v.is_int() || v.is_bool() || v.is_float()) n = v.number();

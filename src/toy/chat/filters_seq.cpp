@@ -55,7 +55,6 @@ Value multi_key(const Value& attribute, const Value& item, bool ignore_case) {
   return make_list(std::move(keys));
 }
 
-bool flag(const Value& v) { return truthy(v); }
 // ---- sequences ----
 
 Value f_length(const Value& v, Args& a) {
@@ -122,7 +121,7 @@ Value f_join(const Value& v, Args& a) {
 Value f_default(const Value& v, Args& a) {
   ArgReader r("default", a);
   const Value dflt = r.next("default_value", Value(""));
-  const bool boolean = flag(r.next("boolean", Value(false)));
+  const bool boolean = truthy(r.next("boolean", Value(false)));
   r.done();
   return v.is_undefined() || (boolean && !truthy(v)) ? dflt : v;
 }
@@ -138,9 +137,9 @@ Value f_items(const Value& v, Args& a) {
 
 Value f_dictsort(const Value& v, Args& a) {
   ArgReader r("dictsort", a);
-  const bool case_sensitive = flag(r.next("case_sensitive", Value(false)));
+  const bool case_sensitive = truthy(r.next("case_sensitive", Value(false)));
   const std::string by = to_str(r.next("by", Value("key")));
-  const bool reverse = flag(r.next("reverse", Value(false)));
+  const bool reverse = truthy(r.next("reverse", Value(false)));
   r.done();
   if (by != "key" && by != "value") failf("You can only sort by either \"key\" or \"value\"");
   if (!v.is_dict()) failf("'{}' object has no attribute 'items'", type_name(v));
@@ -158,8 +157,8 @@ Value f_dictsort(const Value& v, Args& a) {
 
 Value f_sort(const Value& v, Args& a) {
   ArgReader r("sort", a);
-  const bool reverse = flag(r.next("reverse", Value(false)));
-  const bool case_sensitive = flag(r.next("case_sensitive", Value(false)));
+  const bool reverse = truthy(r.next("reverse", Value(false)));
+  const bool case_sensitive = truthy(r.next("case_sensitive", Value(false)));
   const Value attribute = r.next("attribute", Value::none());
   r.done();
   std::vector<Value> items = iterate(v);
@@ -175,7 +174,7 @@ Value f_sort(const Value& v, Args& a) {
 
 Value f_unique(const Value& v, Args& a) {
   ArgReader r("unique", a);
-  const bool case_sensitive = flag(r.next("case_sensitive", Value(false)));
+  const bool case_sensitive = truthy(r.next("case_sensitive", Value(false)));
   const Value attribute = r.next("attribute", Value::none());
   r.done();
   AttrGetter get(attribute, !case_sensitive);
@@ -192,7 +191,7 @@ Value f_unique(const Value& v, Args& a) {
 
 Value min_or_max(const Value& v, Args& a, bool max) {
   ArgReader r(max ? "max" : "min", a);
-  const bool case_sensitive = flag(r.next("case_sensitive", Value(false)));
+  const bool case_sensitive = truthy(r.next("case_sensitive", Value(false)));
   const Value attribute = r.next("attribute", Value::none());
   r.done();
   std::vector<Value> items = iterate(v);
@@ -264,7 +263,7 @@ Value f_groupby(const Value& v, Args& a) {
   ArgReader r("groupby", a);
   const Value attribute = r.next("attribute");
   const Value dflt = r.next("default", Value::none());
-  const bool case_sensitive = flag(r.next("case_sensitive", Value(false)));
+  const bool case_sensitive = truthy(r.next("case_sensitive", Value(false)));
   r.done();
   AttrGetter key(attribute, !case_sensitive, dflt), real_key(attribute, false, dflt);
   std::vector<std::pair<Value, Value>> keyed;

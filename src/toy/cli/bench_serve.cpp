@@ -190,11 +190,6 @@ RoundResult run_round(int port, int clients, int64_t prompt_len, int64_t tokens,
   return {double(total) / wall, ttft[ttft.size() / 2]};
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 std::string find_llama_server(const std::string& flag) {
   if (!flag.empty()) return flag;
   const char* home = std::getenv("HOME");

@@ -73,8 +73,6 @@ constexpr float kLr = 1e-3f, kBeta1 = 0.9f, kBeta2 = 0.99f, kWeightDecay = 0.1f;
 constexpr double kClip = 1.0;
 constexpr uint64_t kSeed = 1337;
 constexpr int64_t kStreamTokens = int64_t(1) << 16;
-// Thread counts the peer is run at (torch.set_num_threads); the best is reported.
-constexpr int kPeerThreads[] = {1, 2};
 
 struct TrainBenchOptions {
   std::vector<std::string> presets;  // empty: all
@@ -236,11 +234,6 @@ std::string peer_unavailable(const TrainBenchOptions& o, const std::string& scri
                        "libopenblas0-pthread)", o.python);
   if (!fs::exists(script, ec)) return fmt::format("peer script {} not found (pass --peer-script)", script);
   return "";
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct TrainBenchResult {

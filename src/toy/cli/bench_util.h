@@ -16,6 +16,15 @@
 
 namespace toy::cli {
 
+// The middle of repeated measurements (0 when there are none).
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Thread counts a PyTorch peer runs at (torch.set_num_threads); the best is reported.
+constexpr int kPeerThreads[] = {1, 2};
+
 // The CPU every benchmark names beside its numbers (machines of one kind differ).
 inline std::string cpu_name() { return provenance().value("cpu", std::string("?")); }
 

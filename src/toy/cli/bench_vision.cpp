@@ -46,12 +46,6 @@ struct VisionCase {
 };
 constexpr VisionCase kCases[] = {{"vit_tiny_224", "vit-tiny", 16, 2, 1000, 1.2},
                                  {"vit_mnist_28", "vit-mnist", 128, 4, 10, 1.5}};
-constexpr int kPeerThreads[] = {1, 2};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // The toy side of one case: the model, a fixed random batch and its optimizer; a step is the
 // training loop's (train/loop.h take_step) on that batch.

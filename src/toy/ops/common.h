@@ -13,6 +13,9 @@
 
 namespace toy::detail {
 
+// Kernels more than one op file calls.
+inline const KernelRef<kern::ScatterAddRows> k_scatter_add_rows("get_rows_backward");  // rows, reduce, moe
+
 void check_defined(const Tensor& t, const char* op, const char* what);
 void check_float(const Tensor& t, const char* op, const char* what = "input");
 void check_dtype(const Tensor& t, DType d, const char* op, const char* what);

@@ -10,7 +10,6 @@ const KernelRef<kern::MulMatId> k_mmid("mul_mat_id");
 const KernelRef<kern::MulMatId> k_mmid_weight("mul_mat_id_weight");
 const KernelRef<kern::MulMatIdBackward> k_mmid_bwd("mul_mat_id_backward");
 const KernelRef<kern::AddId> k_add_id("add_id");
-const KernelRef<kern::ScatterAddRows> k_scatter("get_rows_backward");
 }  // namespace
 
 namespace {
@@ -117,7 +116,7 @@ Tensor add_id(const Tensor& x, const Tensor& b, const Tensor& ids) {
       if (wants_grad(b)) {
         Tensor db = zeros(bs, DType::F32, g.device());
         const int64_t pairs = idc.numel(), N = bs[1];
-        k_scatter(g.device())(make_view(g, Shape{pairs, N}, Strides{N, 1}, g.offset()),
+        k_scatter_add_rows(g.device())(make_view(g, Shape{pairs, N}, Strides{N, 1}, g.offset()),
                               make_view(idc, Shape{pairs}, Strides{1}, idc.offset()), db);
         r[1] = db;
       }

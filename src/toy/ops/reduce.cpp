@@ -11,7 +11,6 @@ namespace {
 const KernelRef<kern::Reduce> k_reduce("reduce");
 const KernelRef<kern::Argsort> k_argsort("argsort");
 const KernelRef<kern::TopK> k_top_k("top_k");
-const KernelRef<kern::ScatterAddRows> k_scatter("get_rows_backward");
 const KernelRef<kern::SampleToken> k_sample("sample_token");
 
 Shape reduced_shape(const Shape& s, int axis, bool keepdim) {
@@ -88,7 +87,7 @@ Tensor max(const Tensor& x, int axis_in, bool keepdim) {
       for (int64_t t = 0; t < index.numel(); ++t) pos[size_t(t)] = int32_t((t / inner) * L * inner + pi[t] * inner + t % inner);
       Tensor dx = zeros(Shape{xs.numel(), 1}, dt, dev);
       Tensor gc = contiguous_nograd(g);
-      k_scatter(dev)(make_view(gc, Shape{gc.numel(), 1}, Strides{1, 1}, gc.offset()),
+      k_scatter_add_rows(dev)(make_view(gc, Shape{gc.numel(), 1}, Strides{1, 1}, gc.offset()),
                      transfer(from_vector(pos, Shape{int64_t(pos.size())}), dev), dx);
       return {make_view(dx, xs, contiguous_strides(xs), 0)};
     });

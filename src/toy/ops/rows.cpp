@@ -10,7 +10,6 @@ using namespace detail;
 
 namespace {
 const KernelRef<kern::GetRows> k_get("get_rows");
-const KernelRef<kern::ScatterAddRows> k_scatter("get_rows_backward");
 const KernelRef<kern::SetRows> k_set("set_rows");
 
 void check_table(const Tensor& t, const char* op, const char* what) {
@@ -35,7 +34,7 @@ Tensor get_rows(const Tensor& table, const Tensor& ids) {
   if (needs_grad({&table})) {
     record("get_rows", y, {table}, [ts = table.shape(), idc, dt = table.dtype()](const Tensor& g) -> Grads {
       Tensor dt_ = zeros(ts, dt, g.device());
-      k_scatter(g.device())(make_view(g, Shape{idc.numel(), ts[1]}, Strides{ts[1], 1}, g.offset()),
+      k_scatter_add_rows(g.device())(make_view(g, Shape{idc.numel(), ts[1]}, Strides{ts[1], 1}, g.offset()),
                             make_view(idc, Shape{idc.numel()}, Strides{1}, idc.offset()), dt_);
       return {dt_};
     });
