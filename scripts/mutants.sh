@@ -2079,6 +2079,18 @@ toy toy_dist_tests
 ^DataParallel\.AFailedPeriodicSave
         fail_step(e.what(), "after", st_.step, end_fields);
         throw;
+prefill-positions-ignore-the-cached-prefix
+src/toy/models/decoder_lm.cpp
+toy_serve_tests toy_model_tests
+^(ServeEngine\.Prefill|Decoder\.PublishedArchitectures)
+      positions.data<int32_t>()[at] = int32_t(caches[i]->size() + int64_t(t));
+      positions.data<int32_t>()[at] = int32_t(t);
+attention-prefill-writes-no-cache
+src/toy/nn/attention.cpp
+toy_serve_tests toy_model_tests
+^(ServeEngine\.Prefill|Decoder\.PublishedArchitectures)
+    auto [kh, vh] = append(*caches[i], layer, slice(h.k, 1, at, at + T), slice(h.v, 1, at, at + T), h.q.dtype());
+    auto [kh, vh] = std::pair{slice(h.k, 1, at, at + T), slice(h.v, 1, at, at + T)};
 EOF
 
 # ---- the scratch copy ---------------------------------------------------------------------------

@@ -281,6 +281,19 @@ TEST(Decoder, PublishedArchitecturesDecodeAsTheFullForward) {
     const Tensor step = m.decode_step(both, std::vector<int32_t>{ids[9], ids[21]});
     EXPECT_TRUE(close(slice(step, 0, 0, 1), reshape(slice(full, 1, 9, 10), Shape{1, V}), 1e-4, 1e-4));
     EXPECT_TRUE(close(slice(step, 0, 1, 2), reshape(slice(full, 1, 21, 22), Shape{1, V}), 1e-4, 1e-4));
+    // prefill: two prompts together, one from the start and one after a cached prefix (a
+    // sliding layer's ring wraps within the second).
+    nn::KVCache p = m.new_cache(), q = m.new_cache();
+    m.decode(q, std::vector<int32_t>(ids.begin(), ids.begin() + 3));
+    std::vector<nn::KVCache*> pq{&p, &q};
+    const std::vector<std::span<const int32_t>> prompts{std::span<const int32_t>(ids.data(), 12),
+                                                        std::span<const int32_t>(ids.data() + 3, 27)};
+    const Tensor pre = m.prefill(pq, prompts);
+    EXPECT_TRUE(close(slice(pre, 0, 0, 1), reshape(slice(full, 1, 11, 12), Shape{1, V}), 1e-4, 1e-4));
+    EXPECT_TRUE(close(slice(pre, 0, 1, 2), reshape(slice(full, 1, 29, 30), Shape{1, V}), 1e-4, 1e-4));
+    const Tensor on = m.decode_step(pq, std::vector<int32_t>{ids[12], ids[30]});
+    EXPECT_TRUE(close(slice(on, 0, 0, 1), reshape(slice(full, 1, 12, 13), Shape{1, V}), 1e-4, 1e-4));
+    EXPECT_TRUE(close(slice(on, 0, 1, 2), reshape(slice(full, 1, 30, 31), Shape{1, V}), 1e-4, 1e-4));
     if (std::string(arch) == "gemma3") {
       // Layers 0 and 2 slide: 5 positions each; 1 and 3 hold all 40.
       EXPECT_EQ(cache.slots(0), 5);

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "proc.h"
+#include "helpers.h"
 #include "serve_helpers.h"
 #include "requirements.h"
 #include "toy/autograd/grad_mode.h"
@@ -85,6 +86,71 @@ TEST(ServeEngine, DecodeStepMatchesOneSequenceAtATime) {
       }
     }
   }
+}
+
+// The server's prefill: the prompts of several requests in one forward (one GEMM over all
+// their tokens), each after what its cache holds (here one cache already holds a prefix), give
+// each the logits — and leave each cache as — running its prompt alone does. (A hybrid model
+// runs them one by one: its recurrent state is per sequence.)
+TEST(ServeEngine, PrefillOfSeveralPromptsMatchesEachAlone) {
+  for (const auto& [arch, type] : std::vector<std::pair<std::string, std::string>>{
+           {"llama", "f32"}, {"qwen3", "f32"}, {"gpt2", "f32"}, {"qwen35", "f32"}, {"llama", "q8_0"},
+           {"llama", "q4_k"}, {"gpt2", "q8_0"}}) {
+    SCOPED_TRACE(arch + " " + type);
+    const bool exact = type != "f32";
+    LoadedModel lm = load_model(init_tiny(arch, type));
+    DecoderLM& m = *lm.model;
+    const int64_t V = m.config().vocab;
+    const int64_t lengths[3] = {5, 11, 1};
+    std::vector<nn::KVCache> alone, together;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 3; ++i) {
+      alone.push_back(m.new_cache(1, 64));
+      together.push_back(m.new_cache(1, 64));
+      prompts.push_back(some_ids(lengths[i], V, 10 + i));
+    }
+    const std::vector<int32_t> prefix = some_ids(4, V, 3);  // what cache 1 held before
+    m.decode(alone[1], prefix);
+    m.decode(together[1], prefix);
+    std::vector<nn::KVCache*> caches{&together[0], &together[1], &together[2]};
+    const std::vector<std::span<const int32_t>> spans(prompts.begin(), prompts.end());
+    const Tensor batch = m.prefill(caches, spans);
+    ASSERT_EQ(batch.shape(), Shape({3, V}));
+    const std::vector<float> b = batch.to_f32_vector();
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> a = m.decode(alone[size_t(i)], prompts[size_t(i)]).to_f32_vector();
+      const double tol = exact ? 0.0 : 1e-4 * std::max(1.0, max_abs(a));
+      for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(b[size_t(i * V + v)], a[size_t(v)], tol) << "prompt " << i;
+      ASSERT_EQ(together[size_t(i)].size(), alone[size_t(i)].size());
+    }
+    // The caches hold the same keys and values: a decode step after them agrees too.
+    const std::vector<int32_t> next = {7 % int32_t(V), 11 % int32_t(V), 13 % int32_t(V)};
+    const std::vector<float> after = m.decode_step(caches, next).to_f32_vector();
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> a = m.decode(alone[size_t(i)], next[size_t(i)]).to_f32_vector();
+      const double tol = exact ? 0.0 : 1e-4 * std::max(1.0, max_abs(a));
+      for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(after[size_t(i * V + v)], a[size_t(v)], tol) << "step, row " << i;
+    }
+  }
+}
+
+TEST(ServeEngine, PrefillRefusesBadInput) {
+  LoadedModel lm = load_model(init_tiny("llama"));
+  DecoderLM& m = *lm.model;
+  nn::KVCache c = m.new_cache(1, 4), d = m.new_cache(1, 4), wide = m.new_cache(2, 4);
+  const std::vector<int32_t> two = {1, 2}, none, bad = {int32_t(m.config().vocab)}, five = {1, 2, 3, 4, 5};
+  std::vector<nn::KVCache*> both{&c, &d};
+  EXPECT_NE(test::error_of([&] { m.prefill(both, std::vector<std::span<const int32_t>>{two}); }).find("one prompt per cache"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] { m.prefill(both, std::vector<std::span<const int32_t>>{two, none}); }).find("prompt 1 is empty"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] { m.prefill(both, std::vector<std::span<const int32_t>>{two, bad}); }).find("out of the vocabulary"),
+            std::string::npos);
+  EXPECT_THROW(m.prefill(both, std::vector<std::span<const int32_t>>{two, five}), Error) << "past a cache's room";
+  std::vector<nn::KVCache*> w{&wide};
+  EXPECT_THROW(m.prefill(w, std::vector<std::span<const int32_t>>{two}), Error);
+  EXPECT_EQ(c.size(), 0);
+  EXPECT_EQ(d.size(), 0) << "a refused prefill writes nothing";
 }
 
 TEST(ServeEngine, DecodeStepRefusesBadInput) {

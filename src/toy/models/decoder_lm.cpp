@@ -296,7 +296,9 @@ Tensor DecoderLM::embed(const Tensor& ids, int64_t start, const Tensor& position
   if (cfg_.embedding_scale != 0.0f) x = scale(x, cfg_.embedding_scale);  // (Granite)
   if (cfg_.pos == PosKind::Learned) {
     const int64_t T = ids.size(-1);
-    TOY_CHECK(start + T <= cfg_.ctx, "[model] position {} is past the {} learned positions", start + T - 1, cfg_.ctx);
+    // (Positions [B, T] — packed rows, several sequences — are checked as the table's ids.)
+    TOY_CHECK(positions.ndim() == 2 || start + T <= cfg_.ctx, "[model] position {} is past the {} learned positions",
+              start + T - 1, cfg_.ctx);
     Tensor pos = positions.ndim() == 2                    ? pos_emb_(positions)  // [B, T, D]: packed rows
                  : pos_emb_.weight.dtype() == DType::F32 ? slice(pos_emb_.weight, 0, start, start + T)  // a view
                                                           : pos_emb_(positions);
@@ -307,14 +309,17 @@ Tensor DecoderLM::embed(const Tensor& ids, int64_t start, const Tensor& position
 }
 
 Tensor DecoderLM::block(int64_t l, const Tensor& x, const Tensor& positions, const Tensor& segments, bool training,
-                        Generator* gen, nn::KVCache* cache, std::span<nn::KVCache* const> step_caches) {
+                        Generator* gen, nn::KVCache* cache, std::span<nn::KVCache* const> step_caches,
+                        std::span<const int64_t> prefill_lengths) {
   const Block& b = blocks_[size_t(l)];
   const float depth = cfg_.depth_scale ? 1.0f / std::sqrt(float(l + 1)) : 1.0f;
   Generator& g = gen ? *gen : default_generator();
   Tensor h = b.attn_norm(x);
   if (depth != 1.0f) h = scale(h, depth);
   Tensor a;
-  if (!step_caches.empty())
+  if (!prefill_lengths.empty())
+    a = b.attn.prefill(h, positions, step_caches, prefill_lengths, l);  // (attention layers only: prefill())
+  else if (!step_caches.empty())
     a = b.kind == LayerKind::GatedDeltaNet ? b.gdn.step(h, step_caches, l)
         : b.kind == LayerKind::ShortConv   ? b.conv.step(h, step_caches, l)
                                            : b.attn.step(h, positions, step_caches, l);
@@ -513,6 +518,53 @@ Tensor DecoderLM::decode_step(std::span<nn::KVCache* const> caches, std::span<co
   for (int64_t l = 0; l < cfg_.layers; ++l) x = block(l, x, positions, Tensor(), false, nullptr, nullptr, caches);
   for (nn::KVCache* c : caches) c->advance(1);
   return reshape(head_logits(out_norm_(x)), Shape{N, cfg_.vocab});
+}
+
+Tensor DecoderLM::prefill(std::span<nn::KVCache* const> caches, std::span<const std::span<const int32_t>> prompts) {
+  NoGradGuard ng;
+  const size_t N = caches.size();
+  TOY_CHECK(N > 0 && prompts.size() == N, "[model] prefill needs one prompt per cache, got {} prompts for {}",
+            prompts.size(), N);
+  std::vector<int64_t> lengths(N);
+  int64_t S = 0;
+  for (size_t i = 0; i < N; ++i) {
+    nn::KVCache& c = *caches[i];
+    TOY_CHECK(c.batch() == 1, "[model] prefill takes caches of one sequence each, got one of {}", c.batch());
+    TOY_CHECK(!prompts[i].empty(), "[model] prefill: prompt {} is empty", i);
+    c.check_room(int64_t(prompts[i].size()));
+    for (int32_t id : prompts[i])
+      TOY_CHECK(id >= 0 && id < cfg_.vocab, "[model] token id {} is out of the vocabulary [0, {})", id, cfg_.vocab);
+    lengths[i] = int64_t(prompts[i].size());
+    S += lengths[i];
+  }
+  const int64_t V = cfg_.vocab;
+  if (N == 1 || cfg_.has_recurrent()) {
+    Tensor out = empty(Shape{int64_t(N), V}, DType::F32);
+    for (size_t i = 0; i < N; ++i) {
+      Tensor row = slice(out, 0, int64_t(i), int64_t(i) + 1);
+      copy_(row, reshape(decode(*caches[i], prompts[i]), Shape{1, V}));
+    }
+    return out;
+  }
+  Tensor tokens = empty(Shape{1, S}, DType::I32), positions = empty(Shape{1, S}, DType::I32);
+  for (size_t i = 0, at = 0; i < N; ++i)
+    for (size_t t = 0; t < prompts[i].size(); ++t, ++at) {
+      tokens.data<int32_t>()[at] = prompts[i][t];
+      positions.data<int32_t>()[at] = int32_t(caches[i]->size() + int64_t(t));
+    }
+  Tensor x = embed(tokens, 0, positions, false, nullptr);
+  for (int64_t l = 0; l < cfg_.layers; ++l)
+    x = block(l, x, positions, Tensor(), false, nullptr, nullptr, caches, lengths);
+  // Each sequence's last row, then the norm and the head on those N rows only.
+  std::vector<Tensor> last;
+  last.reserve(N);
+  int64_t end = 0;
+  for (size_t i = 0; i < N; ++i) {
+    caches[i]->advance(lengths[i]);
+    end += lengths[i];
+    last.push_back(slice(x, 1, end - 1, end));
+  }
+  return reshape(head_logits(out_norm_(concat(last, 1))), Shape{int64_t(N), V});
 }
 
 }  // namespace toy

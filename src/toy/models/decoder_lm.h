@@ -143,6 +143,11 @@ class DecoderLM {
   // may hold different lengths): logits [N, V], row i continuing caches[i]. Every weight
   // matrix is read once for all N (a GEMM); each attention layer reads each cache.
   Tensor decode_step(std::span<nn::KVCache* const> caches, std::span<const int32_t> ids);
+  // The prompts of several sequences at once, each after what its cache (of one sequence)
+  // holds: logits [N, V] of each one's last token. Every weight matrix is read once for all
+  // their tokens (one GEMM over the prompts together); each attention layer reads each cache.
+  // (Recurrent layers keep one state per sequence: a hybrid model runs the prompts one by one.)
+  Tensor prefill(std::span<nn::KVCache* const> caches, std::span<const std::span<const int32_t>> prompts);
 
  private:
   struct Block {
@@ -163,8 +168,10 @@ class DecoderLM {
   // The output head on hidden states h (soft-capped when the model says so).
   Tensor head_logits(const Tensor& h) const;
   Tensor embed(const Tensor& ids, int64_t start, const Tensor& positions, bool training, Generator* gen);
+  // (step_caches: a decode step or, with prefill_lengths, a prefill of several sequences.)
   Tensor block(int64_t l, const Tensor& x, const Tensor& positions, const Tensor& segments, bool training,
-               Generator* gen, nn::KVCache* cache, std::span<nn::KVCache* const> step_caches = {});
+               Generator* gen, nn::KVCache* cache, std::span<nn::KVCache* const> step_caches = {},
+               std::span<const int64_t> prefill_lengths = {});
 
   ModelConfig cfg_;
   ParamStore params_;

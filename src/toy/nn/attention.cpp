@@ -192,4 +192,24 @@ Tensor Attention::step(const Tensor& x, const Tensor& positions, std::span<KVCac
   return output(attention_decode(h.q, ks, vs, ao), h.gate);
 }
 
+Tensor Attention::prefill(const Tensor& x, const Tensor& positions, std::span<KVCache* const> caches,
+                          std::span<const int64_t> lengths, int64_t layer) const {
+  TOY_CHECK(x.size(0) == 1 && !caches.empty() && caches.size() == lengths.size(),
+            "[attention] prefill takes one row of tokens and a length per cache, got {} rows, {} caches, {} lengths",
+            x.size(0), caches.size(), lengths.size());
+  const AttentionOptions ao = options();
+  const Heads h = heads_of(x, positions, caches[0]->capacity());
+  std::vector<Tensor> outs;
+  outs.reserve(caches.size());
+  int64_t at = 0;
+  for (size_t i = 0; i < caches.size(); ++i) {
+    const int64_t T = lengths[i];
+    auto [kh, vh] = append(*caches[i], layer, slice(h.k, 1, at, at + T), slice(h.v, 1, at, at + T), h.q.dtype());
+    outs.push_back(attention(slice(h.q, 1, at, at + T), kh, vh, ao));
+    at += T;
+  }
+  TOY_CHECK(at == x.size(1), "[attention] prefill lengths add up to {}, the rows are {}", at, x.size(1));
+  return output(outs.size() == 1 ? outs[0] : concat(outs, 1), h.gate);
+}
+
 }  // namespace toy::nn

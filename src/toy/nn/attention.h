@@ -44,6 +44,12 @@ struct Attention {
   // sequence i, at positions I32 [N, T]). The projections run once for all rows (a GEMM, not
   // N GEMVs); each row's keys and values go to caches[i] and it attends over that cache.
   Tensor step(const Tensor& x, const Tensor& positions, std::span<KVCache* const> caches, int64_t layer) const;
+  // The prompts of several sequences at once: x [1, S, D] holds their tokens one after the
+  // other (lengths[i] rows for caches[i], at positions I32 [1, S]). The projections run once
+  // over all S rows; each sequence's keys and values go to its cache and its queries attend
+  // over that cache (causally), as operator() does for one.
+  Tensor prefill(const Tensor& x, const Tensor& positions, std::span<KVCache* const> caches,
+                 std::span<const int64_t> lengths, int64_t layer) const;
 
  private:
   struct Heads {

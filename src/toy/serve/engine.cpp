@@ -210,7 +210,7 @@ Engine::Slot* Engine::pick_slot(const std::vector<int32_t>& prompt) {
   return best;
 }
 
-void Engine::start(Slot& s) {
+std::span<const int32_t> Engine::set_up(Slot& s) {
   Job& job = *s.job;
   const std::vector<int32_t>& prompt = job.params.prompt;
   const size_t n = s.cached.size();
@@ -222,11 +222,6 @@ void Engine::start(Slot& s) {
   job.prompt_tokens = int64_t(prompt.size());
   job.cached_tokens = int64_t(s.cached.size());
   std::span<const int32_t> rest = std::span<const int32_t>(prompt).subspan(s.cached.size());
-  s.cached.insert(s.cached.end(), rest.begin(), rest.end());
-  const auto t0 = Job::Clock::now();
-  s.logits = model_.decode(s.cache, rest);
-  prompt_us_ += std::chrono::duration_cast<std::chrono::microseconds>(Job::Clock::now() - t0).count();
-  prompt_tokens_ += int64_t(rest.size());
   s.history = prompt;
   s.sampler.emplace(job.params.sampling, job.params.seed);
   s.decoder.emplace(tok_);
@@ -236,6 +231,53 @@ void Engine::start(Slot& s) {
   s.budget = job.params.max_tokens < 0 ? room : std::min(job.params.max_tokens, room);
   if (job.params.grammar) s.matcher.emplace(job.params.grammar);
   s.feed = -1;
+  return rest;
+}
+
+void Engine::start(const std::vector<Slot*>& fresh) {
+  std::vector<Slot*> ready;
+  std::vector<nn::KVCache*> caches;
+  std::vector<std::span<const int32_t>> rests;
+  for (Slot* s : fresh) {
+    try {
+      rests.push_back(set_up(*s));
+      ready.push_back(s), caches.push_back(&s->cache);
+    } catch (const std::exception& e) {
+      s->cache.clear(), s->cached.clear();
+      release(*s, "error", e.what());
+    }
+  }
+  if (ready.empty()) return;
+  auto ran = [&](Slot& s, std::span<const int32_t> rest) {
+    s.cached.insert(s.cached.end(), rest.begin(), rest.end());
+    prompt_tokens_ += int64_t(rest.size());
+  };
+  const auto t0 = Job::Clock::now();
+  try {
+    const Tensor logits = model_.prefill(caches, rests);  // [N, V]
+    const int64_t V = logits.size(1);
+    for (size_t i = 0; i < ready.size(); ++i) {
+      ready[i]->logits = reshape(slice(logits, 0, int64_t(i), int64_t(i) + 1), Shape{V});
+      ran(*ready[i], rests[i]);
+    }
+  } catch (const std::exception&) {
+    // (A cache the failed forward wrote to holds no more than it did: it is cleared and its
+    // prompt run again from the start.)
+    for (size_t i = 0; i < ready.size(); ++i) {
+      Slot& s = *ready[i];
+      try {
+        s.cache.clear(), s.cached.clear();
+        const std::vector<int32_t>& prompt = s.job->params.prompt;
+        s.job->cached_tokens = 0;
+        s.logits = model_.decode(s.cache, prompt);
+        ran(s, prompt);
+      } catch (const std::exception& e) {
+        s.cache.clear(), s.cached.clear();
+        release(s, "error", e.what());
+      }
+    }
+  }
+  prompt_us_ += std::chrono::duration_cast<std::chrono::microseconds>(Job::Clock::now() - t0).count();
 }
 
 void Engine::release(Slot& s, const std::string& reason, const std::string& error) {
@@ -394,14 +436,7 @@ void Engine::loop() {
       }
     }
     run_embeds();
-    for (Slot* s : fresh) {
-      try {
-        start(*s);
-      } catch (const std::exception& e) {
-        s->cache.clear(), s->cached.clear();
-        release(*s, "error", e.what());
-      }
-    }
+    if (!fresh.empty()) start(fresh);
     // Every slot with logits samples its next token; those going on are fed in one step.
     caches.clear(), ids.clear(), stepping.clear();
     for (auto& s : slots_) {

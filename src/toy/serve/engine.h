@@ -14,6 +14,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -148,7 +149,11 @@ class Engine {
  private:
   struct Slot;
   void loop();
-  void start(Slot& s);                       // prefill a newly assigned job
+  // Newly assigned jobs: each slot set up for its job (what of the prompt its cache lacks),
+  // then every prompt prefilled in one forward (one by one when that fails, so that a fault
+  // ends only the job it belongs to).
+  void start(const std::vector<Slot*>& fresh);
+  std::span<const int32_t> set_up(Slot& s);  // the prompt tokens still to run
   void sample(Slot& s);                      // the next token from s's logits
   void release(Slot& s, const std::string& reason, const std::string& error = "");
   Slot* pick_slot(const std::vector<int32_t>& prompt);  // a free slot, preferring a cached prefix
