@@ -631,8 +631,8 @@ prefix-fed-twice
 src/toy/serve/engine.cpp
 toy_serve_tests
 ^ServeEngine\.ContinuesACachedPrefix
-  std::span<const int32_t> rest = std::span<const int32_t>(prompt).subspan(s.cached.size());
-  std::span<const int32_t> rest = std::span<const int32_t>(prompt).subspan(s.cached.size() / 2);
+    chunks.push_back(std::span<const int32_t>(s->job->params.prompt).subspan(s->cached.size(), size_t(n)));
+    chunks.push_back(std::span<const int32_t>(s->job->params.prompt).subspan(s->cached.size() / 2, size_t(n)));
 queue-limit-off-by-one
 src/toy/serve/engine.cpp
 toy_serve_tests
@@ -2079,6 +2079,36 @@ toy toy_dist_tests
 ^DataParallel\.AFailedPeriodicSave
         fail_step(e.what(), "after", st_.step, end_fields);
         throw;
+prefill-unchunked
+src/toy/serve/engine.cpp
+toy_serve_tests
+^ServeChunks\.
+    prefill_chunks(o_.batch == 0 ? std::numeric_limits<int64_t>::max() : std::max<int64_t>(1, o_.batch - decoding));
+    prefill_chunks(std::numeric_limits<int64_t>::max());
+prefill-chunks-first-come-first-served
+src/toy/serve/engine.cpp
+toy_serve_tests
+^ServeChunks\.AShortPrompt
+    return left(a) != left(b) ? left(a) < left(b) : a->started < b->started;
+    return a->started < b->started;
+prefill-samples-after-a-partial-chunk
+src/toy/serve/engine.cpp
+toy_serve_tests
+^ServeChunks\.APromptInChunks
+    if (s.cached.size() < s.job->params.prompt.size()) return;
+    if (false) return;
+prefill-ignores-a-cancel
+src/toy/serve/engine.cpp
+toy_serve_tests
+^ServeChunks\.ACancelled
+    if (s->job->cancelled()) {\n      release(*s, "cancelled");
+    if (false) {\n      release(*s, "cancelled");
+prefill-decoding-slots-take-no-budget
+src/toy/serve/engine.cpp
+toy_serve_tests
+^ServeChunks\.
+    for (auto& s : slots_) decoding += s->job && !s->prefilling;
+    for (auto& s : slots_) decoding += 0;
 prefill-positions-ignore-the-cached-prefix
 src/toy/models/decoder_lm.cpp
 toy_serve_tests toy_model_tests

@@ -5,6 +5,10 @@
 // client alone measured in the same run (the ratio is what batching buys: GEMVs become GEMMs).
 // When llama-server is built (scripts/llama_peer.sh --server, or --peer PATH), the same
 // clients run against `llama-server -m M -np N -c 4096` on the same file, alternating rounds.
+// With --long-prompt L, each round also measures the stall a long prompt causes: N - 1
+// clients stream while one more sends L prompt tokens; the longest gap between two tokens of
+// a stream while that prompt is prefilled, with the prompt in chunks (--batch-size, the
+// server's default) and whole (--batch-size 0), each on a fresh server.
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -12,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -43,7 +48,7 @@ using Clock = std::chrono::steady_clock;
 struct ServeBenchFlags {
   std::string model, peer, cache_type = "f32";
   int clients = 8, threads = 0, rounds = 3;
-  int64_t prompt = 64, tokens = 128;
+  int64_t prompt = 64, tokens = 128, long_prompt = 0, batch = 512;
   bool json = false, no_peer = false;
 };
 
@@ -190,6 +195,94 @@ RoundResult run_round(int port, int clients, int64_t prompt_len, int64_t tokens,
   return {double(total) / wall, ttft[ttft.size() / 2]};
 }
 
+// A stream that notes when each piece of text arrives (seconds after `origin`), until the
+// stream ends or it has a piece from after `done_at` (set by another thread; negative: not
+// yet), when it hangs up (the server cancels the job).
+struct TimedStream {
+  std::vector<double> at;
+  std::string error;
+};
+
+TimedStream stream_timed(int port, const std::vector<int32_t>& prompt, int64_t tokens, Clock::time_point origin,
+                         const std::atomic<double>& done_at, std::atomic<int>& started) {
+  TimedStream r;
+  const nlohmann::json body = {{"prompt", prompt}, {"max_tokens", tokens}, {"temperature", 0}, {"stream", true},
+                               {"ignore_eos", true}};
+  serve::RawHttp h(port);
+  if (!h.ok() || !h.post("/v1/completions", body.dump())) {
+    r.error = "cannot connect";
+    return r;
+  }
+  std::string response;
+  size_t scanned = 0;
+  auto since = [&] { return std::chrono::duration<double>(Clock::now() - origin).count(); };
+  const double t0 = since();
+  while (h.read_some(response, 5) && since() - t0 < 600) {
+    for (size_t at; (at = response.find("\"text\":\"", scanned)) != std::string::npos; scanned = at + 8)
+      if (response.compare(at, 10, "\"text\":\"\"") != 0) {
+        if (r.at.empty()) ++started;
+        r.at.push_back(since());
+      }
+    const double done = done_at.load();
+    if (done >= 0 && !r.at.empty() && r.at.back() > done) break;
+  }
+  if (r.at.empty()) r.error = "no text: " + response.substr(0, 300);
+  return r;
+}
+
+struct StallResult {
+  double stall_ms = 0, long_prompt_ms = 0;
+  bool outlived = true;  // every stream had a token after the long prompt was done (else the stall is a lower bound)
+};
+
+// `clients` - 1 streams; once each has its first token, one more client sends `long_len`
+// prompt tokens (one token generated). The stall: the longest gap between two tokens of a
+// stream that overlaps the time that request took.
+StallResult measure_stall(int port, int clients, int64_t prompt_len, int64_t long_len, int64_t stream_tokens,
+                          int32_t vocab, uint64_t seed) {
+  const int streams = std::max(1, clients - 1);
+  uint64_t counter = 0;
+  auto ids = [&](int64_t n) {
+    std::vector<int32_t> p;
+    for (int64_t i = 0; i < n; ++i) p.push_back(int32_t(philox4x32(seed, 11, counter++)[0] % uint32_t(vocab)));
+    return p;
+  };
+  std::vector<std::vector<int32_t>> prompts;
+  for (int c = 0; c < streams; ++c) prompts.push_back(ids(prompt_len));
+  const std::vector<int32_t> long_prompt = ids(long_len);
+  const Clock::time_point origin = Clock::now();
+  std::atomic<double> done_at{-1.0};
+  std::atomic<int> started{0};
+  std::vector<TimedStream> res(static_cast<size_t>(streams));
+  std::vector<std::thread> threads;
+  for (int c = 0; c < streams; ++c)
+    threads.emplace_back([&, c] {
+      res[size_t(c)] = stream_timed(port, prompts[size_t(c)], stream_tokens, origin, done_at, started);
+    });
+  auto since = [&] { return std::chrono::duration<double>(Clock::now() - origin).count(); };
+  while (started.load() < streams && since() < 300) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // (the streams in their stride)
+  const double sent = since();
+  const nlohmann::json body = {{"prompt", long_prompt}, {"max_tokens", 1}, {"temperature", 0}, {"ignore_eos", true}};
+  serve::RawHttp h(port);
+  const bool posted = h.ok() && h.post("/v1/completions", body.dump());
+  const std::string response = posted ? h.read_all(600) : "";
+  const double done = since();
+  done_at = done;
+  for (auto& t : threads) t.join();
+  TOY_CHECK(serve::status_of(response) == 200, "[bench serve] the long prompt failed: {}",
+            posted ? response.substr(0, 300) : "cannot connect");
+  StallResult r;
+  r.long_prompt_ms = (done - sent) * 1000;
+  for (const TimedStream& s : res) {
+    TOY_CHECK(s.error.empty(), "[bench serve] a stream failed: {}", s.error);
+    for (size_t i = 1; i < s.at.size(); ++i)
+      if (s.at[i] > sent && s.at[i - 1] < done) r.stall_ms = std::max(r.stall_ms, (s.at[i] - s.at[i - 1]) * 1000);
+    r.outlived = r.outlived && s.at.back() > done;
+  }
+  return r;
+}
+
 std::string find_llama_server(const std::string& flag) {
   if (!flag.empty()) return flag;
   const char* home = std::getenv("HOME");
@@ -214,7 +307,8 @@ int run_serve_bench(const ServeBenchFlags& f) {
 
   // Each round: toy serve (one client alone, then all together), then llama-server (all
   // together), each a fresh process on a fresh port, so drift hits both alike.
-  std::vector<double> many, ttft, single, peer_many, peer_ttft;
+  std::vector<double> many, ttft, single, peer_many, peer_ttft, stall_chunked, stall_whole, long_chunked, long_whole;
+  bool stall_bounded = false;  // a stream ended before the long prompt was done
   const std::vector<int32_t> warm = {1, 2, 3, 4};
   for (int round = 0; round < f.rounds; ++round) {
     const uint64_t seed = 1000 + uint64_t(round);
@@ -222,7 +316,7 @@ int run_serve_bench(const ServeBenchFlags& f) {
       const int port = free_port();
       ServerProcess s({toy, "serve", "-m", f.model, "--port", std::to_string(port), "--parallel",
                        std::to_string(f.clients), "--ctx", std::to_string(slot_ctx), "--threads", std::to_string(threads),
-                       "--cache-type", f.cache_type},
+                       "--cache-type", f.cache_type, "--batch-size", std::to_string(f.batch)},
                       port, "toy serve");
       stream_once(port, warm, 4);
       single.push_back(run_round(port, 1, f.prompt, f.tokens, vocab, seed).tokens_per_s);
@@ -238,6 +332,26 @@ int run_serve_bench(const ServeBenchFlags& f) {
       const RoundResult r = run_round(port, f.clients, f.prompt, f.tokens, vocab, seed + 100);
       peer_many.push_back(r.tokens_per_s), peer_ttft.push_back(r.ttft_ms_median);
     }
+    // The stall a long prompt causes, chunked and whole (slots long enough for it).
+    for (int64_t batch : {f.batch, int64_t(0)}) {
+      if (f.long_prompt == 0) break;
+      const int port = free_port();
+      const int64_t ctx = std::max(f.long_prompt + 2, f.prompt + f.tokens + 1);
+      ServerProcess s({toy, "serve", "-m", f.model, "--port", std::to_string(port), "--parallel",
+                       std::to_string(f.clients), "--ctx", std::to_string(ctx), "--threads", std::to_string(threads),
+                       "--cache-type", f.cache_type, "--batch-size", std::to_string(batch)},
+                      port, "toy serve");
+      stream_once(port, warm, 4);
+      const StallResult r =
+          measure_stall(port, f.clients, f.prompt, f.long_prompt, ctx - f.prompt - 1, vocab, seed + 200);
+      (batch ? stall_chunked : stall_whole).push_back(r.stall_ms);
+      (batch ? long_chunked : long_whole).push_back(r.long_prompt_ms);
+      stall_bounded = stall_bounded || !r.outlived;
+    }
+    if (!f.json && f.long_prompt > 0)
+      std::fprintf(stderr, "round %d/%d: a %lld-token prompt beside %d streams: longest gap %.0f ms in chunks, %.0f ms whole\n",
+                   round + 1, f.rounds, static_cast<long long>(f.long_prompt), std::max(1, f.clients - 1),
+                   stall_chunked.back(), stall_whole.back());
     if (!f.json)
       std::fprintf(stderr, "round %d/%d: toy %d clients %.1f tok/s, 1 client %.1f tok/s%s\n", round + 1, f.rounds,
                    f.clients, many.back(), single.back(),
@@ -252,6 +366,7 @@ int run_serve_bench(const ServeBenchFlags& f) {
                       {"generated_tokens", f.tokens},
                       {"rounds", f.rounds},
                       {"cache_type", f.cache_type},
+                      {"batch_size", f.batch},
                       {"threads", threads},
                       {"model", f.model},
                       {"cpu", cpu_name()}};
@@ -259,6 +374,15 @@ int run_serve_bench(const ServeBenchFlags& f) {
     j["llama_server_tokens_per_s"] = median(peer_many);
     j["llama_server_ttft_ms_median"] = median(peer_ttft);
     j["vs_llama_server"] = median(many) / median(peer_many);
+  }
+  if (f.long_prompt > 0) {
+    j["long_prompt_tokens"] = f.long_prompt;
+    j["stall_ms_chunked"] = median(stall_chunked);
+    j["stall_ms_whole"] = median(stall_whole);
+    j["stall_ratio"] = median(stall_chunked) > 0 ? nlohmann::json(median(stall_whole) / median(stall_chunked)) : nullptr;
+    j["stall_lower_bound"] = stall_bounded;
+    j["long_prompt_ms_chunked"] = median(long_chunked);
+    j["long_prompt_ms_whole"] = median(long_whole);
   }
   if (f.json) {
     std::printf("%s\n", bench_line(j).c_str());
@@ -274,6 +398,15 @@ int run_serve_bench(const ServeBenchFlags& f) {
                   f.clients, median(peer_many), median(peer_ttft), median(many) / median(peer_many));
     else
       std::printf("  llama-server: not built (scripts/llama_peer.sh --server builds it)\n");
+    if (f.long_prompt > 0)
+      std::printf("  a %lld-token prompt beside %d streams: longest gap between their tokens %.0f ms with --batch-size "
+                  "%lld, %.0f ms whole -> %.2fx shorter; the prompt took %.0f ms / %.0f ms\n",
+                  static_cast<long long>(f.long_prompt), std::max(1, f.clients - 1), median(stall_chunked),
+                  static_cast<long long>(f.batch), median(stall_whole),
+                  median(stall_whole) / std::max(median(stall_chunked), 1e-9), median(long_chunked), median(long_whole));
+    if (stall_bounded)
+      std::printf("  (a stream ended before the long prompt was done: these gaps are lower bounds; give a longer "
+                  "--long-prompt)\n");
   }
   return 0;
 }
@@ -287,6 +420,10 @@ Run add_bench_serve_command(CLI::App& bench) {
   add_int(cmd, "--clients", f->clients, 1, 64, "Concurrent clients (default 8)");
   add_int(cmd, "--prompt", f->prompt, 1, 4096, "Prompt tokens per client (default 64)");
   add_int(cmd, "--tokens", f->tokens, 1, 4096, "Generated tokens per client (default 128)");
+  add_int(cmd, "--long-prompt", f->long_prompt, 0, int64_t(1) << 20,
+          "Also measure the stall a prompt of this many tokens causes the streams beside it, in chunks and whole "
+          "(default 0: not measured)");
+  add_int(cmd, "-b,--batch-size", f->batch, 1, int64_t(1) << 24, "toy serve's --batch-size (default 512)");
   add_int(cmd, "--rounds", f->rounds, 1, 100, "Rounds, alternating toy and llama-server; medians reported (default 3)");
   add_int(cmd, "--threads", f->threads, 1, kMaxThreads, "Threads of each server (default: all cores)")->default_str("");
   cmd->add_option("--peer", f->peer, "llama-server binary (default: the one scripts/llama_peer.sh --server builds)");

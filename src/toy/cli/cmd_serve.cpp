@@ -33,7 +33,7 @@ struct ServeFlags {
   LoraFlags lora;
   int port = 8080, parallel = 4, threads = 0;
   Device device = Device::CPU;
-  int64_t ctx = 0, queue = 64, max_body = int64_t(1) << 20;
+  int64_t ctx = 0, queue = 64, max_body = int64_t(1) << 20, batch = 512;
 };
 
 volatile sig_atomic_t g_signals = 0;
@@ -55,6 +55,7 @@ int run_serve(const ServeFlags& f) {
   eo.parallel = f.parallel;
   eo.ctx = f.ctx;
   eo.queue = f.queue;
+  eo.batch = f.batch;
   eo.cache_dtype = f.cache_type == "f16" ? DType::F16 : DType::F32;
   serve::ServerOptions so;
   so.host = f.host;
@@ -103,6 +104,9 @@ Run add_serve_command(CLI::App& app) {
   add_int(cmd, "--parallel,--np", f->parallel, 1, 256, "Sequences decoded together (default 4)");
   add_int(cmd, "-c,--ctx", f->ctx, 2, int64_t(1) << 24,
           "Tokens per slot (default: the model's context, at most 4096)")->default_str("");
+  add_int(cmd, "-b,--batch-size", f->batch, 0, int64_t(1) << 24,
+          "Tokens one step computes at most: the decoding slots' next tokens, then chunks of the prompts being "
+          "prefilled, so a long prompt does not stall the others (default 512; 0: each prompt whole at once)");
   add_int(cmd, "--queue", f->queue, 0, int64_t(1) << 20, "Requests waiting for a slot before 503 (default 64)");
   add_int(cmd, "--max-body", f->max_body, 1, int64_t(1) << 32, "Largest request body in bytes (default 1 MB; 413 over it)");
   cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or set TOY_API_KEY)");

@@ -74,7 +74,8 @@ struct Engine::Slot {
   nn::KVCache cache;
   std::vector<int32_t> cached;  // the tokens the cache holds, in order
   std::shared_ptr<Job> job;     // null: free
-  bool fresh = false;           // assigned, not yet prefilled
+  bool prefilling = false;      // its job started, not all of its prompt run yet
+  uint64_t started = 0;         // when its job started (orders prompts of equal length)
   std::optional<Sampler> sampler;
   std::optional<Utf8StreamDecoder> decoder;
   std::optional<StopFilter> filter;
@@ -88,6 +89,7 @@ struct Engine::Slot {
 
 Engine::Engine(DecoderLM& model, const Tokenizer& tok, EngineOptions o) : model_(model), tok_(tok), o_(o) {
   TOY_CHECK(o.parallel >= 1 && o.parallel <= 256, "[serve] --parallel must be in [1, 256], got {}", o.parallel);
+  TOY_CHECK(o.batch >= 0, "[serve] --batch-size must be >= 0 (0: no limit), got {}", o.batch);
   TOY_CHECK(o.queue >= 0, "[serve] --queue must be >= 0, got {}", o.queue);
   ctx_ = o.ctx ? o.ctx : std::min<int64_t>(model.config().ctx, 4096);
   TOY_CHECK(ctx_ >= 2, "[serve] --ctx must be at least 2 tokens, got {}", ctx_);
@@ -210,7 +212,7 @@ Engine::Slot* Engine::pick_slot(const std::vector<int32_t>& prompt) {
   return best;
 }
 
-std::span<const int32_t> Engine::set_up(Slot& s) {
+void Engine::set_up(Slot& s) {
   Job& job = *s.job;
   const std::vector<int32_t>& prompt = job.params.prompt;
   const size_t n = s.cached.size();
@@ -221,7 +223,6 @@ std::span<const int32_t> Engine::set_up(Slot& s) {
   }
   job.prompt_tokens = int64_t(prompt.size());
   job.cached_tokens = int64_t(s.cached.size());
-  std::span<const int32_t> rest = std::span<const int32_t>(prompt).subspan(s.cached.size());
   s.history = prompt;
   s.sampler.emplace(job.params.sampling, job.params.seed);
   s.decoder.emplace(tok_);
@@ -231,52 +232,68 @@ std::span<const int32_t> Engine::set_up(Slot& s) {
   s.budget = job.params.max_tokens < 0 ? room : std::min(job.params.max_tokens, room);
   if (job.params.grammar) s.matcher.emplace(job.params.grammar);
   s.feed = -1;
-  return rest;
+  s.prefilling = true;
+  s.started = ++start_clock_;
 }
 
-void Engine::start(const std::vector<Slot*>& fresh) {
+void Engine::prefill_chunks(int64_t budget) {
+  std::vector<Slot*> waiting;
+  for (auto& s : slots_) {
+    if (!s->job || !s->prefilling) continue;
+    if (s->job->cancelled()) {
+      release(*s, "cancelled");
+      continue;
+    }
+    waiting.push_back(s.get());
+  }
+  if (waiting.empty()) return;
+  // (s.cached grows chunk by chunk: it is always the prompt's first tokens.)
+  auto left = [](const Slot* s) { return int64_t(s->job->params.prompt.size() - s->cached.size()); };
+  std::sort(waiting.begin(), waiting.end(), [&](const Slot* a, const Slot* b) {
+    return left(a) != left(b) ? left(a) < left(b) : a->started < b->started;
+  });
   std::vector<Slot*> ready;
   std::vector<nn::KVCache*> caches;
-  std::vector<std::span<const int32_t>> rests;
-  for (Slot* s : fresh) {
-    try {
-      rests.push_back(set_up(*s));
-      ready.push_back(s), caches.push_back(&s->cache);
-    } catch (const std::exception& e) {
-      s->cache.clear(), s->cached.clear();
-      release(*s, "error", e.what());
-    }
+  std::vector<std::span<const int32_t>> chunks;
+  for (Slot* s : waiting) {
+    if (budget <= 0) break;
+    const int64_t n = std::min(left(s), budget);
+    budget -= n;
+    chunks.push_back(std::span<const int32_t>(s->job->params.prompt).subspan(s->cached.size(), size_t(n)));
+    ready.push_back(s), caches.push_back(&s->cache);
   }
-  if (ready.empty()) return;
-  auto ran = [&](Slot& s, std::span<const int32_t> rest) {
-    s.cached.insert(s.cached.end(), rest.begin(), rest.end());
-    prompt_tokens_ += int64_t(rest.size());
+  // The tokens of `run` are in s's cache now; `logits` follow them.
+  auto ran = [&](Slot& s, std::span<const int32_t> run, const Tensor& logits) {
+    s.cached.insert(s.cached.end(), run.begin(), run.end());
+    prompt_tokens_ += int64_t(run.size());
+    if (s.cached.size() < s.job->params.prompt.size()) return;
+    s.logits = logits;
+    s.prefilling = false;
   };
   const auto t0 = Job::Clock::now();
   try {
-    const Tensor logits = model_.prefill(caches, rests);  // [N, V]
+    const Tensor logits = model_.prefill(caches, chunks);  // [N, V]
     const int64_t V = logits.size(1);
-    for (size_t i = 0; i < ready.size(); ++i) {
-      ready[i]->logits = reshape(slice(logits, 0, int64_t(i), int64_t(i) + 1), Shape{V});
-      ran(*ready[i], rests[i]);
-    }
+    for (size_t i = 0; i < ready.size(); ++i)
+      ran(*ready[i], chunks[i], reshape(slice(logits, 0, int64_t(i), int64_t(i) + 1), Shape{V}));
   } catch (const std::exception&) {
     // (A cache the failed forward wrote to holds no more than it did: it is cleared and its
-    // prompt run again from the start.)
+    // prompt, up to the end of this chunk, run again from the start.)
     for (size_t i = 0; i < ready.size(); ++i) {
       Slot& s = *ready[i];
+      const std::span<const int32_t> upto =
+          std::span<const int32_t>(s.job->params.prompt).first(s.cached.size() + chunks[i].size());
       try {
         s.cache.clear(), s.cached.clear();
-        const std::vector<int32_t>& prompt = s.job->params.prompt;
         s.job->cached_tokens = 0;
-        s.logits = model_.decode(s.cache, prompt);
-        ran(s, prompt);
+        ran(s, upto, model_.decode(s.cache, upto));
       } catch (const std::exception& e) {
         s.cache.clear(), s.cached.clear();
         release(s, "error", e.what());
       }
     }
   }
+  ++prompt_chunks_;
   prompt_us_ += std::chrono::duration_cast<std::chrono::microseconds>(Job::Clock::now() - t0).count();
 }
 
@@ -285,6 +302,7 @@ void Engine::release(Slot& s, const std::string& reason, const std::string& erro
   std::shared_ptr<Job> job = std::move(s.job);
   s.logits = Tensor();
   s.feed = -1;
+  s.prefilling = false;
   s.filter.reset(), s.decoder.reset(), s.sampler.reset(), s.matcher.reset();
   s.last_used = ++use_clock_;
   --active_;  // before the client hears of the end: a request it sends next finds the slot free
@@ -435,8 +453,21 @@ void Engine::loop() {
         fresh.push_back(s);
       }
     }
+    for (Slot* s : fresh) {
+      try {
+        set_up(*s);
+      } catch (const std::exception& e) {
+        s->cache.clear(), s->cached.clear();
+        release(*s, "error", e.what());
+      }
+    }
     run_embeds();
-    if (!fresh.empty()) start(fresh);
+    // This step's prompt tokens: what the decoding slots leave of the batch.
+    int64_t decoding = 0;
+    for (auto& s : slots_) decoding += s->job && !s->prefilling;
+    prefill_chunks(o_.batch == 0 ? std::numeric_limits<int64_t>::max() : std::max<int64_t>(1, o_.batch - decoding));
+    const bool prefill_goes_on =
+        std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->job && s->prefilling; });
     // Every slot with logits samples its next token; those going on are fed in one step.
     caches.clear(), ids.clear(), stepping.clear();
     for (auto& s : slots_) {
@@ -460,6 +491,7 @@ void Engine::loop() {
         s.logits = reshape(slice(logits, 0, int64_t(i), int64_t(i) + 1), Shape{V});
       }
       ++steps_;
+      if (prefill_goes_on) ++steps_beside_prefill_;
       widest_ = std::max<int64_t>(widest_.load(), int64_t(stepping.size()));
     } catch (const std::exception& e) {
       for (Slot* s : stepping) {

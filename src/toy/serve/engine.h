@@ -1,10 +1,13 @@
 // The serving engine: continuous batching of generation requests over one model. Up to
 // `parallel` slots decode together, one batched forward per step (DecoderLM::decode_step:
 // every weight matrix read once for all of them); a request that arrives joins at the next
-// step; a cancelled request frees its slot at the next step. Each slot owns a KV cache (and
-// recurrent state) of its own; when a slot's cached tokens are a prefix of a new prompt, the
-// prompt continues them instead of being recomputed. No HTTP here: the server (server.h)
-// turns requests into Jobs and Jobs into responses.
+// step; a cancelled request frees its slot at the next step. Prompts are prefilled in
+// chunks (EngineOptions::batch tokens a step, shared by the prompts being prefilled): a long
+// prompt takes several steps, and the slots already decoding take a step between each two of
+// its chunks instead of waiting for all of it. Each slot owns a KV cache (and recurrent
+// state) of its own; when a slot's cached tokens are a prefix of a new prompt, the prompt
+// continues them instead of being recomputed. No HTTP here: the server (server.h) turns
+// requests into Jobs and Jobs into responses.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -115,6 +118,11 @@ struct EngineOptions {
   int64_t ctx = 0;         // tokens per slot (0: the model's context, at most 4096)
   int64_t queue = 64;      // requests waiting for a slot before submit() refuses
   DType cache_dtype = DType::F32;
+  // Tokens one step computes at most, as llama-server's --batch-size: each decoding slot's
+  // next token, then the prompts being prefilled share what is left (at least one token),
+  // shortest remaining first so that a short prompt does not wait behind a long one; their
+  // chunks run in one forward. 0: no limit (each prompt whole in the step it starts).
+  int64_t batch = 512;
 };
 
 class Engine {
@@ -144,16 +152,21 @@ class Engine {
   // Batched steps run and the most sequences one step carried (tests check batching happens).
   int64_t steps() const { return steps_.load(); }
   int64_t widest_step() const { return widest_.load(); }
+  // Forwards that ran prompt tokens, and decode steps taken while a prompt was part-way
+  // through its prefill (tests check that a long prompt does not stall the others).
+  int64_t prompt_chunks() const { return prompt_chunks_.load(); }
+  int64_t steps_beside_a_prefill() const { return steps_beside_prefill_.load(); }
   EngineMetrics metrics() const;
 
  private:
   struct Slot;
   void loop();
-  // Newly assigned jobs: each slot set up for its job (what of the prompt its cache lacks),
-  // then every prompt prefilled in one forward (one by one when that fails, so that a fault
-  // ends only the job it belongs to).
-  void start(const std::vector<Slot*>& fresh);
-  std::span<const int32_t> set_up(Slot& s);  // the prompt tokens still to run
+  // One step's prompt tokens: the slots still prefilling (the cancelled ones released) take
+  // chunks of `budget` tokens in all, shortest remaining first, run in one forward (each
+  // one's run so far again alone when that fails, so that a fault ends only the job it
+  // belongs to); a slot whose prompt is done holds the logits after it.
+  void prefill_chunks(int64_t budget);
+  void set_up(Slot& s);  // s's job started: sampling state, and what of the prompt its cache holds
   void sample(Slot& s);                      // the next token from s's logits
   void release(Slot& s, const std::string& reason, const std::string& error = "");
   Slot* pick_slot(const std::vector<int32_t>& prompt);  // a free slot, preferring a cached prefix
@@ -182,11 +195,12 @@ class Engine {
   void run_embeds();
   bool stopping_ = false;
   std::string stop_reason_;
-  std::atomic<int64_t> active_{0}, steps_{0}, widest_{0};
+  std::atomic<int64_t> active_{0}, steps_{0}, widest_{0}, prompt_chunks_{0}, steps_beside_prefill_{0};
   // Metrics (written by the engine thread, read by any).
   std::atomic<int64_t> prompt_tokens_{0}, prompt_us_{0}, predicted_{0}, decode_us_{0}, busy_slot_steps_{0};
   std::atomic<int64_t> finished_stop_{0}, finished_length_{0}, finished_cancelled_{0}, finished_error_{0};
   uint64_t use_clock_ = 0;  // orders slots by last use (engine thread only)
+  uint64_t start_clock_ = 0;  // orders jobs by the step they started (engine thread only)
   std::thread thread_;
 };
 
