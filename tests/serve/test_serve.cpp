@@ -1075,10 +1075,11 @@ TEST(ServeCli, AppliesALoraAdapterAsGenerateDoes) {
 
 TEST(ServeCli, OnTheSimDeviceServesTheCpusText) {
   // `toy serve --device sim`: the decode steps run on memory the host may not touch, with
-  // the CPU's bits: the same greedy text for the same requests, two of them at once.
+  // the CPU's bits: the same greedy text for the same requests, two of them at once, their
+  // prompts whole or in chunks of three tokens.
   const std::string model = init_tiny("llama");
-  auto texts = [&](const char* device) {
-    ServeProcess sp({"-m", model, "--device", device});
+  auto texts = [&](const char* device, const char* batch) {
+    ServeProcess sp({"-m", model, "--device", device, "--batch-size", batch});
     EXPECT_GT(sp.port, 0) << toy::test::read_all(sp.err);
     std::vector<std::string> out(2);
     std::vector<std::thread> clients;
@@ -1094,9 +1095,11 @@ TEST(ServeCli, OnTheSimDeviceServesTheCpusText) {
     for (auto& t : clients) t.join();
     return out;
   };
-  const std::vector<std::string> cpu = texts("cpu"), sim = texts("sim");
+  const std::vector<std::string> cpu = texts("cpu", "512"), sim = texts("sim", "512");
   EXPECT_FALSE(cpu[0].empty());
   EXPECT_EQ(sim, cpu);
+  EXPECT_EQ(texts("sim", "3"), texts("cpu", "3"));
+  EXPECT_EQ(texts("cpu", "3"), cpu);
 }
 
 // ---- robustness: a hostile crowd on loopback, bounded in count and time ---------------------
