@@ -8,7 +8,8 @@
 // With --long-prompt L, each round also measures the stall a long prompt causes: N - 1
 // clients stream while one more sends L prompt tokens; the longest gap between two tokens of
 // a stream while that prompt is prefilled, with the prompt in chunks (--batch-size, the
-// server's default) and whole (--batch-size 0), each on a fresh server.
+// server's default) and whole (--batch-size 0), each on a fresh server (and on llama-server,
+// when built, with its default batch sizes).
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -130,14 +131,29 @@ struct StreamResult {
   std::string error;
 };
 
+// Starts a greedy streamed completion of `prompt` (end-of-text ignored); false if it cannot.
+bool start_stream(serve::RawHttp& h, const std::vector<int32_t>& prompt, int64_t tokens, bool usage) {
+  nlohmann::json body = {{"prompt", prompt}, {"max_tokens", tokens}, {"temperature", 0}, {"stream", true},
+                         {"ignore_eos", true}};
+  if (usage) body["stream_options"] = {{"include_usage", true}};
+  return h.ok() && h.post("/v1/completions", body.dump());
+}
+
+// The pieces of text (each non-empty "text" field of a choice) in `response` past `scanned`,
+// which moves past them.
+int64_t new_pieces(const std::string& response, size_t& scanned) {
+  int64_t n = 0;
+  for (size_t at; (at = response.find("\"text\":\"", scanned)) != std::string::npos; scanned = at + 8)
+    n += response.compare(at, 10, "\"text\":\"\"") != 0;
+  return n;
+}
+
 // One streamed completion; the first piece of text marks the time to first token.
 StreamResult stream_once(int port, const std::vector<int32_t>& prompt, int64_t tokens) {
   StreamResult r;
-  const nlohmann::json body = {{"prompt", prompt}, {"max_tokens", tokens}, {"temperature", 0}, {"stream", true},
-                               {"ignore_eos", true}, {"stream_options", {{"include_usage", true}}}};
   const auto t0 = Clock::now();
   serve::RawHttp h(port);
-  if (!h.ok() || !h.post("/v1/completions", body.dump())) {
+  if (!start_stream(h, prompt, tokens, true)) {
     r.error = "cannot connect";
     return r;
   }
@@ -146,14 +162,9 @@ StreamResult stream_once(int port, const std::vector<int32_t>& prompt, int64_t t
   size_t scanned = 0;
   while (h.read_some(response, 100)) {
     if (Clock::now() - t0 > std::chrono::minutes(5)) break;
-    // Count the text chunks seen so far (each "text" field of a choice).
-    for (size_t at; (at = response.find("\"text\":\"", scanned)) != std::string::npos;) {
-      if (response.compare(at, 10, "\"text\":\"\"") != 0) {
-        ++chunks;
-        if (r.ttft_s < 0) r.ttft_s = std::chrono::duration<double>(Clock::now() - t0).count();
-      }
-      scanned = at + 8;
-    }
+    const int64_t n = new_pieces(response, scanned);
+    if (n > 0 && r.ttft_s < 0) r.ttft_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    chunks += n;
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (serve::status_of(response) != 200) {
@@ -206,10 +217,8 @@ struct TimedStream {
 TimedStream stream_timed(int port, const std::vector<int32_t>& prompt, int64_t tokens, Clock::time_point origin,
                          const std::atomic<double>& done_at, std::atomic<int>& started) {
   TimedStream r;
-  const nlohmann::json body = {{"prompt", prompt}, {"max_tokens", tokens}, {"temperature", 0}, {"stream", true},
-                               {"ignore_eos", true}};
   serve::RawHttp h(port);
-  if (!h.ok() || !h.post("/v1/completions", body.dump())) {
+  if (!start_stream(h, prompt, tokens, false)) {
     r.error = "cannot connect";
     return r;
   }
@@ -218,11 +227,9 @@ TimedStream stream_timed(int port, const std::vector<int32_t>& prompt, int64_t t
   auto since = [&] { return std::chrono::duration<double>(Clock::now() - origin).count(); };
   const double t0 = since();
   while (h.read_some(response, 5) && since() - t0 < 600) {
-    for (size_t at; (at = response.find("\"text\":\"", scanned)) != std::string::npos; scanned = at + 8)
-      if (response.compare(at, 10, "\"text\":\"\"") != 0) {
-        if (r.at.empty()) ++started;
-        r.at.push_back(since());
-      }
+    const int64_t n = new_pieces(response, scanned);
+    if (n > 0 && r.at.empty()) ++started;
+    r.at.insert(r.at.end(), size_t(n), since());  // (pieces read together arrived together)
     const double done = done_at.load();
     if (done >= 0 && !r.at.empty() && r.at.back() > done) break;
   }
@@ -308,6 +315,7 @@ int run_serve_bench(const ServeBenchFlags& f) {
   // Each round: toy serve (one client alone, then all together), then llama-server (all
   // together), each a fresh process on a fresh port, so drift hits both alike.
   std::vector<double> many, ttft, single, peer_many, peer_ttft, stall_chunked, stall_whole, long_chunked, long_whole;
+  std::vector<double> peer_stall, peer_long;
   bool stall_bounded = false;  // a stream ended before the long prompt was done
   const std::vector<int32_t> warm = {1, 2, 3, 4};
   for (int round = 0; round < f.rounds; ++round) {
@@ -348,6 +356,18 @@ int run_serve_bench(const ServeBenchFlags& f) {
       (batch ? long_chunked : long_whole).push_back(r.long_prompt_ms);
       stall_bounded = stall_bounded || !r.outlived;
     }
+    if (!llama.empty() && f.long_prompt > 0) {  // (its defaults: -b 2048 -ub 512)
+      const int port = free_port();
+      const int64_t ctx = std::max(f.long_prompt + 2, f.prompt + f.tokens + 1);
+      ServerProcess s({llama, "-m", f.model, "--host", "127.0.0.1", "--port", std::to_string(port), "-np",
+                       std::to_string(f.clients), "-c", std::to_string(ctx * f.clients), "-t", std::to_string(threads)},
+                      port, "llama-server");
+      stream_once(port, warm, 4);
+      const StallResult r =
+          measure_stall(port, f.clients, f.prompt, f.long_prompt, ctx - f.prompt - 1, vocab, seed + 200);
+      peer_stall.push_back(r.stall_ms), peer_long.push_back(r.long_prompt_ms);
+      stall_bounded = stall_bounded || !r.outlived;
+    }
     if (!f.json && f.long_prompt > 0)
       std::fprintf(stderr, "round %d/%d: a %lld-token prompt beside %d streams: longest gap %.0f ms in chunks, %.0f ms whole\n",
                    round + 1, f.rounds, static_cast<long long>(f.long_prompt), std::max(1, f.clients - 1),
@@ -383,6 +403,10 @@ int run_serve_bench(const ServeBenchFlags& f) {
     j["stall_lower_bound"] = stall_bounded;
     j["long_prompt_ms_chunked"] = median(long_chunked);
     j["long_prompt_ms_whole"] = median(long_whole);
+    if (!peer_stall.empty()) {
+      j["llama_server_stall_ms"] = median(peer_stall);
+      j["llama_server_long_prompt_ms"] = median(peer_long);
+    }
   }
   if (f.json) {
     std::printf("%s\n", bench_line(j).c_str());
@@ -404,6 +428,9 @@ int run_serve_bench(const ServeBenchFlags& f) {
                   static_cast<long long>(f.long_prompt), std::max(1, f.clients - 1), median(stall_chunked),
                   static_cast<long long>(f.batch), median(stall_whole),
                   median(stall_whole) / std::max(median(stall_chunked), 1e-9), median(long_chunked), median(long_whole));
+    if (!peer_stall.empty())
+      std::printf("  llama-server -np %d, the same prompt: longest gap %.0f ms; the prompt took %.0f ms\n", f.clients,
+                  median(peer_stall), median(peer_long));
     if (stall_bounded)
       std::printf("  (a stream ended before the long prompt was done: these gaps are lower bounds; give a longer "
                   "--long-prompt)\n");
