@@ -139,12 +139,13 @@ bool start_stream(serve::RawHttp& h, const std::vector<int32_t>& prompt, int64_t
   return h.ok() && h.post("/v1/completions", body.dump());
 }
 
-// The pieces of text (each non-empty "text" field of a choice) in `response` past `scanned`,
-// which moves past them.
-int64_t new_pieces(const std::string& response, size_t& scanned) {
+// The pieces of text (each "text" field of a choice; `empty_too`: also those with no text, as
+// llama-server sends for a token whose bytes it holds back) in `response` past `scanned`, which
+// moves past them.
+int64_t new_pieces(const std::string& response, size_t& scanned, bool empty_too = false) {
   int64_t n = 0;
   for (size_t at; (at = response.find("\"text\":\"", scanned)) != std::string::npos; scanned = at + 8)
-    n += response.compare(at, 10, "\"text\":\"\"") != 0;
+    n += empty_too || response.compare(at, 10, "\"text\":\"\"") != 0;
   return n;
 }
 
@@ -206,12 +207,13 @@ RoundResult run_round(int port, int clients, int64_t prompt_len, int64_t tokens,
   return {double(total) / wall, ttft[ttft.size() / 2]};
 }
 
-// A stream that notes when each piece of text arrives (seconds after `origin`), until the
+// A stream that notes when each token's event arrives (seconds after `origin`), until the
 // stream ends or it has a piece from after `done_at` (set by another thread; negative: not
 // yet), when it hangs up (the server cancels the job).
 struct TimedStream {
   std::vector<double> at;
   std::string error;
+  std::string ended_with;  // an error event that ended the stream (llama-server sends some)
 };
 
 TimedStream stream_timed(int port, const std::vector<int32_t>& prompt, int64_t tokens, Clock::time_point origin,
@@ -227,18 +229,21 @@ TimedStream stream_timed(int port, const std::vector<int32_t>& prompt, int64_t t
   auto since = [&] { return std::chrono::duration<double>(Clock::now() - origin).count(); };
   const double t0 = since();
   while (h.read_some(response, 5) && since() - t0 < 600) {
-    const int64_t n = new_pieces(response, scanned);
+    const int64_t n = new_pieces(response, scanned, true);  // (each token's event: the pace of decoding)
     if (n > 0 && r.at.empty()) ++started;
     r.at.insert(r.at.end(), size_t(n), since());  // (pieces read together arrived together)
     const double done = done_at.load();
     if (done >= 0 && !r.at.empty() && r.at.back() > done) break;
   }
   if (r.at.empty()) r.error = "no text: " + response.substr(0, 300);
+  if (const size_t e = response.find("data: {\"error\""); e != std::string::npos)
+    r.ended_with = response.substr(e + 6, response.find('\n', e) - e - 6).substr(0, 200);
   return r;
 }
 
 struct StallResult {
   double stall_ms = 0, long_prompt_ms = 0;
+  std::string ended_with;  // a stream's error event, if one ended that way
   bool outlived = true;  // every stream had a token after the long prompt was done (else the stall is a lower bound)
 };
 
@@ -286,6 +291,7 @@ StallResult measure_stall(int port, int clients, int64_t prompt_len, int64_t lon
     for (size_t i = 1; i < s.at.size(); ++i)
       if (s.at[i] > sent && s.at[i - 1] < done) r.stall_ms = std::max(r.stall_ms, (s.at[i] - s.at[i - 1]) * 1000);
     r.outlived = r.outlived && s.at.back() > done;
+    if (r.ended_with.empty()) r.ended_with = s.ended_with;
   }
   return r;
 }
@@ -316,7 +322,8 @@ int run_serve_bench(const ServeBenchFlags& f) {
   // together), each a fresh process on a fresh port, so drift hits both alike.
   std::vector<double> many, ttft, single, peer_many, peer_ttft, stall_chunked, stall_whole, long_chunked, long_whole;
   std::vector<double> peer_stall, peer_long;
-  bool stall_bounded = false;  // a stream ended before the long prompt was done
+  std::string peer_stream_error;  // an error event llama-server ended a stream with
+  bool stall_bounded = false, peer_stall_bounded = false;  // a stream ended before the long prompt was done
   const std::vector<int32_t> warm = {1, 2, 3, 4};
   for (int round = 0; round < f.rounds; ++round) {
     const uint64_t seed = 1000 + uint64_t(round);
@@ -355,18 +362,21 @@ int run_serve_bench(const ServeBenchFlags& f) {
       (batch ? stall_chunked : stall_whole).push_back(r.stall_ms);
       (batch ? long_chunked : long_whole).push_back(r.long_prompt_ms);
       stall_bounded = stall_bounded || !r.outlived;
+      TOY_CHECK(r.ended_with.empty(), "[bench serve] toy serve ended a stream with an error: {}", r.ended_with);
     }
     if (!llama.empty() && f.long_prompt > 0) {  // (its defaults: -b 2048 -ub 512)
       const int port = free_port();
       const int64_t ctx = std::max(f.long_prompt + 2, f.prompt + f.tokens + 1);
       ServerProcess s({llama, "-m", f.model, "--host", "127.0.0.1", "--port", std::to_string(port), "-np",
-                       std::to_string(f.clients), "-c", std::to_string(ctx * f.clients), "-t", std::to_string(threads)},
+                       std::to_string(f.clients), "-c", std::to_string((ctx + 256) * f.clients), "-t",
+                       std::to_string(threads)},  // (+256: it rounds a slot's context down)
                       port, "llama-server");
       stream_once(port, warm, 4);
       const StallResult r =
           measure_stall(port, f.clients, f.prompt, f.long_prompt, ctx - f.prompt - 1, vocab, seed + 200);
       peer_stall.push_back(r.stall_ms), peer_long.push_back(r.long_prompt_ms);
-      stall_bounded = stall_bounded || !r.outlived;
+      peer_stall_bounded = peer_stall_bounded || !r.outlived;
+      if (!r.ended_with.empty()) peer_stream_error = r.ended_with;
     }
     if (!f.json && f.long_prompt > 0)
       std::fprintf(stderr, "round %d/%d: a %lld-token prompt beside %d streams: longest gap %.0f ms in chunks, %.0f ms whole\n",
@@ -406,6 +416,8 @@ int run_serve_bench(const ServeBenchFlags& f) {
     if (!peer_stall.empty()) {
       j["llama_server_stall_ms"] = median(peer_stall);
       j["llama_server_long_prompt_ms"] = median(peer_long);
+      j["llama_server_stall_lower_bound"] = peer_stall_bounded;
+      if (!peer_stream_error.empty()) j["llama_server_stream_error"] = peer_stream_error;
     }
   }
   if (f.json) {
@@ -429,11 +441,13 @@ int run_serve_bench(const ServeBenchFlags& f) {
                   static_cast<long long>(f.batch), median(stall_whole),
                   median(stall_whole) / std::max(median(stall_chunked), 1e-9), median(long_chunked), median(long_whole));
     if (!peer_stall.empty())
-      std::printf("  llama-server -np %d, the same prompt: longest gap %.0f ms; the prompt took %.0f ms\n", f.clients,
-                  median(peer_stall), median(peer_long));
+      std::printf("  llama-server -np %d, the same prompt: longest gap %.0f ms%s; the prompt took %.0f ms\n", f.clients,
+                  median(peer_stall), peer_stall_bounded ? " (a lower bound: a stream ended first)" : "",
+                  median(peer_long));
+    if (!peer_stream_error.empty()) std::printf("  (llama-server ended a stream with: %s)\n", peer_stream_error.c_str());
     if (stall_bounded)
-      std::printf("  (a stream ended before the long prompt was done: these gaps are lower bounds; give a longer "
-                  "--long-prompt)\n");
+      std::printf("  (a stream of toy's ended before the long prompt was done: its gaps are lower bounds; give a "
+                  "longer --long-prompt)\n");
   }
   return 0;
 }
