@@ -31,6 +31,8 @@
 #include "serve_helpers.h"
 #include "requirements.h"
 #include "toy/autograd/grad_mode.h"
+#include "toy/backend/cpu/kquant_products.h"
+#include "toy/backend/cpu/quant_products.h"
 #include "toy/infer/generate.h"
 #include "toy/infer/sampler.h"
 #include "toy/io/gguf.h"
@@ -97,7 +99,19 @@ TEST(ServeEngine, PrefillOfSeveralPromptsMatchesEachAlone) {
            {"llama", "f32"}, {"qwen3", "f32"}, {"gpt2", "f32"}, {"qwen35", "f32"}, {"llama", "q8_0"},
            {"llama", "q4_k"}, {"gpt2", "q8_0"}}) {
     SCOPED_TRACE(arch + " " + type);
-    const bool exact = type != "f32";
+    // Bit for bit where the 17 prompt rows take the integer products that decoding takes (the
+    // 11-row prompt alone is a prompt too; the 5- and 1-row ones decode); where the kernel
+    // variant has none for prompts (AVX2 alone: TOY_CPU=avx2, Zen 3) prompts go through f32
+    // tiles over the decoded weight, the same function with other last bits (README).
+    const bool exact = type != "f32" && cpu::quant_products_for_prompts() &&
+                       (type != "q4_k" || cpu::kquant_for_prompts());
+    // Otherwise f32 sums in another order; for a block type that also puts an activation on
+    // the other side of a Q8 rounding step now and then, a step of 1/127 of its block's
+    // largest, which the random layers after it amplify: `toy eval` of gpt2 tiny Q8_0 (seed 7)
+    // gives a 5-token prompt's last logits 0.7% apart (8.2e-3 of 1.18) alone and as the start
+    // of a 17-token one under TOY_CPU=avx2, 0 under avx512. A batching fault (wrong positions,
+    // another prompt's keys) moves them by their own size.
+    const double rel = exact ? 0.0 : type == "f32" ? 1e-4 : 2e-2;
     LoadedModel lm = load_model(init_tiny(arch, type));
     DecoderLM& m = *lm.model;
     const int64_t V = m.config().vocab;
@@ -119,7 +133,7 @@ TEST(ServeEngine, PrefillOfSeveralPromptsMatchesEachAlone) {
     const std::vector<float> b = batch.to_f32_vector();
     for (int i = 0; i < 3; ++i) {
       const std::vector<float> a = m.decode(alone[size_t(i)], prompts[size_t(i)]).to_f32_vector();
-      const double tol = exact ? 0.0 : 1e-4 * std::max(1.0, max_abs(a));
+      const double tol = rel * std::max(1.0, max_abs(a));
       for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(b[size_t(i * V + v)], a[size_t(v)], tol) << "prompt " << i;
       ASSERT_EQ(together[size_t(i)].size(), alone[size_t(i)].size());
     }
@@ -128,7 +142,7 @@ TEST(ServeEngine, PrefillOfSeveralPromptsMatchesEachAlone) {
     const std::vector<float> after = m.decode_step(caches, next).to_f32_vector();
     for (int i = 0; i < 3; ++i) {
       const std::vector<float> a = m.decode(alone[size_t(i)], next[size_t(i)]).to_f32_vector();
-      const double tol = exact ? 0.0 : 1e-4 * std::max(1.0, max_abs(a));
+      const double tol = rel * std::max(1.0, max_abs(a));
       for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(after[size_t(i * V + v)], a[size_t(v)], tol) << "step, row " << i;
     }
   }
