@@ -413,8 +413,8 @@ Interrupted signal_rank_after(const std::vector<std::string>& args, const std::s
   toy::test::wait_toy(pid, 120, out.r);
   out.seconds_after_signal = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (sig == SIGSTOP && victim > 0) kill(victim, SIGKILL);
-  out.r.out = toy::test::read_all(base + ".out");
-  out.r.err = toy::test::read_all(base + ".err");
+  out.r.out = toy::test::take_file(base + ".out");
+  out.r.err = toy::test::take_file(base + ".err");
   return out;
 }
 
@@ -589,7 +589,8 @@ TEST(DataParallelTwoHosts, ANetworkThatGoesAwayEndsBothSidesAfterTheTimeout) {
   toy::test::wait_toy(pid, 60, r);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   run_program("/bin/bash", {kHosts, "link", "up"});
-  r.err = toy::test::read_all(base + ".err");
+  r.err = toy::test::take_file(base + ".err");
+  std::remove((base + ".out").c_str());
   EXPECT_NE(r.status, 0) << describe(r);
   EXPECT_FALSE(r.timed_out) << describe(r);
   EXPECT_LT(took, 25) << describe(r);

@@ -131,11 +131,11 @@ inline std::vector<std::string> sse_data(const std::string& stream) {
 struct ServeProcess {
   pid_t pid = -1;
   int port = 0;
-  std::string err;
+  std::string err, out;  // the files its stderr and stdout go to (removed when it goes)
   explicit ServeProcess(std::vector<std::string> args) {
     static int counter = 0;
     const std::string base = temp("proc" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    err = base + ".err";
+    err = base + ".err", out = base + ".out";
     args.insert(args.begin(), "serve");
     args.insert(args.end(), {"--port", "0"});
     pid = toy::test::spawn_toy(args, {}, base + ".out", err);
@@ -160,7 +160,11 @@ struct ServeProcess {
     pid = -1;
     return r.timed_out ? -2 : r.status;
   }
-  ~ServeProcess() { stop(); }
+  ~ServeProcess() {
+    stop();
+    std::remove(err.c_str());
+    std::remove(out.c_str());
+  }
 };
 
 
