@@ -2079,6 +2079,12 @@ toy toy_dist_tests
 ^DataParallel\.AFailedPeriodicSave
         fail_step(e.what(), "after", st_.step, end_fields);
         throw;
+prompts-leave-the-vnni-products
+src/toy/backend/cpu/quant_products.cpp
+toy_serve_tests
+^ServeEngine\.PrefillOfSeveralPrompts
+bool quant_products_for_prompts() { return form_in_use() != QuantDot::Avx2; }
+bool quant_products_for_prompts() { return false; }
 prefill-unchunked
 src/toy/serve/engine.cpp
 toy_serve_tests

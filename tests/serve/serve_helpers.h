@@ -138,7 +138,7 @@ struct ServeProcess {
     err = base + ".err", out = base + ".out";
     args.insert(args.begin(), "serve");
     args.insert(args.end(), {"--port", "0"});
-    pid = toy::test::spawn_toy(args, {}, base + ".out", err);
+    pid = toy::test::spawn_toy(args, {}, out, err);
     for (int i = 0; i < 600 && !port; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       int st = 0;
@@ -146,7 +146,7 @@ struct ServeProcess {
         pid = -1;
         break;
       }
-      const std::string text = toy::test::read_all(base + ".out");
+      const std::string text = toy::test::read_all(out);
       const size_t at = text.find("http://127.0.0.1:");
       if (at != std::string::npos && text.find('/', at + 17) != std::string::npos) port = std::stoi(text.substr(at + 17));
     }

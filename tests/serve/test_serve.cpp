@@ -31,8 +31,8 @@
 #include "serve_helpers.h"
 #include "requirements.h"
 #include "toy/autograd/grad_mode.h"
-#include "toy/backend/cpu/kquant_products.h"
-#include "toy/backend/cpu/quant_products.h"
+#include "toy/backend/cpu/variant.h"
+#include "toy/core/cpu_features.h"
 #include "toy/infer/generate.h"
 #include "toy/infer/sampler.h"
 #include "toy/io/gguf.h"
@@ -100,11 +100,12 @@ TEST(ServeEngine, PrefillOfSeveralPromptsMatchesEachAlone) {
            {"llama", "q4_k"}, {"gpt2", "q8_0"}}) {
     SCOPED_TRACE(arch + " " + type);
     // Bit for bit where the 17 prompt rows take the integer products that decoding takes (the
-    // 11-row prompt alone is a prompt too; the 5- and 1-row ones decode); where the kernel
-    // variant has none for prompts (AVX2 alone: TOY_CPU=avx2, Zen 3) prompts go through f32
-    // tiles over the decoded weight, the same function with other last bits (README).
-    const bool exact = type != "f32" && cpu::quant_products_for_prompts() &&
-                       (type != "q4_k" || cpu::kquant_for_prompts());
+    // 11-row prompt alone is a prompt too; the 5- and 1-row ones decode): Q8_0 on VNNI, the K
+    // types in the avx512 variant (README). Without (AVX2 alone: TOY_CPU=avx2, Zen 3) prompts
+    // go through f32 tiles over the decoded weight, the same function with other last bits.
+    // (From the CPU's facts, not from the dispatch's own answer: prompts that left the integer
+    // products where the CPU has them fail here.)
+    const bool exact = type != "f32" && quant_dot() != QuantDot::Avx2 && (type != "q4_k" || cpu::avx512_forms());
     // Otherwise f32 sums in another order; for a block type that also puts an activation on
     // the other side of a Q8 rounding step now and then, a step of 1/127 of its block's
     // largest, which the random layers after it amplify: `toy eval` of gpt2 tiny Q8_0 (seed 7)
